@@ -1,0 +1,54 @@
+// defines: Communicator (the collective contract), CommOptions, make_communicator(),
+// backend_names(), backend_compiled_in().
+//
+// Backends: gloo, asio-ring, nccl, and auto — the first usable in the ordered list
+// [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm_backends/buffer.h"
+
+namespace partrain::comm {
+
+class Store;
+
+struct CommOptions {
+  std::string backend = "auto";              // gloo | asio-ring | nccl | auto
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  DType wire_dtype = DType::f32;             // asio-ring: f32 | f16 | bf16 on the wire
+  DeviceKind device = DeviceKind::cpu;       // where the caller's buffers live (for auto)
+  int device_index = 0;
+  std::string token;                         // run token for the ring handshake
+  std::string bind_host = "127.0.0.1";       // address the ring listens on and advertises
+  std::size_t ring_chunk_bytes = 0;          // asio-ring pipeline chunk; 0: the default
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+  virtual void allreduce(Buffer buffer, ReduceOp op) = 0;  // in place
+  virtual void broadcast(Buffer buffer, int root) = 0;
+  // out.count must equal size() * in.count; result in rank order.
+  virtual void allgather(const Buffer& in, Buffer out) = 0;
+  virtual void barrier() = 0;
+};
+
+// The store must outlive the communicator: asio-ring also uses it, after a failure, to trace
+// which rank failed first (the ranks downstream of a dead one see only their neighbour close).
+// Throws UsageError for an unknown backend or one not compiled in (saying how to get it
+// or what to use instead), CommError/PeerError when rendezvous fails.
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
+                                                int rank, int size);
+
+std::vector<std::string> backend_names();           // every known name, compiled in or not
+bool backend_compiled_in(const std::string& name);
+std::string resolve_backend(const CommOptions& options);  // what auto picks here
+
+}  // namespace partrain::comm
