@@ -1,0 +1,425 @@
+#include "comm_backends/ring/ring_allreduce.h"
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+#include <functional>
+
+#include "comm_backends/errors.h"
+#include "comm_backends/net/timed_io.h"
+#include "comm_backends/reduction.h"
+
+namespace partrain::comm {
+
+namespace asio = boost::asio;
+using net::Clock;
+
+namespace {
+
+enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, barrier = 4 };
+constexpr std::uint32_t kFrameMagic = 0x46435450;  // "PTCF"
+constexpr std::size_t kHeaderBytes = 32;
+
+const char* kind_name(std::uint8_t kind) {
+  switch (static_cast<Kind>(kind)) {
+    case Kind::allreduce: return "allreduce";
+    case Kind::broadcast: return "broadcast";
+    case Kind::allgather: return "allgather";
+    case Kind::barrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+struct Segment {
+  std::size_t offset = 0;  // elements of the work type
+  std::size_t count = 0;
+};
+
+// One step of a pass: which segment leaves to the right, which arrives from the left, what
+// to do with an arrival, and which step's arrivals a send waits for (chunk by chunk).
+struct Step {
+  int send = -1;
+  int recv = -1;
+  bool reduce = false;
+  bool finalize = false;
+  int send_after = -1;
+};
+
+std::vector<Segment> equal_segments(std::size_t count, int parts) {
+  std::vector<Segment> segments(parts);
+  for (int i = 0; i < parts; ++i) {
+    segments[i].offset = count * i / parts;
+    segments[i].count = count * (i + 1) / parts - segments[i].offset;
+  }
+  return segments;
+}
+
+}  // namespace
+
+struct RingCollectives::Header {
+  std::uint8_t kind = 0;
+  std::uint8_t dtype = 0;
+  std::uint8_t wire = 0;
+  std::uint8_t op = 0;
+  std::int32_t root = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+
+  void encode(std::uint8_t* out) const {
+    std::memset(out, 0, kHeaderBytes);
+    auto put = [&out](std::size_t at, std::uint64_t v, int bytes) {
+      for (int i = 0; i < bytes; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+    };
+    put(0, kFrameMagic, 4);
+    out[4] = kind;
+    out[5] = dtype;
+    out[6] = wire;
+    out[7] = op;
+    put(8, static_cast<std::uint32_t>(root), 4);
+    put(12, sequence, 8);
+    put(20, count, 8);
+  }
+
+  std::string describe() const {
+    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) +
+                       " of " + std::to_string(count);
+    if (static_cast<Kind>(kind) == Kind::allreduce) {
+      text += " " + std::string(dtype_name(static_cast<DType>(dtype))) + " (" +
+              std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", wire " +
+              std::string(dtype_name(static_cast<DType>(wire))) + ")";
+    } else {
+      text += " bytes";
+    }
+    if (static_cast<Kind>(kind) == Kind::broadcast) text += " from root " + std::to_string(root);
+    return text;
+  }
+};
+
+struct RingCollectives::Pass {
+  std::uint8_t* work = nullptr;
+  DType work_type = DType::f32;
+  DType wire_type = DType::f32;
+  std::size_t work_elem = 1;  // bytes per element in memory
+  std::size_t wire_elem = 1;  // bytes per element on the wire
+  bool narrow = false;        // the wire type differs from the work type
+  ReduceOp op = ReduceOp::sum;
+  std::vector<Segment> segments;
+  std::vector<Step> steps;
+  std::size_t chunks = 1;  // per segment
+  std::function<void(std::uint8_t*, std::size_t)> finalize;
+
+  Segment chunk(int segment, std::size_t c) const {
+    const Segment& s = segments[segment];
+    const std::size_t begin = s.count * c / chunks;
+    return {s.offset + begin, s.count * (c + 1) / chunks - begin};
+  }
+};
+
+RingCollectives::RingCollectives(RingTransport& transport, std::chrono::milliseconds timeout,
+                                 std::size_t chunk_bytes)
+    : transport_(transport), timeout_(timeout), chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
+
+void RingCollectives::run_pass(Pass& pass, const Header& header) {
+  const int left = transport_.left();
+  const int right = transport_.right();
+  auto& out = transport_.to_right();
+  auto& in = transport_.from_left();
+  const std::size_t n = pass.steps.size();
+
+  std::size_t max_chunk = 0;
+  for (std::size_t s = 0; s < pass.segments.size(); ++s) {
+    max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).count + 1);
+  }
+  if (pass.narrow) send_stage_.resize(std::max(send_stage_.size(), max_chunk * pass.wire_elem));
+  recv_stage_.resize(std::max(recv_stage_.size(), max_chunk * pass.wire_elem));
+
+  std::uint8_t my_header[kHeaderBytes];
+  std::uint8_t left_header[kHeaderBytes];
+  header.encode(my_header);
+
+  std::size_t send_step = 0, send_chunk = 0, recv_step = 0, recv_chunk = 0;
+  while (send_step < n && pass.steps[send_step].send < 0) ++send_step;
+  while (recv_step < n && pass.steps[recv_step].recv < 0) ++recv_step;
+  std::vector<std::size_t> recv_done(n, 0);
+  bool send_busy = true, recv_busy = true;  // the headers go first
+  int failed_peer = -1;
+  bool peer_failure = false;
+  std::string failure;
+
+  auto fail = [&](int peer, bool is_peer, const std::string& message) {
+    if (!failure.empty()) return;
+    failed_peer = peer;
+    peer_failure = is_peer;
+    failure = message;
+    transport_.break_ring();  // aborts the other direction's pending operation
+  };
+  auto io_failure = [&](int peer, const boost::system::error_code& ec, const char* direction) {
+    const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset ||
+                        ec == asio::error::broken_pipe;
+    fail(peer, true,
+         "asio-ring: rank " + std::to_string(peer) +
+             (closed ? " closed its connection (it exited or failed)" : " connection failed") +
+             " while " + direction + " during " + header.describe() + ": " + ec.message());
+  };
+  auto advance_send = [&] {
+    if (++send_chunk < pass.chunks) return;
+    send_chunk = 0;
+    do ++send_step; while (send_step < n && pass.steps[send_step].send < 0);
+  };
+  auto advance_recv = [&] {
+    if (++recv_chunk < pass.chunks) return;
+    recv_chunk = 0;
+    do ++recv_step; while (recv_step < n && pass.steps[recv_step].recv < 0);
+  };
+
+  std::function<void()> pump_send = [&] {
+    while (!send_busy && failure.empty() && send_step < n) {
+      const Step& step = pass.steps[send_step];
+      if (step.send_after >= 0 && recv_done[step.send_after] <= send_chunk) return;
+      const Segment piece = pass.chunk(step.send, send_chunk);
+      if (piece.count == 0) {
+        advance_send();
+        continue;
+      }
+      const void* source = pass.work + piece.offset * pass.work_elem;
+      if (pass.narrow) {
+        convert_elements(source, pass.work_type, send_stage_.data(), pass.wire_type, piece.count);
+        source = send_stage_.data();
+      }
+      send_busy = true;
+      asio::async_write(out, asio::buffer(source, piece.count * pass.wire_elem),
+                        [&](const boost::system::error_code& ec, std::size_t) {
+                          send_busy = false;
+                          if (ec) return io_failure(right, ec, "sending to it");
+                          advance_send();
+                          pump_send();
+                        });
+    }
+  };
+
+  auto complete_recv = [&](const Segment& piece) {
+    const Step& step = pass.steps[recv_step];
+    if (step.finalize && pass.finalize) {
+      pass.finalize(pass.work + piece.offset * pass.work_elem, piece.count);
+    }
+    ++recv_done[recv_step];
+    advance_recv();
+  };
+
+  std::function<void()> pump_recv = [&] {
+    while (!recv_busy && failure.empty() && recv_step < n) {
+      const Step& step = pass.steps[recv_step];
+      const Segment piece = pass.chunk(step.recv, recv_chunk);
+      if (piece.count == 0) {
+        complete_recv(piece);
+        continue;
+      }
+      std::uint8_t* target = pass.work + piece.offset * pass.work_elem;
+      const bool direct = !step.reduce && !pass.narrow;
+      recv_busy = true;
+      asio::async_read(
+          in, asio::buffer(direct ? target : recv_stage_.data(), piece.count * pass.wire_elem),
+          [&, piece, target, direct](const boost::system::error_code& ec, std::size_t) {
+            recv_busy = false;
+            if (ec) return io_failure(left, ec, "receiving from it");
+            if (pass.steps[recv_step].reduce) {
+              reduce_into(target, pass.work_type, recv_stage_.data(), pass.wire_type, piece.count,
+                          pass.op);
+            } else if (!direct) {
+              convert_elements(recv_stage_.data(), pass.wire_type, target, pass.work_type,
+                               piece.count);
+            }
+            complete_recv(piece);
+            pump_recv();
+            pump_send();
+          });
+    }
+    pump_send();
+  };
+
+  asio::async_write(out, asio::buffer(my_header, kHeaderBytes),
+                    [&](const boost::system::error_code& ec, std::size_t) {
+                      send_busy = false;
+                      if (ec) return io_failure(right, ec, "sending to it");
+                      pump_send();
+                    });
+  asio::async_read(in, asio::buffer(left_header, kHeaderBytes),
+                   [&](const boost::system::error_code& ec, std::size_t) {
+                     recv_busy = false;
+                     if (ec) return io_failure(left, ec, "receiving from it");
+                     if (std::memcmp(left_header, my_header, kHeaderBytes) != 0) {
+                       Header theirs;
+                       theirs.kind = left_header[4];
+                       theirs.dtype = left_header[5];
+                       theirs.wire = left_header[6];
+                       theirs.op = left_header[7];
+                       std::uint64_t seq = 0, count = 0;
+                       std::uint32_t root = 0;
+                       for (int i = 0; i < 8; ++i) {
+                         seq |= std::uint64_t{left_header[12 + i]} << (8 * i);
+                         count |= std::uint64_t{left_header[20 + i]} << (8 * i);
+                       }
+                       for (int i = 0; i < 4; ++i) root |= std::uint32_t{left_header[8 + i]} << (8 * i);
+                       theirs.sequence = seq;
+                       theirs.count = count;
+                       theirs.root = static_cast<std::int32_t>(root);
+                       const bool framed = left_header[0] == 'P' && left_header[1] == 'T' &&
+                                           left_header[2] == 'C' && left_header[3] == 'F';
+                       return fail(left, false,
+                                   "asio-ring: ranks disagree: rank " + std::to_string(left) +
+                                       " called " +
+                                       (framed ? theirs.describe() : "something unrecognisable") +
+                                       " while rank " + std::to_string(transport_.rank()) +
+                                       " called " + header.describe());
+                     }
+                     pump_recv();
+                   });
+
+  const auto deadline = Clock::now() + timeout_;
+  const bool finished = net::run_until(
+      transport_.io(),
+      [&] {
+        return !failure.empty() || (send_step >= n && recv_step >= n && !send_busy && !recv_busy);
+      },
+      deadline);
+  if (!finished) {
+    const bool waiting_left = recv_busy || recv_step < n;
+    const int peer = waiting_left ? left : right;
+    fail(peer, true,
+         "asio-ring: rank " + std::to_string(peer) +
+             (waiting_left ? " sent nothing for " : " stopped taking our data for ") +
+             std::to_string(timeout_.count()) + " ms during " + header.describe() +
+             " (dead, hung, or not calling the same collective)");
+  }
+  if (!failure.empty()) {
+    // The sockets are closed; let the aborted handlers run before their captures go away.
+    net::run_until(transport_.io(), [&] { return !send_busy && !recv_busy; },
+                   Clock::now() + std::chrono::seconds(5));
+    if (peer_failure) throw PeerError(failed_peer, failure);
+    throw CommError(failure);
+  }
+}
+
+void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                DType wire) {
+  PARTRAIN_CHECK(!transport_.broken(), CommError,
+                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  const int world = transport_.size();
+  if (world == 1) return;
+  PARTRAIN_CHECK(count == 0 || data != nullptr, UsageError, "allreduce: null buffer");
+  const DType acc = accumulator_type(dtype);
+  if (acc != DType::f32 || (wire != DType::f16 && wire != DType::bf16)) wire = acc;
+
+  Pass pass;
+  pass.work_type = acc;
+  pass.wire_type = wire;
+  pass.work_elem = dtype_size(acc);
+  pass.wire_elem = dtype_size(wire);
+  pass.narrow = acc != wire;
+  pass.op = op;
+  if (acc != dtype) {
+    work_.resize(count * pass.work_elem);
+    convert_elements(data, dtype, work_.data(), acc, count);
+    pass.work = work_.data();
+  } else {
+    pass.work = static_cast<std::uint8_t*>(data);
+  }
+  pass.segments = equal_segments(count, world);
+  const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.wire_elem);
+  const std::size_t max_segment = (count + world - 1) / world;
+  pass.chunks = std::max<std::size_t>(1, (max_segment + chunk_elems - 1) / chunk_elems);
+  const int r = transport_.rank();
+  for (int s = 0; s < 2 * (world - 1); ++s) {
+    Step step;
+    step.send = ((r - s) % world + world) % world;
+    step.recv = ((r - s - 1) % world + world) % world;
+    step.reduce = s < world - 1;
+    step.finalize = s == world - 2;
+    step.send_after = s - 1;
+    pass.steps.push_back(step);
+  }
+  std::vector<std::uint8_t> rounding;
+  if (op == ReduceOp::avg || pass.narrow) {
+    pass.finalize = [&](std::uint8_t* chunk, std::size_t n) {
+      if (op == ReduceOp::avg) divide_elements(chunk, acc, n, world);
+      if (pass.narrow) {
+        rounding.resize(std::max(rounding.size(), n * pass.wire_elem));
+        convert_elements(chunk, acc, rounding.data(), wire, n);
+        convert_elements(rounding.data(), wire, chunk, acc, n);
+      }
+    };
+  }
+  Header header;
+  header.kind = static_cast<std::uint8_t>(Kind::allreduce);
+  header.dtype = static_cast<std::uint8_t>(dtype);
+  header.wire = static_cast<std::uint8_t>(wire);
+  header.op = static_cast<std::uint8_t>(op);
+  header.sequence = ++sequence_;
+  header.count = count;
+  run_pass(pass, header);
+  if (acc != dtype) convert_elements(work_.data(), acc, data, dtype, count);
+}
+
+void RingCollectives::broadcast(void* data, std::size_t bytes, int root) {
+  PARTRAIN_CHECK(!transport_.broken(), CommError,
+                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  const int world = transport_.size();
+  PARTRAIN_CHECK(root >= 0 && root < world, UsageError, "broadcast: root ", root,
+                 " is outside a world of ", world);
+  if (world == 1) return;
+  // A chain from the root around the ring; each rank forwards chunk c as soon as it has it.
+  Pass pass;
+  pass.work = static_cast<std::uint8_t*>(data);
+  pass.segments = {Segment{0, bytes}};
+  pass.chunks = std::max<std::size_t>(1, (bytes + chunk_bytes_ - 1) / chunk_bytes_);
+  const int position = (transport_.rank() - root + world) % world;
+  Step step;
+  if (position > 0) step.recv = 0;
+  if (position < world - 1) step.send = 0;
+  if (position > 0 && position < world - 1) step.send_after = 0;
+  pass.steps.push_back(step);
+  Header header;
+  header.kind = static_cast<std::uint8_t>(Kind::broadcast);
+  header.root = root;
+  header.sequence = ++sequence_;
+  header.count = bytes;
+  run_pass(pass, header);
+}
+
+void RingCollectives::allgather(const void* in, void* out, std::size_t bytes_per_rank) {
+  PARTRAIN_CHECK(!transport_.broken(), CommError,
+                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  const int world = transport_.size();
+  const int r = transport_.rank();
+  auto* target = static_cast<std::uint8_t*>(out);
+  if (bytes_per_rank > 0 && target + r * bytes_per_rank != in) {
+    std::memmove(target + r * bytes_per_rank, in, bytes_per_rank);
+  }
+  if (world == 1) return;
+  Pass pass;
+  pass.work = target;
+  for (int i = 0; i < world; ++i) pass.segments.push_back({i * bytes_per_rank, bytes_per_rank});
+  pass.chunks = std::max<std::size_t>(1, (bytes_per_rank + chunk_bytes_ - 1) / chunk_bytes_);
+  for (int s = 0; s < world - 1; ++s) {
+    Step step;
+    step.send = ((r - s) % world + world) % world;
+    step.recv = ((r - s - 1) % world + world) % world;
+    step.send_after = s - 1;
+    pass.steps.push_back(step);
+  }
+  Header header;
+  header.kind = static_cast<std::uint8_t>(Kind::allgather);
+  header.sequence = ++sequence_;
+  header.count = bytes_per_rank;
+  run_pass(pass, header);
+}
+
+void RingCollectives::barrier() {
+  // An allreduce of one value: nobody leaves before every rank's contribution went around.
+  std::int32_t token = 1;
+  allreduce(&token, 1, DType::i32, ReduceOp::sum, DType::i32);
+  PARTRAIN_CHECK(token == transport_.size(), CommError, "asio-ring: barrier counted ", token,
+                 " ranks in a world of ", transport_.size());
+}
+
+}  // namespace partrain::comm

@@ -1,0 +1,181 @@
+#include "comm_backends/store/file_store.h"
+
+#include <atomic>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "comm_backends/errors.h"
+
+namespace partrain::comm {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Keys may hold '/', ':' and other characters a filesystem dislikes; hex-encode those.
+std::string encode_key(const std::string& key) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : key) {
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    if (plain) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string token_directory(const std::string& token) {
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: stable across platforms
+  for (unsigned char c : token) hash = (hash ^ c) * 1099511628211ull;
+  static const char kHex[] = "0123456789abcdef";
+  std::string name = "run-";
+  for (int shift = 60; shift >= 0; shift -= 4) name += kHex[(hash >> shift) & 15];
+  return name;
+}
+
+std::string unique_suffix() {
+  static std::atomic<std::uint64_t> counter{0};
+  static const std::uint64_t process_salt = std::random_device{}();
+  return std::to_string(process_salt) + "." + std::to_string(counter.fetch_add(1));
+}
+
+// Sleeps a little longer each time, so waiting on a slow peer costs little CPU.
+class Backoff {
+ public:
+  void pause(Clock::time_point deadline) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return;
+    std::this_thread::sleep_for(std::min<Clock::duration>(delay_, left));
+    delay_ = std::min(delay_ * 2, std::chrono::microseconds(20000));
+  }
+
+ private:
+  std::chrono::microseconds delay_{200};
+};
+
+}  // namespace
+
+FileStore::FileStore(const fs::path& directory, const StoreOptions& options)
+    : directory_(options.token.empty() ? directory : directory / token_directory(options.token)),
+      timeout_(options.timeout) {
+  std::error_code ec;
+  fs::create_directories(directory_, ec);
+  PARTRAIN_CHECK(fs::is_directory(directory_), UsageError, "file store: cannot create directory '",
+                 directory_.string(), "'", ec ? ": " + ec.message() : std::string());
+}
+
+fs::path FileStore::key_path(const std::string& key) const {
+  PARTRAIN_CHECK(!key.empty(), UsageError, "file store: empty key");
+  return directory_ / ("k_" + encode_key(key));
+}
+
+void FileStore::write_atomically(const fs::path& path,
+                                 const std::vector<std::uint8_t>& value) const {
+  const fs::path temp = path.string() + ".tmp." + unique_suffix();
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    PARTRAIN_CHECK(out.good(), CommError, "file store: cannot write '", temp.string(), "'");
+    out.write(reinterpret_cast<const char*>(value.data()),
+              static_cast<std::streamsize>(value.size()));
+    out.close();
+    PARTRAIN_CHECK(out.good(), CommError, "file store: write to '", temp.string(), "' failed");
+  }
+  std::error_code ec;
+  fs::rename(temp, path, ec);  // replaces an existing file atomically (MoveFileEx on Windows)
+  if (ec) {
+    fs::remove(temp, ec);
+    throw CommError("file store: cannot rename into '" + path.string() + "'");
+  }
+}
+
+bool FileStore::try_read(const std::string& key, std::vector<std::uint8_t>& value) const {
+  std::ifstream in(key_path(key), std::ios::binary);
+  if (!in.is_open()) return false;
+  value.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return true;
+}
+
+void FileStore::set(const std::string& key, const std::vector<std::uint8_t>& value) {
+  write_atomically(key_path(key), value);
+}
+
+std::vector<std::uint8_t> FileStore::get(const std::string& key) {
+  const auto deadline = Clock::now() + timeout_;
+  std::vector<std::uint8_t> value;
+  Backoff backoff;
+  while (!try_read(key, value)) {
+    PARTRAIN_CHECK(Clock::now() < deadline, CommError, "file store: key '", key,
+                   "' did not appear in ", directory_.string(), " within ", timeout_.count(),
+                   " ms");
+    backoff.pause(deadline);
+  }
+  return value;
+}
+
+std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
+  const fs::path lock = key_path(key).string() + ".lock";
+  const auto deadline = Clock::now() + timeout_;
+  Backoff backoff;
+  std::error_code ec;
+  while (!fs::create_directory(lock, ec)) {
+    PARTRAIN_CHECK(Clock::now() < deadline, CommError, "file store: lock '", lock.string(),
+                   "' held for more than ", timeout_.count(),
+                   " ms (a process died holding it? remove it)");
+    backoff.pause(deadline);
+  }
+  std::int64_t value = 0;
+  try {
+    std::vector<std::uint8_t> bytes;
+    if (try_read(key, bytes)) {
+      const std::string text(bytes.begin(), bytes.end());
+      try {
+        value = std::stoll(text);
+      } catch (const std::exception&) {
+        throw CommError("file store: key '" + key + "' does not hold an integer");
+      }
+    }
+    value += delta;
+    const std::string text = std::to_string(value);
+    write_atomically(key_path(key), std::vector<std::uint8_t>(text.begin(), text.end()));
+  } catch (...) {
+    fs::remove(lock, ec);
+    throw;
+  }
+  fs::remove(lock, ec);
+  return value;
+}
+
+bool FileStore::check(const std::vector<std::string>& keys) {
+  for (const auto& key : keys) {
+    std::error_code ec;
+    if (!fs::exists(key_path(key), ec)) return false;
+  }
+  return true;
+}
+
+void FileStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  Backoff backoff;
+  while (!check(keys)) {
+    if (Clock::now() >= deadline) {
+      std::string missing;
+      for (const auto& key : keys) {
+        std::error_code ec;
+        if (!fs::exists(key_path(key), ec)) missing += (missing.empty() ? "" : ", ") + key;
+      }
+      throw CommError("file store: keys missing after " + std::to_string(timeout.count()) +
+                      " ms in " + directory_.string() + ": " + missing);
+    }
+    backoff.pause(deadline);
+  }
+}
+
+}  // namespace partrain::comm

@@ -1,0 +1,78 @@
+// defines: TcpStore (client, optionally hosting the server) and TcpStoreServer — a small
+// key-value server on Boost.Asio.
+//
+// Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
+// the server answers kStoreAccept or closes. Then each request is
+//   u8 command | u32 key bytes | u32 value bytes | key | value
+// with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes); a client that breaks the
+// protocol is disconnected. get/wait poll on the client side with a growing pause.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "comm_backends/store/store.h"
+
+namespace partrain::comm {
+
+inline constexpr char kStoreMagic[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'E', '1'};
+inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'};
+inline constexpr std::uint32_t kStoreProtocolVersion = 1;
+inline constexpr std::uint32_t kMaxTokenBytes = 1024;
+inline constexpr std::uint32_t kMaxKeyBytes = 4096;
+inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
+
+class TcpStoreServer {
+ public:
+  // Listens on host:port (port 0: any free port) until destroyed.
+  TcpStoreServer(const std::string& host, int port, const std::string& token);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+
+  struct State;  // io context, acceptor, data; shared with pending handlers
+
+ private:
+  std::shared_ptr<State> state_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class TcpStore : public Store {
+ public:
+  // Connects to host:port within options.timeout; with options.host_server, first starts the
+  // server there (port 0 picks a free one; see port()).
+  TcpStore(const std::string& host, int port, const StoreOptions& options);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::vector<std::uint8_t>& value) override;
+  std::vector<std::uint8_t> get(const std::string& key) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  int port() const { return port_; }
+
+ private:
+  enum class Command : std::uint8_t { set = 1, get = 2, add = 3 };
+  std::vector<std::uint8_t> request(Command command, const std::string& key,
+                                    const std::vector<std::uint8_t>& value);
+  bool try_get(const std::string& key, std::vector<std::uint8_t>& value);
+
+  std::unique_ptr<TcpStoreServer> server_;
+  std::string endpoint_;
+  int port_ = 0;
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::socket socket_;
+};
+
+}  // namespace partrain::comm

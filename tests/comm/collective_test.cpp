@@ -1,0 +1,314 @@
+// Every backend x world size x element count x dtype x op, checked against a reference
+// reduction computed here, with ranks as threads over a file store (and a tcp store).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/errors.h"
+#include "comm_backends/store/store.h"
+#include "comm_backends/store/tcp_store.h"
+#include "tests/comm/rank_threads.h"
+
+namespace partrain::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct BackendSetup {
+  std::string backend;
+  int world;
+  DType wire;
+  std::size_t chunk_bytes;  // asio-ring pipeline chunk (0: default)
+};
+
+std::string setup_name(const ::testing::TestParamInfo<BackendSetup>& info) {
+  std::string name = info.param.backend + "_w" + std::to_string(info.param.world) + "_wire_" +
+                     std::string(dtype_name(info.param.wire)) +
+                     (info.param.chunk_bytes ? "_chunk" + std::to_string(info.param.chunk_bytes)
+                                             : std::string());
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+// Small integers with a sign, so sums stay exact even in bf16; avg adds fractions.
+double input_value(int rank, std::size_t i) {
+  return static_cast<double>(static_cast<int>((rank * 7 + i * 13) % 17) - 8);
+}
+
+void store_value(void* data, DType dtype, std::size_t i, double v) {
+  switch (dtype) {
+    case DType::f32: static_cast<float*>(data)[i] = static_cast<float>(v); break;
+    case DType::f64: static_cast<double*>(data)[i] = v; break;
+    case DType::f16: static_cast<std::uint16_t*>(data)[i] = float_to_half(static_cast<float>(v)); break;
+    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = float_to_bf16(static_cast<float>(v)); break;
+    case DType::i32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v); break;
+    case DType::i64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v); break;
+  }
+}
+
+double load_value(const void* data, DType dtype, std::size_t i) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(data)[i];
+    case DType::f64: return static_cast<const double*>(data)[i];
+    case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::i32: return static_cast<const std::int32_t*>(data)[i];
+    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
+  }
+  return 0;
+}
+
+double expected_value(int world, std::size_t i, ReduceOp op, DType dtype) {
+  double sum = 0, lo = 1e300, hi = -1e300;
+  for (int r = 0; r < world; ++r) {
+    const double v = input_value(r, i);
+    sum += v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  switch (op) {
+    case ReduceOp::sum: return sum;
+    case ReduceOp::min: return lo;
+    case ReduceOp::max: return hi;
+    case ReduceOp::avg:
+      if (!is_floating(dtype)) return std::trunc(sum / world);  // integer division
+      return sum / world;
+  }
+  return 0;
+}
+
+double tolerance(DType dtype, DType wire) {
+  if (dtype == DType::bf16 || wire == DType::bf16) return 0.04;  // half an ulp at 8
+  if (dtype == DType::f16 || wire == DType::f16) return 0.005;
+  return 1e-5;
+}
+
+struct Case {
+  DType dtype;
+  ReduceOp op;
+  std::size_t count;
+};
+
+std::vector<Case> allreduce_cases(int world) {
+  std::vector<Case> cases;
+  const std::vector<std::size_t> counts = {0, 1, static_cast<std::size_t>(world - 1), 1001};
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+    for (std::size_t count : counts) cases.push_back({DType::f32, op, count});
+  }
+  cases.push_back({DType::f32, ReduceOp::sum, (3u << 20) / 4 + 3});  // a few MiB, odd count
+  for (DType dtype : {DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+      for (std::size_t count : {std::size_t{1}, std::size_t{1001}}) cases.push_back({dtype, op, count});
+    }
+  }
+  return cases;
+}
+
+bool unsupported(const std::string& backend, DType dtype) {
+  return backend == "gloo" && dtype == DType::bf16;
+}
+
+class Collectives : public ::testing::TestWithParam<BackendSetup> {
+ protected:
+  CommOptions comm_options() const {
+    CommOptions options;
+    options.backend = GetParam().backend;
+    options.timeout = milliseconds(20000);
+    options.wire_dtype = GetParam().wire;
+    options.token = "collective-test";
+    options.ring_chunk_bytes = GetParam().chunk_bytes;
+    return options;
+  }
+  StoreOptions store_options(int rank) const {
+    StoreOptions options;
+    options.token = "collective-test";
+    options.timeout = milliseconds(20000);
+    options.rank = rank;
+    options.world_size = GetParam().world;
+    return options;
+  }
+};
+
+TEST_P(Collectives, AllreduceMatchesReference) {
+  const BackendSetup setup = GetParam();
+  const int world = setup.world;
+  const auto cases = allreduce_cases(world);
+  testing::TempDir dir;
+  // results[case][rank]: the raw bytes each rank ended with, to check that all agree bitwise.
+  std::vector<std::vector<std::vector<std::uint8_t>>> results(
+      cases.size(), std::vector<std::vector<std::uint8_t>>(world));
+  std::atomic<int> wrong{0};
+  testing::run_ranks(world, [&](int rank) {
+    auto store = open_store(dir.url(), store_options(rank));
+    auto comm = make_communicator(comm_options(), *store, rank, world);
+    EXPECT_EQ(comm->rank(), rank);
+    EXPECT_EQ(comm->size(), world);
+    EXPECT_EQ(comm->name(), setup.backend);
+    for (std::size_t c = 0; c < cases.size(); ++c) {
+      const Case& k = cases[c];
+      std::vector<std::uint8_t> data(k.count * dtype_size(k.dtype) + 1);
+      for (std::size_t i = 0; i < k.count; ++i) store_value(data.data(), k.dtype, i, input_value(rank, i));
+      Buffer buffer{data.data(), k.count, k.dtype};
+      if (unsupported(setup.backend, k.dtype) && world > 1) {
+        EXPECT_THROW(comm->allreduce(buffer, k.op), UsageError);
+        continue;
+      }
+      comm->allreduce(buffer, k.op);
+      int bad = 0;
+      for (std::size_t i = 0; i < k.count; ++i) {
+        const double want = expected_value(world, i, k.op, k.dtype);
+        const double got = load_value(data.data(), k.dtype, i);
+        if (std::abs(got - want) > tolerance(k.dtype, setup.wire) * std::max(1.0, std::abs(want))) {
+          if (++bad <= 3) {
+            ADD_FAILURE() << "rank " << rank << " " << dtype_name(k.dtype) << " "
+                          << reduce_op_name(k.op) << " count " << k.count << " [" << i
+                          << "]: got " << got << ", want " << want;
+          }
+        }
+      }
+      wrong += bad;
+      data.resize(k.count * dtype_size(k.dtype));
+      results[c][rank] = std::move(data);
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    for (int r = 1; r < world; ++r) {
+      EXPECT_EQ(results[c][r], results[c][0])
+          << "ranks 0 and " << r << " disagree on case " << c << " ("
+          << dtype_name(cases[c].dtype) << " " << reduce_op_name(cases[c].op) << ")";
+    }
+  }
+}
+
+TEST_P(Collectives, BroadcastAllgatherBarrier) {
+  const int world = GetParam().world;
+  testing::TempDir dir;
+  std::atomic<int> arrived{0};
+  testing::run_ranks(world, [&](int rank) {
+    auto store = open_store(dir.url(), store_options(rank));
+    auto comm = make_communicator(comm_options(), *store, rank, world);
+    for (int root : {0, world - 1}) {
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{70001}}) {
+        std::vector<float> data(count, -1.0f);
+        if (rank == root) {
+          for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>(root * 100000 + i);
+        }
+        comm->broadcast(Buffer{data.data(), count, DType::f32}, root);
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(data[i], static_cast<float>(root * 100000 + i)) << "rank " << rank << " root " << root;
+        }
+      }
+    }
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{777}}) {
+      std::vector<std::int64_t> in(count), out(count * world, -1);
+      for (std::size_t i = 0; i < count; ++i) in[i] = rank * 1000000 + static_cast<std::int64_t>(i);
+      comm->allgather(Buffer{in.data(), count, DType::i64},
+                      Buffer{out.data(), out.size(), DType::i64});
+      for (int r = 0; r < world; ++r) {
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[r * count + i], r * 1000000 + static_cast<std::int64_t>(i));
+        }
+      }
+    }
+    std::vector<std::int64_t> in(3), wrong_out(3 * world + 1);
+    EXPECT_THROW(comm->allgather(Buffer{in.data(), 3, DType::i64},
+                                 Buffer{wrong_out.data(), wrong_out.size(), DType::i64}),
+                 UsageError);
+    for (int round = 1; round <= 3; ++round) {
+      arrived.fetch_add(1);
+      comm->barrier();
+      // Nobody leaves a barrier before everyone has reached it.
+      EXPECT_GE(arrived.load(), round * world);
+      comm->barrier();
+    }
+  });
+}
+
+std::vector<BackendSetup> setups() {
+  std::vector<BackendSetup> list;
+  for (int world : {1, 2, 3, 4, 7}) {
+    list.push_back({"asio-ring", world, DType::f32, 1000});  // many odd-sized chunks
+    list.push_back({"asio-ring", world, DType::bf16, 0});
+  }
+  list.push_back({"asio-ring", 3, DType::f16, 0});
+#ifdef PARTRAIN_WITH_GLOO
+  for (int world : {1, 2, 3, 4, 7}) list.push_back({"gloo", world, DType::f32, 0});
+#endif
+  return list;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(setups()), setup_name);
+
+// The same allreduce over the tcp store, hosted by rank 0.
+TEST(CollectivesOverTcpStore, RingAndGlooRendezvous) {
+  constexpr int kWorld = 3;
+  std::vector<std::string> backends = {"asio-ring"};
+#ifdef PARTRAIN_WITH_GLOO
+  backends.push_back("gloo");
+#endif
+  StoreOptions host_options;
+  host_options.token = "tcp-test";
+  host_options.timeout = milliseconds(10000);
+  host_options.host_server = true;
+  TcpStore host("127.0.0.1", 0, host_options);
+  for (const auto& backend : backends) {
+    testing::run_ranks(kWorld, [&](int rank) {
+      StoreOptions options = host_options;
+      options.host_server = false;
+      options.rank = rank;
+      auto store = open_store("tcp://127.0.0.1:" + std::to_string(host.port()), options);
+      CommOptions comm_options;
+      comm_options.backend = backend;
+      comm_options.timeout = milliseconds(10000);
+      auto comm = make_communicator(comm_options, *store, rank, kWorld);
+      std::vector<double> data(4099);
+      for (std::size_t i = 0; i < data.size(); ++i) data[i] = input_value(rank, i);
+      comm->allreduce(Buffer{data.data(), data.size(), DType::f64}, ReduceOp::sum);
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        ASSERT_EQ(data[i], expected_value(kWorld, i, ReduceOp::sum, DType::f64)) << backend;
+      }
+    });
+  }
+}
+
+TEST(Communicator, BackendNamesAndClearErrors) {
+  const auto names = backend_names();
+  for (const char* name : {"gloo", "asio-ring", "nccl", "auto"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
+  CommOptions options;
+  options.backend = "auto";
+  options.device = DeviceKind::cpu;
+  EXPECT_EQ(resolve_backend(options), "asio-ring");
+  options.device = DeviceKind::cuda;
+  EXPECT_EQ(resolve_backend(options), backend_compiled_in("nccl") ? "nccl" : "asio-ring");
+
+  testing::TempDir dir;
+  auto store = open_store(dir.url(), StoreOptions{});
+  options.backend = "mpi";
+  try {
+    make_communicator(options, *store, 0, 1);
+    FAIL() << "unknown backend accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("asio-ring"), std::string::npos) << e.what();
+  }
+  options.backend = "asio-ring";
+  EXPECT_THROW(make_communicator(options, *store, 2, 2), UsageError);
+  options.wire_dtype = DType::i32;
+  EXPECT_THROW(make_communicator(options, *store, 0, 1), UsageError);
+  options.wire_dtype = DType::f32;
+  auto comm = make_communicator(options, *store, 0, 1);
+  float x = 1;
+  EXPECT_THROW(comm->allreduce(Buffer{&x, 1, DType::f32, DeviceKind::cuda}, ReduceOp::sum),
+               UsageError);
+}
+
+}  // namespace
+}  // namespace partrain::comm

@@ -1,0 +1,118 @@
+// Connections that are not this run's ranks are refused, and the collective still completes.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/errors.h"
+#include "comm_backends/net/timed_io.h"
+#include "comm_backends/ring/ring_transport.h"
+#include "comm_backends/store/store.h"
+#include "tests/comm/rank_threads.h"
+
+namespace partrain::comm {
+namespace {
+
+using std::chrono::milliseconds;
+namespace asio = boost::asio;
+
+struct Stranger {
+  asio::io_context io;
+  asio::ip::tcp::socket socket{io};
+};
+
+TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
+  constexpr int kWorld = 3;
+  const std::string token = "ring-token";
+  testing::TempDir dir;
+  StoreOptions store_options;
+  store_options.token = token;
+  store_options.timeout = milliseconds(10000);
+  CommOptions comm_options;
+  comm_options.backend = "asio-ring";
+  comm_options.token = token;
+  comm_options.timeout = milliseconds(10000);
+
+  auto run_rank = [&](int rank) {
+    auto store = open_store(dir.url(), store_options);
+    auto comm = make_communicator(comm_options, *store, rank, kWorld);
+    std::vector<float> data(5000, static_cast<float>(rank + 1));
+    comm->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
+    for (float v : data) ASSERT_EQ(v, 6.0f);
+  };
+
+  // Ranks 1 and 2 start; rank 1 waits for its left neighbour, rank 0, which is late.
+  std::exception_ptr late_error;
+  std::thread others([&] {
+    try {
+      testing::run_ranks(kWorld - 1, [&](int i) { run_rank(i + 1); });
+    } catch (...) {
+      late_error = std::current_exception();
+    }
+  });
+  auto store = open_store(dir.url(), store_options);
+  const auto address = store->get("comm/1/asio-ring/ring/addr/1");
+  std::string host;
+  int port = 0;
+  ASSERT_TRUE(net::split_host_port(std::string(address.begin(), address.end()), host, port));
+
+  // Before rank 0 shows up, four strangers knock on rank 1's door.
+  const std::vector<std::string> knocks = {
+      "GET / HTTP/1.1\r\n\r\n" + std::string(16, 'x'),          // garbage
+      encode_ring_handshake(0, kWorld, "not-the-token"),          // wrong run token
+      encode_ring_handshake(2, kWorld, token),                    // not rank 1's left neighbour
+      encode_ring_handshake(0, kWorld + 1, token),                // another world size
+      std::string(),                                              // connects, says nothing
+  };
+  std::vector<std::unique_ptr<Stranger>> strangers;
+  for (const auto& knock : knocks) {
+    auto s = std::make_unique<Stranger>();
+    ASSERT_TRUE(net::connect_with_retry(s->io, s->socket, host, port, net::deadline_after(milliseconds(3000))));
+    if (!knock.empty()) {
+      ASSERT_TRUE(net::write_all(s->io, s->socket, knock.data(), knock.size(),
+                                 net::deadline_after(milliseconds(3000))).ok());
+    }
+    strangers.push_back(std::move(s));
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  run_rank(0);
+  others.join();
+  if (late_error) std::rethrow_exception(late_error);
+
+  // Every stranger was hung up on without an answer.
+  for (std::size_t i = 0; i < strangers.size(); ++i) {
+    char answer[8];
+    auto result = net::read_exact(strangers[i]->io, strangers[i]->socket, answer, sizeof answer,
+                                  net::deadline_after(milliseconds(5000)));
+    EXPECT_EQ(result.status, net::IoStatus::closed) << "stranger " << i << ": " << result.message;
+  }
+}
+
+TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
+  constexpr int kWorld = 2;
+  testing::TempDir dir;
+  std::vector<std::string> messages(kWorld);
+  testing::run_ranks(kWorld, [&](int rank) {
+    StoreOptions store_options;
+    auto store = open_store(dir.url(), store_options);
+    CommOptions options;
+    options.backend = "asio-ring";
+    options.timeout = milliseconds(5000);
+    auto comm = make_communicator(options, *store, rank, kWorld);
+    std::vector<float> data(rank == 0 ? 100 : 101, 1.0f);
+    try {
+      comm->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
+    } catch (const CommError& e) {
+      messages[rank] = e.what();
+    }
+    // The ring is now unusable, and says so instead of hanging.
+    EXPECT_THROW(comm->barrier(), CommError);
+  });
+  bool explained = false;
+  for (const auto& m : messages) explained |= m.find("disagree") != std::string::npos;
+  EXPECT_TRUE(explained) << messages[0] << " | " << messages[1];
+}
+
+}  // namespace
+}  // namespace partrain::comm
