@@ -1,0 +1,118 @@
+// End-to-end tests of `partrain data synth` and `partrain data fetch` through the built
+// executable (PARTRAIN_EXE, set by CTest).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "tests/data/loopback_http_server.h"
+#include "tests/data/scratch_files.h"
+#include "tests/data/tar_gz.h"
+#include "trainer/data/cifar_reader.h"
+#include "trainer/data/download.h"
+#include "trainer/data/synthetic.h"
+
+namespace partrain::data {
+namespace {
+
+using test_files::ScratchDir;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+RunResult run_partrain(const std::string& args) {
+  const char* exe = std::getenv("PARTRAIN_EXE");
+  RunResult result;
+  if (exe == nullptr) return result;
+  // coreutils' timeout bounds a hung child.
+  const std::string command = "timeout 60 '" + std::string(exe) + "' " + args + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  while (std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe))
+    result.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class DataCommand : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("PARTRAIN_EXE") == nullptr) GTEST_SKIP() << "PARTRAIN_EXE not set";
+  }
+  ScratchDir dir_;
+};
+
+TEST_F(DataCommand, SynthWritesTheSyntheticSetInCifar100Format) {
+  const RunResult r = run_partrain("data synth --format cifar100-bin --out '" + dir_.path() +
+                                   "/syn' --train 150 --test 40 --seed 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("train.bin (150 records)"));
+  const ImageDataset train = read_cifar100_bin(dir_ / "syn/train.bin");
+  const ImageDataset test = read_cifar100_bin(dir_ / "syn/test.bin");
+  EXPECT_EQ(test.size, 40);
+  SyntheticOptions o;
+  o.size = 150;
+  o.seed = 5;
+  const ImageDataset expected = generate_synthetic(o);
+  EXPECT_EQ(train.pixels, expected.pixels);
+  EXPECT_EQ(train.labels, expected.labels);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_ / "syn"),
+                          std::filesystem::directory_iterator()),
+            2);  // no temp files left
+}
+
+TEST_F(DataCommand, BadArgumentsExitTwoWithOneLine) {
+  RunResult r = run_partrain("data synth --format png --out '" + dir_.path() + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "partrain: data synth: format 'png' is not supported (only cifar100-bin)\n");
+  r = run_partrain("data fetch mnist --dir '" + dir_.path() + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("dataset 'mnist' cannot be fetched"));
+  r = run_partrain("data synth --out x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--format is required"));
+}
+
+TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
+  SyntheticOptions o;
+  o.size = 8;
+  write_cifar100_bin(generate_synthetic(o), dir_ / "train.bin");
+  write_cifar100_bin(generate_synthetic(o), dir_ / "test.bin");
+  const auto archive = test_files::make_tar_gz(
+      {test_files::TarEntry::file("cifar-100-binary/train.bin",
+                                  test_files::read_bytes(dir_ / "train.bin")),
+       test_files::TarEntry::file("cifar-100-binary/test.bin",
+                                  test_files::read_bytes(dir_ / "test.bin"))});
+  test_files::write_bytes(dir_ / "a.tgz", archive);
+  const std::string md5 = md5_file(dir_ / "a.tgz");
+  test_files::LoopbackHttpServer server({{"/c.tgz", archive}});
+
+  RunResult r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/data' --url " +
+                             server.url("/c.tgz") + " --md5 " + md5);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_cifar100_bin(dir_ / "data/cifar-100-binary/train.bin").size, 8);
+
+  r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/bad' --url " +
+                   server.url("/c.tgz"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("checksum mismatch"));
+  EXPECT_THAT(r.output, HasSubstr(std::string("expected ") + kCifar100Md5));
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1);
+
+  r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/bad' --url " +
+                   server.url("/nothing.tgz"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("HTTP status 404"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "bad/cifar-100-binary/train.bin"));
+}
+
+}  // namespace
+}  // namespace partrain::data

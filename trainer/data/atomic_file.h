@@ -1,0 +1,16 @@
+// defines: temp_path_for() and commit_file() — files are written under a temp name next to
+// their final path and renamed into place, so a reader never sees half a file.
+#pragma once
+
+#include <string>
+
+namespace partrain::data {
+
+// A fresh name in the same directory as `path` (so the rename stays on one file system),
+// unique per process and call.
+std::string temp_path_for(const std::string& path);
+
+// Renames `temp_path` over `path`; on failure removes temp_path and throws UsageError.
+void commit_file(const std::string& temp_path, const std::string& path);
+
+}  // namespace partrain::data
