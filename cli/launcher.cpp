@@ -1,0 +1,580 @@
+// The launcher; launcher.h holds the contract.
+//
+// One start of the group (GroupRun):
+//   spawn every local rank with Boost.Process; each worker's stdout and stderr are pipes,
+//     all read by one Asio thread that cuts them into whole lines and writes each line,
+//     prefixed, under one lock (so two workers never share a line)
+//   poll the workers every kPollInterval until the first one fails, all succeed, or the
+//     launcher itself is told to stop
+//   stop the rest: SIGTERM to each, SIGKILL to whoever is left after `grace`, reap them
+//   drain what the workers wrote before they died (bounded), then name what happened
+// launch() runs that up to 1 + max_restarts times.
+//
+// Watching has no overall deadline on purpose — a training run may last days. What bounds
+// it is that the workers' own waits all time out (a dead peer makes the others fail), and
+// that every wait here is a short poll that also checks the launcher's stop signals.
+#include "cli/launcher.h"
+
+// clang-format off
+// Standard headers first: Boost 1.74's Asio uses std::exchange (C++20) and Process uses
+// std::unique_ptr without including their headers.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/process.hpp>
+// clang-format on
+
+#include "cli/platform_process.h"
+#include "comm_backends/errors.h"
+
+namespace partrain::cli {
+namespace {
+
+namespace asio = boost::asio;
+namespace bp = boost::process;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kPollInterval{50};
+constexpr milliseconds kStopPollInterval{20};
+constexpr milliseconds kDrainBound{2000};         // for output still in flight after the last exit
+constexpr milliseconds kReapBound{5000};          // for a worker to vanish after SIGKILL
+constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into pieces
+constexpr int kMaxWorldSize = 1 << 20;
+
+// Whole lines from every worker, and the launcher's own, onto out and err.
+class LineSink {
+ public:
+  LineSink(std::ostream& out, std::ostream& err) : out_(out), err_(err) {}
+
+  void worker_line(int rank, bool to_err, std::string_view line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::ostream& os = to_err ? err_ : out_;
+    os << "[rank " << rank << "] " << line << '\n';
+    os.flush();
+  }
+
+  void launcher_line(const std::string& text) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    err_ << "partrain: " << text << '\n';
+    err_.flush();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::ostream& out_;
+  std::ostream& err_;
+};
+
+// One of a worker's two output pipes. Touched only on the io thread once reading starts.
+struct OutputPipe {
+  OutputPipe(asio::io_context& io, bool to_err) : pipe(io), to_err(to_err) {}
+  bp::async_pipe pipe;
+  bool to_err;
+  std::array<char, 8192> chunk{};
+  std::string pending;  // bytes after the last newline seen
+  std::atomic<bool> done{false};
+};
+
+struct Worker {
+  int rank = 0;
+  std::unique_ptr<OutputPipe> out;
+  std::unique_ptr<OutputPipe> err;
+  bp::child child;
+  int pid = 0;
+  std::atomic<int> epoch{0};  // last "epoch E/N" line seen; written on the io thread
+  bool running = false;       // spawned and not reaped yet
+  platform::ExitStatus status;
+  bool stopped = false;  // still running when the group was stopped
+  bool killed = false;   // needed SIGKILL after the grace period
+};
+
+struct GroupOutcome {
+  enum class Kind { kSucceeded, kFailed, kInterrupted };
+  Kind kind = Kind::kSucceeded;
+  int failed_rank = -1;
+  platform::ExitStatus failed_status;
+  int failed_epoch = 0;
+  int signal = 0;  // kInterrupted: the launcher's signal
+  std::vector<int> stopped;
+  std::vector<int> killed;
+};
+
+// One start of the group; see the top of the file.
+class GroupRun {
+ public:
+  explicit GroupRun(LineSink& sink)
+      : sink_(sink), guard_(asio::make_work_guard(io_)), io_thread_([this] { io_.run(); }) {}
+
+  ~GroupRun() {
+    // Finds workers still running only when something threw: then stop them hard.
+    try {
+      stop_all(milliseconds(0), nullptr);
+    } catch (...) {
+      // bp::child's destructor kills what is left.
+    }
+    finish_output();
+  }
+
+  GroupRun(const GroupRun&) = delete;
+  GroupRun& operator=(const GroupRun&) = delete;
+
+  void spawn(int rank, const std::string& executable, const std::vector<std::string>& args,
+             bp::environment env) {
+    auto worker = std::make_unique<Worker>();
+    Worker& w = *worker;
+    w.rank = rank;
+    w.out = std::make_unique<OutputPipe>(io_, false);
+    w.err = std::make_unique<OutputPipe>(io_, true);
+    for (OutputPipe* p : {w.out.get(), w.err.get()}) {
+      platform::set_close_on_exec(p->pipe.native_source());
+      platform::set_close_on_exec(p->pipe.native_sink());
+    }
+    platform::WorkerChildSetup setup;
+    setup.launcher_pid = platform::current_process_id();
+    try {
+      w.child = bp::child(bp::exe = executable, bp::args = args, env, bp::std_out > w.out->pipe,
+                          bp::std_err > w.err->pipe, bp::std_in < bp::null, setup);
+    } catch (const std::exception& e) {
+      throw Error(detail::concat("cannot start rank ", rank, " (", executable, "): ", e.what()));
+    }
+    w.pid = w.child.id();
+    w.running = true;
+    workers_.push_back(std::move(worker));
+    asio::post(io_, [this, &w] {
+      read_more(w, *w.out);
+      read_more(w, *w.err);
+    });
+  }
+
+  // Waits for the first failure, full success or a stop signal (one newer than
+  // `signals_seen`), stops whoever is left and drains their output.
+  GroupOutcome watch(milliseconds grace, const platform::StopSignals& signals, int signals_seen) {
+    GroupOutcome outcome;
+    for (;;) {
+      if (signals.count() != signals_seen) {
+        outcome.kind = GroupOutcome::Kind::kInterrupted;
+        outcome.signal = signals.last_signal();
+        break;
+      }
+      Worker* failed = nullptr;
+      bool any_running = false;
+      for (auto& w : workers_) {
+        if (!w->running) continue;
+        if (!reap(*w)) {
+          any_running = true;
+        } else if (!w->status.success() && prefer_as_cause(*w, failed)) {
+          failed = w.get();
+        }
+      }
+      if (failed != nullptr) {
+        outcome.kind = GroupOutcome::Kind::kFailed;
+        outcome.failed_rank = failed->rank;
+        outcome.failed_status = failed->status;
+        break;
+      }
+      if (!any_running) break;
+      std::this_thread::sleep_for(kPollInterval);
+    }
+    stop_all(grace, &signals);
+    finish_output();
+    for (auto& w : workers_) {
+      if (w->stopped) outcome.stopped.push_back(w->rank);
+      if (w->killed) outcome.killed.push_back(w->rank);
+      if (w->rank == outcome.failed_rank) outcome.failed_epoch = w->epoch.load();
+    }
+    return outcome;
+  }
+
+ private:
+  // Of several workers found dead in one poll, name one killed by a signal over one that
+  // exited with a code: the usual story is "rank 1 was killed, so rank 0 lost its peer and
+  // exited 1", and the cause is rank 1.
+  static bool prefer_as_cause(const Worker& w, const Worker* current) {
+    return current == nullptr || (w.status.signal != 0 && current->status.signal == 0);
+  }
+
+  // True when the worker has ended (and is now reaped, its status recorded).
+  bool reap(Worker& w) {
+    if (!w.running) return true;
+    if (w.child.running()) return false;
+    w.running = false;
+    w.status = platform::decode_exit_status(w.child.native_exit_code());
+    return true;
+  }
+
+  bool reap_all() {
+    bool all = true;
+    for (auto& w : workers_) all = reap(*w) && all;
+    return all;
+  }
+
+  // SIGTERM to each running worker, SIGKILL to those left after `grace` (or at once when
+  // the launcher gets another stop signal meanwhile: a second Ctrl-C means "now").
+  void stop_all(milliseconds grace, const platform::StopSignals* signals) {
+    bool any = false;
+    for (auto& w : workers_) {
+      if (!w->running) continue;
+      w->stopped = true;
+      platform::request_stop(w->pid);
+      any = true;
+    }
+    if (!any) return;
+    const int signals_seen = signals != nullptr ? signals->count() : 0;
+    const auto grace_end = Clock::now() + grace;
+    while (!reap_all() && Clock::now() < grace_end &&
+           (signals == nullptr || signals->count() == signals_seen)) {
+      std::this_thread::sleep_for(kStopPollInterval);
+    }
+    for (auto& w : workers_) {
+      if (!w->running) continue;
+      w->killed = true;
+      platform::force_stop(w->pid);
+    }
+    const auto reap_end = Clock::now() + kReapBound;
+    while (!reap_all() && Clock::now() < reap_end) std::this_thread::sleep_for(kStopPollInterval);
+    for (auto& w : workers_) {
+      if (!w->running) continue;
+      // Stuck in the kernel (uninterruptible I/O): waiting longer would hang the launcher.
+      sink_.launcher_line(detail::concat("rank ", w->rank, " (pid ", w->pid,
+                                         ") did not exit after SIGKILL; leaving it"));
+      w->child.detach();
+      w->running = false;
+    }
+  }
+
+  void read_more(Worker& w, OutputPipe& p) {
+    p.pipe.async_read_some(asio::buffer(p.chunk),
+                           [this, &w, &p](const boost::system::error_code& ec, std::size_t n) {
+                             if (n > 0) take_bytes(w, p, std::string_view(p.chunk.data(), n));
+                             if (ec) {  // end of file, or the pipe was closed by finish_output
+                               if (!p.pending.empty()) emit(w, p, p.pending);
+                               p.pending.clear();
+                               p.done = true;
+                               return;
+                             }
+                             read_more(w, p);
+                           });
+  }
+
+  void take_bytes(Worker& w, OutputPipe& p, std::string_view bytes) {
+    p.pending.append(bytes);
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = p.pending.find('\n', start)) != std::string::npos; start = nl + 1)
+      emit(w, p, std::string_view(p.pending).substr(start, nl - start));
+    p.pending.erase(0, start);
+    while (p.pending.size() >= kMaxLineBytes) {
+      emit(w, p, std::string_view(p.pending).substr(0, kMaxLineBytes));
+      p.pending.erase(0, kMaxLineBytes);
+    }
+  }
+
+  void emit(Worker& w, const OutputPipe& p, std::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (const int epoch = parse_epoch_line(line); epoch > 0) w.epoch = epoch;
+    sink_.worker_line(w.rank, p.to_err, line);
+  }
+
+  // Waits (bounded) until every pipe reached end of file, closes what is left open — a
+  // grandchild of a worker may still hold it — and ends the io thread.
+  void finish_output() {
+    if (!io_thread_.joinable()) return;
+    const auto drain_end = Clock::now() + kDrainBound;
+    auto all_done = [this] {
+      return std::all_of(workers_.begin(), workers_.end(),
+                         [](const auto& w) { return w->out->done && w->err->done; });
+    };
+    while (!all_done() && Clock::now() < drain_end) std::this_thread::sleep_for(kStopPollInterval);
+    asio::post(io_, [this] {
+      for (auto& w : workers_) {
+        boost::system::error_code ignored;
+        w->out->pipe.close(ignored);
+        w->err->pipe.close(ignored);
+      }
+    });
+    guard_.reset();
+    io_thread_.join();
+  }
+
+  LineSink& sink_;
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::thread io_thread_;  // last: starts after everything it reads is constructed
+};
+
+// The fresh file:// stores of a single-node run without a rendezvous: one directory per run
+// under the system temp directory, one subdirectory per start of the group (a restart must
+// not find the keys of the start before), all removed at the end. Owner-only: the store
+// holds the addresses the ranks connect to.
+class FreshStoreRoot {
+ public:
+  FreshStoreRoot() {
+    namespace fs = std::filesystem;
+    std::random_device random;
+    const fs::path temp = fs::temp_directory_path();
+    for (int attempt = 0; attempt < 8 && root_.empty(); ++attempt) {
+      std::ostringstream name;
+      name << "partrain-run-" << std::hex << random() << random();
+      std::error_code ec;
+      if (fs::create_directory(temp / name.str(), ec)) root_ = temp / name.str();
+    }
+    PARTRAIN_CHECK(!root_.empty(), Error, "cannot make a rendezvous directory under ",
+                   temp.string());
+    std::error_code ec;
+    fs::permissions(root_, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
+  ~FreshStoreRoot() {
+    std::error_code ignored;
+    std::filesystem::remove_all(root_, ignored);
+  }
+  FreshStoreRoot(const FreshStoreRoot&) = delete;
+  FreshStoreRoot& operator=(const FreshStoreRoot&) = delete;
+
+  std::string dir_for_start(int restart) const {
+    const auto dir = root_ / ("start-" + std::to_string(restart));
+    std::error_code ec;
+    std::filesystem::create_directory(dir, ec);
+    PARTRAIN_CHECK(!ec, Error, "cannot make the rendezvous directory ", dir.string(), ": ",
+                   ec.message());
+    return dir.generic_string();
+  }
+
+ private:
+  std::filesystem::path root_;
+};
+
+void check_plan(const LaunchPlan& plan) {
+  PARTRAIN_CHECK(!plan.executable.empty(), UsageError, "no worker executable to launch");
+  PARTRAIN_CHECK(plan.nproc_per_node >= 1, UsageError, "nproc_per_node must be at least 1 (got ",
+                 plan.nproc_per_node, ")");
+  PARTRAIN_CHECK(plan.nnodes >= 1, UsageError, "nnodes must be at least 1 (got ", plan.nnodes, ")");
+  PARTRAIN_CHECK(
+      static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes <= kMaxWorldSize, UsageError,
+      "nnodes x nproc_per_node = ", static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes,
+      " ranks is more than the ", kMaxWorldSize, " supported");
+  PARTRAIN_CHECK(plan.node_rank >= 0 && plan.node_rank < plan.nnodes, UsageError, "node_rank ",
+                 plan.node_rank, " is outside 0..", plan.nnodes - 1, " (nnodes ", plan.nnodes, ")");
+  PARTRAIN_CHECK(plan.master_port >= 0 && plan.master_port <= 65535, UsageError, "master_port ",
+                 plan.master_port, " is outside 0..65535");
+  PARTRAIN_CHECK(plan.nnodes == 1 || plan.master_port != 0, UsageError,
+                 "a master port is required with nnodes > 1: every node must name the same one");
+  PARTRAIN_CHECK(!plan.master_addr.empty(), UsageError, "the master address is empty");
+  PARTRAIN_CHECK(plan.max_restarts >= 0, UsageError, "max_restarts must be 0 or more (got ",
+                 plan.max_restarts, ")");
+  PARTRAIN_CHECK(plan.grace.count() >= 0, UsageError, "the stop grace period is negative");
+}
+
+std::string to_hex(std::uint64_t high, std::uint64_t low) {
+  std::ostringstream hex;
+  hex << std::hex;
+  hex.fill('0');
+  hex.width(16);
+  hex << high;
+  hex.width(16);
+  hex << low;
+  return hex.str();
+}
+
+std::uint64_t fnv1a(std::string_view text, std::uint64_t hash) {
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+std::string env_value(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+std::string describe_failure(const GroupOutcome& o) {
+  std::ostringstream text;
+  text << "rank " << o.failed_rank;
+  if (o.failed_status.signal != 0) {
+    text << " was killed by signal " << o.failed_status.signal << " ("
+         << platform::signal_name(o.failed_status.signal) << ")";
+  } else {
+    text << " exited with code " << o.failed_status.code;
+  }
+  if (o.failed_epoch > 0) {
+    text << " during epoch " << o.failed_epoch;
+  } else {
+    text << " before its first epoch";
+  }
+  return text.str();
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::ostringstream text;
+  for (std::size_t i = 0; i < ranks.size(); ++i) text << (i > 0 ? "," : "") << ranks[i];
+  return text.str();
+}
+
+std::string describe_stops(const GroupOutcome& o, milliseconds grace) {
+  if (o.stopped.empty()) return "";
+  std::ostringstream text;
+  text << "; stopped rank" << (o.stopped.size() > 1 ? "s " : " ") << join_ranks(o.stopped);
+  if (!o.killed.empty()) {
+    text << " (SIGKILL after ";
+    if (grace.count() % 1000 == 0) {
+      text << grace.count() / 1000 << " s";
+    } else {
+      text << grace.count() << " ms";
+    }
+    text << " for rank" << (o.killed.size() > 1 ? "s " : " ") << join_ranks(o.killed) << ")";
+  }
+  return text.str();
+}
+
+bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const std::string& token,
+                                   const std::string& rendezvous, int master_port, int restart) {
+  bp::environment env = boost::this_process::environment();
+  const int world_size = plan.nnodes * plan.nproc_per_node;
+  env["RANK"] = std::to_string(plan.node_rank * plan.nproc_per_node + local_rank);
+  env["LOCAL_RANK"] = std::to_string(local_rank);
+  env["WORLD_SIZE"] = std::to_string(world_size);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(plan.nproc_per_node);
+  env["MASTER_ADDR"] = plan.master_addr;
+  env["MASTER_PORT"] = std::to_string(master_port);
+  env["GROUP_RANK"] = std::to_string(plan.node_rank);
+  env["NODE_RANK"] = std::to_string(plan.node_rank);
+  env["PARTRAIN_RUN_TOKEN"] = token;
+  env["PARTRAIN_RENDEZVOUS"] = rendezvous;
+  env["PARTRAIN_RESTART"] = std::to_string(restart);
+  if (env.count("OMP_NUM_THREADS") == 0) {
+    // N ranks each starting an OpenMP pool of every core would oversubscribe N times.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    env["OMP_NUM_THREADS"] =
+        std::to_string(std::max(1u, cores / static_cast<unsigned>(plan.nproc_per_node)));
+  }
+  for (const auto& [name, value] : plan.extra_env) env[name] = value;
+  return env;
+}
+
+}  // namespace
+
+int parse_epoch_line(std::string_view line) {
+  constexpr std::string_view kPrefix = "epoch ";
+  if (line.substr(0, kPrefix.size()) != kPrefix) return 0;
+  std::size_t i = kPrefix.size();
+  std::int64_t epoch = 0;
+  const std::size_t first_digit = i;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && i - first_digit < 9)
+    epoch = epoch * 10 + (line[i++] - '0');
+  if (i == first_digit || i >= line.size() || line[i] != '/') return 0;
+  return static_cast<int>(epoch);
+}
+
+int pick_free_loopback_port() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  const asio::ip::tcp::endpoint any_port(asio::ip::make_address("127.0.0.1"), 0);
+  boost::system::error_code ec;
+  acceptor.open(any_port.protocol(), ec);
+  if (!ec) acceptor.bind(any_port, ec);
+  PARTRAIN_CHECK(!ec, Error, "cannot find a free port on 127.0.0.1: ", ec.message());
+  return acceptor.local_endpoint().port();
+}
+
+std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token) {
+  if (!env_token.empty()) return env_token;
+  if (plan.nnodes == 1) {
+    std::random_device random;
+    auto draw64 = [&random] {
+      return (static_cast<std::uint64_t>(random()) << 32) ^ static_cast<std::uint64_t>(random());
+    };
+    const std::uint64_t high = draw64();
+    return to_hex(high, draw64());
+  }
+  // Fields separated by a byte no argument contains, so ("ab","c") and ("a","bc") differ.
+  std::string shared = "partrain-run-token";
+  auto add = [&shared](std::string_view field) {
+    shared += '\0';
+    shared += field;
+  };
+  add(plan.master_addr);
+  add(std::to_string(plan.master_port));
+  add(std::to_string(plan.nnodes));
+  add(std::to_string(plan.nproc_per_node));
+  add(std::filesystem::path(plan.executable).filename().string());
+  for (const auto& arg : plan.worker_args) add(arg);
+  return to_hex(fnv1a(shared, 0xcbf29ce484222325ULL), fnv1a(shared, 0x84222325cbf29ce4ULL));
+}
+
+std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir) {
+  if (!plan.rendezvous.empty()) return plan.rendezvous;
+  if (plan.nnodes > 1) return "tcp://" + plan.master_addr + ":" + std::to_string(plan.master_port);
+  // file:///tmp/x, and file:///C:/x for a Windows path.
+  return fresh_dir.starts_with('/') ? "file://" + fresh_dir : "file:///" + fresh_dir;
+}
+
+int launch(const LaunchPlan& plan) {
+  check_plan(plan);
+  LineSink sink(plan.out != nullptr ? *plan.out : std::cout,
+                plan.err != nullptr ? *plan.err : std::cerr);
+  const std::string token = choose_run_token(plan, env_value("PARTRAIN_RUN_TOKEN"));
+  std::unique_ptr<FreshStoreRoot> fresh_store;
+  if (plan.rendezvous.empty() && plan.nnodes == 1) fresh_store = std::make_unique<FreshStoreRoot>();
+
+  platform::StopSignals signals;
+  for (int restart = 0;; ++restart) {
+    // A port picked per start: the previous start's sockets may still hold the old one.
+    const int port = plan.master_port != 0 ? plan.master_port : pick_free_loopback_port();
+    LaunchPlan resolved = plan;
+    resolved.master_port = port;
+    const std::string rendezvous =
+        rendezvous_for(resolved, fresh_store ? fresh_store->dir_for_start(restart) : "");
+
+    GroupOutcome outcome;
+    {
+      const int signals_seen = 0;  // any stop signal since launch() began ends the run
+      GroupRun group(sink);
+      for (int local = 0; local < plan.nproc_per_node; ++local) {
+        if (signals.count() != signals_seen) break;
+        group.spawn(plan.node_rank * plan.nproc_per_node + local, plan.executable, plan.worker_args,
+                    worker_environment(plan, local, token, rendezvous, port, restart));
+      }
+      outcome = group.watch(plan.grace, signals, signals_seen);
+    }
+
+    using Kind = GroupOutcome::Kind;
+    if (outcome.kind == Kind::kSucceeded) return 0;
+    if (outcome.kind == Kind::kInterrupted) {
+      sink.launcher_line("interrupted by " + platform::signal_name(outcome.signal) +
+                         describe_stops(outcome, plan.grace));
+      return 128 + outcome.signal;
+    }
+    const bool bad_input = outcome.failed_status.signal == 0 && outcome.failed_status.code == 2;
+    if (restart < plan.max_restarts && !bad_input) {
+      sink.launcher_line(detail::concat("restarting the group (restart ", restart + 1, " of ",
+                                        plan.max_restarts, ") after ", describe_failure(outcome)));
+      continue;
+    }
+    std::string line = describe_failure(outcome) + describe_stops(outcome, plan.grace);
+    if (restart > 0) {
+      line += detail::concat("; gave up after ", restart, " restart", restart > 1 ? "s" : "");
+    }
+    sink.launcher_line(line);
+    return bad_input ? 2 : 1;
+  }
+}
+
+}  // namespace partrain::cli

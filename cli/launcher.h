@@ -1,0 +1,74 @@
+// defines: LaunchPlan and launch() — the process side of `partrain run`: start the local
+// ranks as `partrain worker` processes, relay their output prefixed with `[rank N]`, watch
+// them, stop the group when one fails, restart it up to max_restarts times. Also the rules
+// it is built from (run token, rendezvous, epoch lines), exposed for tests.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace partrain::cli {
+
+struct LaunchPlan {
+  std::string executable;                // what to spawn (normally this partrain binary);
+                                         // an absolute path, or a name searched in PATH
+  std::vector<std::string> worker_args;  // e.g. {"worker", CONFIG, "--set", "a=b"}
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;     // 0: a free loopback port (single node only)
+  std::string rendezvous;  // "": see rendezvous_for()
+  int max_restarts = 0;
+  std::chrono::milliseconds grace{3000};         // between SIGTERM and SIGKILL when stopping
+  std::map<std::string, std::string> extra_env;  // set in every worker, last (wins)
+  std::ostream* out = nullptr;                   // workers' stdout lines go here; null: std::cout
+  std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr
+};
+
+// Runs the plan to the end and returns the exit code for `partrain run`:
+//   0    every worker exited 0
+//   1    a worker failed (non-zero exit or a signal) and no restart was left; one line on
+//        err names the rank, its exit code or signal, and the epoch it was in
+//   2    the first worker to fail exited 2: bad config or input data, which a restart
+//        cannot fix, so the run ends at once with that code
+//   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first
+// Throws UsageError for an invalid plan, Error when a worker cannot be started. Call it
+// from a thread that lives until it returns (see platform_process.cpp on the parent-death
+// signal); it handles SIGINT, SIGTERM and SIGHUP while it runs.
+//
+// Each worker gets the parent's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (torchrun's names),
+// PARTRAIN_RUN_TOKEN, PARTRAIN_RENDEZVOUS, PARTRAIN_RESTART (0, then 1 after the first
+// restart, ...), OMP_NUM_THREADS (unless set: cores / nproc_per_node, at least 1), then
+// extra_env. Workers should flush each line: a pipe is not a terminal, so stdio buffers it.
+int launch(const LaunchPlan& plan);
+
+// The run token, shared by every rank of one run so a store or ring can refuse strangers:
+//   * env_token (PARTRAIN_RUN_TOKEN in the launcher's environment) when not empty — the way
+//     to give all nodes of a multi-node run one secret;
+//   * one node: 128 random bits, in hex, fresh for each run;
+//   * several nodes and no env_token: derived from what every node's command line shares
+//     (master address and port, nnodes, nproc_per_node, executable name, worker arguments),
+//     so the nodes agree without talking. That keeps out stale runs and stray clients, but
+//     anyone who knows the command line can compute it: set PARTRAIN_RUN_TOKEN to keep
+//     others out.
+std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token);
+
+// The store url the workers get (PARTRAIN_RENDEZVOUS): plan.rendezvous when given; with
+// several nodes tcp://MASTER_ADDR:MASTER_PORT (rank 0's worker hosts that store); with one
+// node `fresh_dir` as a file:// url — launch() makes a new directory under the system temp
+// directory for each start of the group and removes them all at the end.
+std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir);
+
+// A port on 127.0.0.1 that was free a moment ago (bound with port 0, then released).
+int pick_free_loopback_port();
+
+// E for a progress line "epoch E/N ..." (E >= 1); 0 for any other line.
+int parse_epoch_line(std::string_view line);
+
+}  // namespace partrain::cli

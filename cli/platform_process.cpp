@@ -1,0 +1,204 @@
+// The POSIX side of the launcher; see platform_process.h.
+#include "cli/platform_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "comm_backends/errors.h"
+
+namespace partrain::cli::platform {
+
+ExitStatus decode_exit_status(int native) {
+  ExitStatus status;
+  if (WIFEXITED(native)) {
+    status.code = WEXITSTATUS(native);
+  } else if (WIFSIGNALED(native)) {
+    status.signal = WTERMSIG(native);
+  } else {
+    status.code = native;  // not a final status; report it as is rather than guess
+  }
+  return status;
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTRAP:
+      return "SIGTRAP";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGUSR2:
+      return "SIGUSR2";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGALRM:
+      return "SIGALRM";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGXCPU:
+      return "SIGXCPU";
+    case SIGXFSZ:
+      return "SIGXFSZ";
+    case SIGSYS:
+      return "SIGSYS";
+    default:
+      return "SIG" + std::to_string(signal);
+  }
+}
+
+namespace {
+void signal_group(int pid, int signal) {
+  if (pid <= 0) return;
+  // The group may be gone already (ESRCH) or the worker may have not reached setpgid yet
+  // (a group that does not exist yet): then signal the process itself.
+  if (::kill(-static_cast<pid_t>(pid), signal) != 0) ::kill(static_cast<pid_t>(pid), signal);
+}
+}  // namespace
+
+void request_stop(int pid) { signal_group(pid, SIGTERM); }
+void force_stop(int pid) { signal_group(pid, SIGKILL); }
+
+void interrupt_process(int pid) {
+  if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGINT);
+}
+
+bool process_running(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+#if defined(__linux__)
+  // A dead process nobody has reaped yet still answers kill(pid, 0); its state is 'Z'.
+  // /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces and parentheses, so the
+  // state follows the last ')'.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::stringstream text;
+  text << stat.rdbuf();
+  const std::string line = text.str();
+  const auto close = line.rfind(')');
+  if (close != std::string::npos && close + 2 < line.size()) {
+    const char state = line[close + 2];
+    return state != 'Z' && state != 'X';
+  }
+  return !line.empty();
+#else
+  return true;
+#endif
+}
+
+int current_process_id() { return static_cast<int>(::getpid()); }
+
+std::string executable_path() {
+#if defined(__linux__)
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  PARTRAIN_CHECK(!ec, Error, "cannot find this executable's path: ", ec.message());
+  return path.string();
+#else
+  throw Error("cannot find this executable's path on this system");
+#endif
+}
+
+void set_close_on_exec(int native_handle) {
+  const int flags = ::fcntl(native_handle, F_GETFD);
+  PARTRAIN_CHECK(flags != -1 && ::fcntl(native_handle, F_SETFD, flags | FD_CLOEXEC) != -1, Error,
+                 "cannot mark a worker pipe close-on-exec: ", std::strerror(errno));
+}
+
+namespace {
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<int> g_signal_count{0};
+std::atomic<int> g_last_signal{0};
+std::atomic<bool> g_watch_active{false};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+
+extern "C" void record_stop_signal(int signal) {
+  g_last_signal.store(signal);
+  g_signal_count.fetch_add(1);
+}
+}  // namespace
+
+struct StopSignals::Saved {
+  struct sigaction old[std::size(kStopSignals)];
+  struct sigaction old_child;
+};
+
+StopSignals::StopSignals() {
+  PARTRAIN_CHECK(!g_watch_active.exchange(true), Error,
+                 "the launcher's stop signals are already being watched");
+  saved_ = std::make_unique<Saved>();
+  g_signal_count = 0;
+  g_last_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = record_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    ::sigaction(kStopSignals[i], &action, &saved_->old[i]);
+  // An inherited SIGCHLD of SIG_IGN makes the kernel reap workers itself and their exit
+  // codes vanish; the launcher needs them.
+  struct sigaction child_default {};
+  child_default.sa_handler = SIG_DFL;
+  sigemptyset(&child_default.sa_mask);
+  ::sigaction(SIGCHLD, &child_default, &saved_->old_child);
+}
+
+StopSignals::~StopSignals() {
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    ::sigaction(kStopSignals[i], &saved_->old[i], nullptr);
+  ::sigaction(SIGCHLD, &saved_->old_child, nullptr);
+  g_watch_active = false;
+}
+
+int StopSignals::count() const { return g_signal_count.load(); }
+int StopSignals::last_signal() const { return g_last_signal.load(); }
+
+// Each worker leads its own process group. A Ctrl-C in the terminal goes to the terminal's
+// foreground group, which then holds the launcher alone: the launcher turns it into one
+// orderly stop (SIGTERM, grace, SIGKILL) for every worker, instead of each worker seeing
+// SIGINT and then SIGTERM as well, and stopping a group also reaches whatever a worker
+// started itself. Workers read nothing from the terminal (their stdin is /dev/null), so
+// being outside the foreground group costs nothing.
+//
+// If the launcher dies without a chance to stop them (SIGKILL, a crash), Linux's parent-
+// death signal kills each worker. It fires when the thread that forked the worker ends, so
+// launch() spawns from the thread that then waits for the workers. getppid() closes the
+// race where the launcher died between fork and prctl.
+void prepare_worker_child(int launcher_pid) noexcept {
+  ::setpgid(0, 0);
+#if defined(__linux__)
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != static_cast<pid_t>(launcher_pid)) ::kill(::getpid(), SIGKILL);
+#else
+  (void)launcher_pid;
+#endif
+}
+
+}  // namespace partrain::cli::platform

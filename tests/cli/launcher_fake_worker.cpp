@@ -1,0 +1,170 @@
+// A stand-in for `partrain worker` in the launcher tests: prints progress lines the way a
+// worker does, and fails, hangs or shrugs off SIGTERM on request.
+//
+//   launcher_fake_worker [--epochs N] [--steps K] [--sleep-ms MS] [--spam N]
+//       [--fail RANK:CODE:EPOCH] [--fail-until-restart R] [--kill-self RANK:EPOCH]
+//       [--hang RANK|all] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
+//       [--print-env] [--long-line BYTES]
+//
+// Always prints "pid P" and "restart R" first (R = PARTRAIN_RESTART). Per epoch E it prints
+// "epoch E/N" and K step lines, plus one stderr line "warning from rank X in epoch E".
+// --fail exits with CODE right after printing "epoch EPOCH/N" on rank RANK, but only while
+// PARTRAIN_RESTART < R when --fail-until-restart R is given. --hang sleeps after the epochs
+// (at most 30 s, then exits 99 so that a broken launcher cannot leak it for long).
+// A hanging rank creates --ready-file once it hangs (SIGTERM already ignored if asked); a
+// rank about to fail or kill itself first waits up to 10 s for --wait-for, so tests know
+// the other ranks are where they should be when the failure comes.
+// --spam N prints N long lines in a burst (for the interleaving test); --long-line prints
+// BYTES 'y's and no newline at all, last.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <boost/process/environment.hpp>
+
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : fallback;
+}
+
+int arg_int(const std::string& text) { return std::stoi(text); }
+
+// "a:b:c" -> the field at index i
+int field(const std::string& spec, int index) {
+  std::size_t start = 0;
+  for (int i = 0; i < index; ++i) start = spec.find(':', start) + 1;
+  return std::stoi(spec.substr(start, spec.find(':', start) - start));
+}
+
+void wait_for_file(const std::string& path) {
+  if (path.empty()) return;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int epochs = 2;
+  int steps = 2;
+  int sleep_ms = 0;
+  int spam = 0;
+  int long_line = 0;
+  std::string fail;
+  int fail_until_restart = -1;
+  std::string kill_self;
+  std::string hang;
+  std::string ready_file;
+  std::string wait_for;
+  bool ignore_sigterm = false;
+  bool print_env = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "fake worker: " << arg << " needs a value\n";
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (arg == "--epochs")
+      epochs = arg_int(next());
+    else if (arg == "--steps")
+      steps = arg_int(next());
+    else if (arg == "--sleep-ms")
+      sleep_ms = arg_int(next());
+    else if (arg == "--spam")
+      spam = arg_int(next());
+    else if (arg == "--long-line")
+      long_line = arg_int(next());
+    else if (arg == "--fail")
+      fail = next();
+    else if (arg == "--fail-until-restart")
+      fail_until_restart = arg_int(next());
+    else if (arg == "--kill-self")
+      kill_self = next();
+    else if (arg == "--hang")
+      hang = next();
+    else if (arg == "--ready-file")
+      ready_file = next();
+    else if (arg == "--wait-for")
+      wait_for = next();
+    else if (arg == "--ignore-sigterm")
+      ignore_sigterm = true;
+    else if (arg == "--print-env")
+      print_env = true;
+    else {
+      std::cerr << "fake worker: unknown argument " << arg << "\n";
+      return 64;
+    }
+  }
+  if (ignore_sigterm) std::signal(SIGTERM, SIG_IGN);
+
+  const int rank = std::stoi(env_or("RANK", "-1"));
+  const int restart = std::stoi(env_or("PARTRAIN_RESTART", "-1"));
+  std::cout << "pid " << boost::this_process::get_id() << std::endl;
+  std::cout << "restart " << restart << std::endl;
+
+  if (print_env) {
+    for (const char* name :
+         {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+          "GROUP_RANK", "NODE_RANK", "PARTRAIN_RUN_TOKEN", "PARTRAIN_RENDEZVOUS",
+          "PARTRAIN_RESTART", "OMP_NUM_THREADS", "PARTRAIN_TEST_EXTRA"}) {
+      std::cout << "env " << name << "=" << env_or(name, "<unset>") << std::endl;
+    }
+    // The launcher's fresh file store must exist while the workers run.
+    const std::string url = env_or("PARTRAIN_RENDEZVOUS", "");
+    if (url.rfind("file://", 0) == 0) {
+      const bool exists = std::filesystem::is_directory(url.substr(7));
+      std::cout << "rendezvous dir " << (exists ? "exists" : "missing") << std::endl;
+    }
+  }
+
+  for (int i = 0; i < spam; ++i) {
+    std::cout << "spam " << i << " of rank " << rank << " " << std::string(300, 'x') << "\n";
+  }
+  std::cout.flush();
+
+  const bool fail_now = !fail.empty() && field(fail, 0) == rank &&
+                        (fail_until_restart < 0 || restart < fail_until_restart);
+  for (int e = 1; e <= epochs; ++e) {
+    std::cout << "epoch " << e << "/" << epochs << " loss 1.0" << std::endl;
+    std::cerr << "warning from rank " << rank << " in epoch " << e << std::endl;
+    if (fail_now && field(fail, 2) == e) {
+      wait_for_file(wait_for);
+      std::cerr << "rank " << rank << " fails on purpose" << std::endl;
+      return field(fail, 1);
+    }
+    if (!kill_self.empty() && field(kill_self, 0) == rank && field(kill_self, 1) == e) {
+      wait_for_file(wait_for);
+      std::raise(SIGKILL);
+    }
+    for (int s = 1; s <= steps; ++s) {
+      std::cout << "step " << s << " of epoch " << e << std::endl;
+      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    }
+  }
+
+  if (hang == "all" || (!hang.empty() && std::stoi(hang) == rank)) {
+    std::cout << "hanging" << std::endl;
+    if (!ready_file.empty()) std::ofstream(ready_file) << "ready\n";
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return 99;
+  }
+  std::cout << "done" << std::endl;
+  if (long_line > 0) std::cout << std::string(long_line, 'y') << std::flush;
+  return 0;
+}

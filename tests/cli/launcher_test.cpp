@@ -1,0 +1,550 @@
+// Tests of the launcher with real processes: launch() runs the fake worker
+// (launcher_fake_worker.cpp) as its ranks; the launcher_driver program puts launch() in a
+// process of its own so a test can interrupt it or SIGKILL it.
+#include "cli/launcher.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/process.hpp>
+
+#include "cli/platform_process.h"
+#include "comm_backends/errors.h"
+
+namespace partrain::cli {
+namespace {
+
+namespace bp = boost::process;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Captured {
+  int code = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+LaunchPlan fake_plan(int nproc, std::vector<std::string> args) {
+  LaunchPlan plan;
+  plan.executable = PARTRAIN_FAKE_WORKER;
+  plan.worker_args = std::move(args);
+  plan.nproc_per_node = nproc;
+  plan.grace = milliseconds(3000);
+  return plan;
+}
+
+Captured run_plan(LaunchPlan plan) {
+  std::ostringstream out;
+  std::ostringstream err;
+  plan.out = &out;
+  plan.err = &err;
+  Captured result;
+  const auto start = Clock::now();
+  result.code = launch(plan);
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+int count_lines_starting(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  for (const auto& line : lines_of(text)) n += line.rfind(prefix, 0) == 0 ? 1 : 0;
+  return n;
+}
+
+// The value after "[rank R] KEY" on the first such line; "" when absent.
+std::string value_after(const std::string& text, int rank, const std::string& key) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "] " + key;
+  for (const auto& line : lines_of(text)) {
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  return "";
+}
+
+int pid_of(const std::string& out, int rank) {
+  const std::string pid = value_after(out, rank, "pid ");
+  return pid.empty() ? 0 : std::stoi(pid);
+}
+
+// Waits up to `bound` for the process to go; true if it went.
+bool gone_within(int pid, milliseconds bound) {
+  const auto end = Clock::now() + bound;
+  while (platform::process_running(pid)) {
+    if (Clock::now() > end) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return true;
+}
+
+// A file name for the fake workers' --ready-file handshake, unique to this test.
+std::string ready_file() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("partrain-launcher-test-" + std::to_string(platform::current_process_id()) +
+                     "-" + info->name() + ".ready");
+  std::filesystem::remove(path);
+  return path.string();
+}
+
+TEST(LauncherTest, AllSucceedAndEveryLineIsPrefixed) {
+  const Captured r = run_plan(fake_plan(2, {"--epochs", "3", "--steps", "2"}));
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Per rank: pid, restart, 3 x (epoch + 2 steps), done.
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+    EXPECT_EQ(count_lines_starting(r.out, prefix), 12) << r.out;
+    EXPECT_EQ(count_lines_starting(r.out, prefix + "epoch "), 3);
+    EXPECT_EQ(count_lines_starting(r.out, prefix + "epoch 3/3 loss 1.0"), 1);
+    EXPECT_EQ(count_lines_starting(r.out, prefix + "done"), 1);
+    EXPECT_EQ(count_lines_starting(r.err, prefix + "warning from rank " + std::to_string(rank)), 3)
+        << r.err;
+  }
+  EXPECT_EQ(lines_of(r.out).size(), 24u);
+  EXPECT_EQ(lines_of(r.err).size(), 6u) << "no launcher line on success:\n" << r.err;
+  EXPECT_NE(pid_of(r.out, 0), pid_of(r.out, 1));
+}
+
+TEST(LauncherTest, LinesOfDifferentRanksNeverMix) {
+  constexpr int kLines = 3000;
+  const Captured r = run_plan(fake_plan(3, {"--spam", std::to_string(kLines), "--epochs", "0"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string tail(300, 'x');
+  std::map<int, int> spam_lines;
+  for (const auto& line : lines_of(r.out)) {
+    ASSERT_EQ(line.rfind("[rank ", 0), 0u) << line.substr(0, 80);
+    const int rank = line[6] - '0';
+    const std::string body = line.substr(9);
+    if (body.rfind("spam ", 0) != 0) continue;
+    // "spam I of rank R xxx...": the rank inside must be the rank of the prefix, the line
+    // whole, and the lines of one rank in order.
+    std::istringstream fields(body);
+    std::string word, of, rank_word, xs;
+    int index = -1, inner_rank = -1;
+    fields >> word >> index >> of >> rank_word >> inner_rank >> xs;
+    ASSERT_EQ(inner_rank, rank) << line.substr(0, 80);
+    ASSERT_EQ(xs, tail) << line.substr(0, 80);
+    ASSERT_EQ(index, spam_lines[rank]) << line.substr(0, 80);
+    ++spam_lines[rank];
+  }
+  EXPECT_EQ(spam_lines, (std::map<int, int>{{0, kLines}, {1, kLines}, {2, kLines}}));
+}
+
+TEST(LauncherTest, OverlongAndUnfinishedLinesArePrefixedInPieces) {
+  // 64 KiB pieces, then the rest when the pipe closes without a final newline.
+  const Captured r = run_plan(fake_plan(1, {"--epochs", "0", "--long-line", "150000"}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::size_t> pieces;
+  for (const auto& line : lines_of(r.out)) {
+    ASSERT_EQ(line.rfind("[rank 0] ", 0), 0u);
+    if (line.size() > 9 && line[9] == 'y') {
+      EXPECT_EQ(line.find_first_not_of('y', 9), std::string::npos);
+      pieces.push_back(line.size() - 9);
+    }
+  }
+  EXPECT_EQ(pieces, (std::vector<std::size_t>{65536, 65536, 150000 - 2 * 65536}));
+}
+
+TEST(LauncherTest, OneFailingRankStopsTheOthersAndIsNamed) {
+  const std::string ready = ready_file();
+  const Captured r = run_plan(fake_plan(2, {"--epochs", "3", "--fail", "1:3:2", "--hang", "0",
+                                            "--ready-file", ready, "--wait-for", ready}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_NE(r.err.find("partrain: rank 1 exited with code 3 during epoch 2; stopped rank 0\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("[rank 1] rank 1 fails on purpose"), std::string::npos) << r.err;
+  const int hanging = pid_of(r.out, 0);
+  ASSERT_GT(hanging, 0) << r.out;
+  EXPECT_FALSE(platform::process_running(hanging));
+  std::filesystem::remove(ready);
+}
+
+TEST(LauncherTest, RankKilledBySignalIsNamedWithTheSignal) {
+  const std::string ready = ready_file();
+  const Captured r = run_plan(fake_plan(
+      3, {"--kill-self", "2:1", "--hang", "1", "--ready-file", ready, "--wait-for", ready}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("partrain: rank 2 was killed by signal 9 (SIGKILL) during epoch 1; "
+                       "stopped rank"),
+            std::string::npos)
+      << r.err;
+  // Rank 0 finished normally or was stopped; rank 1 hung and must have been stopped.
+  EXPECT_NE(r.err.find("stopped rank"), std::string::npos);
+  EXPECT_FALSE(platform::process_running(pid_of(r.out, 1)));
+  std::filesystem::remove(ready);
+}
+
+TEST(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
+  const std::string ready = ready_file();
+  LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--ignore-sigterm",
+                                  "--ready-file", ready, "--wait-for", ready});
+  plan.grace = milliseconds(500);
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_GE(r.seconds, 0.5);
+  EXPECT_LT(r.seconds, 5.0);
+  EXPECT_NE(r.err.find("rank 1 exited with code 3 during epoch 1; stopped rank 0 "
+                       "(SIGKILL after 500 ms for rank 0)"),
+            std::string::npos)
+      << r.err;
+  const int hanging = pid_of(r.out, 0);
+  ASSERT_GT(hanging, 0);
+  EXPECT_FALSE(platform::process_running(hanging));
+  std::filesystem::remove(ready);
+}
+
+TEST(LauncherTest, RestartsUntilTheGroupSucceeds) {
+  LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--fail-until-restart", "2", "--print-env"});
+  plan.max_restarts = 2;
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(count_lines_starting(r.err, "partrain: "), 2) << r.err;
+  EXPECT_NE(r.err.find("partrain: restarting the group (restart 1 of 2) after rank 1 exited "
+                       "with code 3 during epoch 1\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("(restart 2 of 2)"), std::string::npos) << r.err;
+  // Each start told the workers its number (rank 1 always gets to say it before failing;
+  // rank 0 may be stopped before it prints anything), and the last start ran to the end.
+  for (int restart = 0; restart <= 2; ++restart) {
+    const std::string n = std::to_string(restart);
+    EXPECT_EQ(count_lines_starting(r.out, "[rank 1] restart " + n), 1) << r.out;
+    EXPECT_EQ(count_lines_starting(r.out, "[rank 1] env PARTRAIN_RESTART=" + n), 1);
+    EXPECT_LE(count_lines_starting(r.out, "[rank 0] restart " + n), 1);
+  }
+  EXPECT_EQ(count_lines_starting(r.out, "[rank 0] env PARTRAIN_RESTART=2"), 1);
+  EXPECT_GE(count_lines_starting(r.out, "[rank 0] done"), 1);  // it never fails
+  EXPECT_EQ(count_lines_starting(r.out, "[rank 1] done"), 1);
+  // A fresh store directory per start, so a restart does not read the keys of the last one.
+  std::set<std::string> stores;
+  for (const auto& line : lines_of(r.out)) {
+    const auto at = line.find("env PARTRAIN_RENDEZVOUS=");
+    if (at != std::string::npos) stores.insert(line.substr(at));
+  }
+  EXPECT_EQ(stores.size(), 3u);
+}
+
+TEST(LauncherTest, GivesUpWhenRestartsRunOut) {
+  LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--fail-until-restart", "2"});
+  plan.max_restarts = 1;
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(count_lines_starting(r.err, "partrain: restarting the group (restart 1 of 1)"), 1)
+      << r.err;
+  EXPECT_EQ(count_lines_starting(r.err, "partrain: restarting"), 1);
+  EXPECT_NE(r.err.find("partrain: rank 1 exited with code 3 during epoch 1"), std::string::npos);
+  EXPECT_NE(r.err.find("; gave up after 1 restart\n"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines_starting(r.out, "[rank 1] restart 1"), 1) << r.out;
+  EXPECT_EQ(count_lines_starting(r.out, "[rank 1] restart 2"), 0);
+  EXPECT_EQ(count_lines_starting(r.out, "[rank 0] restart 2"), 0);
+}
+
+TEST(LauncherTest, BadInputExitIsNotRestarted) {
+  LaunchPlan plan = fake_plan(2, {"--fail", "0:2:1"});
+  plan.max_restarts = 3;
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(count_lines_starting(r.err, "partrain: restarting"), 0) << r.err;
+  EXPECT_NE(r.err.find("partrain: rank 0 exited with code 2 during epoch 1"), std::string::npos)
+      << r.err;
+}
+
+std::map<std::string, std::string> env_of(const std::string& out, int rank) {
+  std::map<std::string, std::string> env;
+  const std::string prefix = "[rank " + std::to_string(rank) + "] env ";
+  for (const auto& line : lines_of(out)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const auto eq = line.find('=', prefix.size());
+    env[line.substr(prefix.size(), eq - prefix.size())] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string launcher_env_token() {
+  const char* token = std::getenv("PARTRAIN_RUN_TOKEN");
+  return token != nullptr ? token : "";
+}
+
+TEST(LauncherTest, EachRankGetsItsEnvironment) {
+  LaunchPlan plan = fake_plan(3, {"--print-env", "--epochs", "1"});
+  plan.extra_env["PARTRAIN_TEST_EXTRA"] = "yes";
+  const Captured r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto first = env_of(r.out, 0);
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = env_of(r.out, rank);
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_GT(std::stoi(env["MASTER_PORT"]), 0);
+    EXPECT_EQ(env["MASTER_PORT"], first.at("MASTER_PORT"));
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["NODE_RANK"], "0");
+    EXPECT_EQ(env["PARTRAIN_RESTART"], "0");
+    EXPECT_EQ(env["PARTRAIN_RUN_TOKEN"], first.at("PARTRAIN_RUN_TOKEN"));
+    EXPECT_EQ(env["PARTRAIN_RENDEZVOUS"], first.at("PARTRAIN_RENDEZVOUS"));
+    EXPECT_NE(env["OMP_NUM_THREADS"], "<unset>");
+    EXPECT_GE(std::stoi(env["OMP_NUM_THREADS"]), 1);
+    EXPECT_EQ(env["PARTRAIN_TEST_EXTRA"], "yes");
+    EXPECT_EQ(value_after(r.out, rank, "rendezvous dir "), "exists");
+  }
+  const std::string token = first.at("PARTRAIN_RUN_TOKEN");
+  if (launcher_env_token().empty()) {
+    EXPECT_EQ(token.size(), 32u);
+    EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+  }
+  const std::string url = first.at("PARTRAIN_RENDEZVOUS");
+  ASSERT_EQ(url.rfind("file:///", 0), 0u) << url;
+  EXPECT_FALSE(std::filesystem::exists(url.substr(7))) << "store left behind: " << url;
+}
+
+TEST(LauncherTest, SecondNodeRanksAndRendezvous) {
+  LaunchPlan plan = fake_plan(2, {"--print-env", "--epochs", "1"});
+  plan.nnodes = 2;
+  plan.node_rank = 1;
+  plan.master_port = 29555;  // never opened: the fake workers only print it
+  const Captured r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  LaunchPlan node0 = plan;
+  node0.node_rank = 0;
+  for (int rank = 2; rank < 4; ++rank) {
+    auto env = env_of(r.out, rank);
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank - 2));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], "1");
+    EXPECT_EQ(env["MASTER_PORT"], "29555");
+    EXPECT_EQ(env["PARTRAIN_RENDEZVOUS"], "tcp://127.0.0.1:29555");
+    // Node 0 would compute the same token from its own command line.
+    EXPECT_EQ(env["PARTRAIN_RUN_TOKEN"], choose_run_token(node0, launcher_env_token()));
+  }
+}
+
+TEST(LauncherTest, RunTokenRule) {
+  LaunchPlan one = fake_plan(2, {"worker", "a.yaml"});
+  const std::string a = choose_run_token(one, "");
+  const std::string b = choose_run_token(one, "");
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b) << "one node: fresh random token per run";
+  EXPECT_EQ(choose_run_token(one, "given"), "given");
+
+  LaunchPlan multi = one;
+  multi.nnodes = 2;
+  multi.master_port = 29600;
+  LaunchPlan other_node = multi;
+  other_node.node_rank = 1;
+  other_node.executable =
+      "/elsewhere/" + std::filesystem::path(multi.executable).filename().string();
+  EXPECT_EQ(choose_run_token(multi, ""), choose_run_token(other_node, ""));
+  EXPECT_EQ(choose_run_token(multi, "").size(), 32u);
+  LaunchPlan other_run = multi;
+  other_run.worker_args = {"worker", "b.yaml"};
+  EXPECT_NE(choose_run_token(multi, ""), choose_run_token(other_run, ""));
+  LaunchPlan split = multi;
+  split.worker_args = {"worke", "ra.yaml"};
+  EXPECT_NE(choose_run_token(multi, ""), choose_run_token(split, ""));
+  EXPECT_EQ(choose_run_token(multi, "secret"), "secret");
+}
+
+TEST(LauncherTest, RendezvousRule) {
+  LaunchPlan plan;
+  EXPECT_EQ(rendezvous_for(plan, "/tmp/x/start-0"), "file:///tmp/x/start-0");
+  EXPECT_EQ(rendezvous_for(plan, "C:/Temp/x"), "file:///C:/Temp/x");
+  plan.nnodes = 2;
+  plan.master_addr = "10.0.0.5";
+  plan.master_port = 29500;
+  EXPECT_EQ(rendezvous_for(plan, ""), "tcp://10.0.0.5:29500");
+  plan.rendezvous = "file:///shared/run1";
+  EXPECT_EQ(rendezvous_for(plan, ""), "file:///shared/run1");
+}
+
+TEST(LauncherTest, EpochLines) {
+  EXPECT_EQ(parse_epoch_line("epoch 3/10 loss 2.3"), 3);
+  EXPECT_EQ(parse_epoch_line("epoch 12/12"), 12);
+  EXPECT_EQ(parse_epoch_line("epoch 3"), 0);
+  EXPECT_EQ(parse_epoch_line("epoch /3"), 0);
+  EXPECT_EQ(parse_epoch_line(" epoch 3/4"), 0);
+  EXPECT_EQ(parse_epoch_line("epochs 3/4"), 0);
+  EXPECT_EQ(parse_epoch_line("epoch 99999999999/4"), 0);
+}
+
+TEST(LauncherTest, ExecutablePathIsThisProgram) {
+  const std::filesystem::path self = platform::executable_path();
+  EXPECT_TRUE(self.is_absolute());
+  EXPECT_EQ(self.filename(), "launcher_test");
+  EXPECT_TRUE(std::filesystem::exists(self));
+}
+
+TEST(LauncherTest, FreePortIsOnLoopback) {
+  const int port = pick_free_loopback_port();
+  EXPECT_GT(port, 0);
+  EXPECT_LE(port, 65535);
+}
+
+TEST(LauncherTest, InvalidPlansAreUsageErrors) {
+  auto expect_usage = [](LaunchPlan plan, const std::string& words) {
+    try {
+      launch(plan);
+      ADD_FAILURE() << "no error for: " << words;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  LaunchPlan plan = fake_plan(1, {});
+  plan.nproc_per_node = 0;
+  expect_usage(plan, "nproc_per_node must be at least 1");
+  plan = fake_plan(1, {});
+  plan.nnodes = 2;
+  plan.node_rank = 2;
+  plan.master_port = 29500;
+  expect_usage(plan, "node_rank 2 is outside 0..1");
+  plan.node_rank = 0;
+  plan.master_port = 0;
+  expect_usage(plan, "a master port is required");
+  plan = fake_plan(1, {});
+  plan.master_port = 70000;
+  expect_usage(plan, "master_port 70000");
+  plan = fake_plan(1, {});
+  plan.executable.clear();
+  expect_usage(plan, "no worker executable");
+}
+
+TEST(LauncherTest, MissingExecutableIsAnError) {
+  LaunchPlan plan = fake_plan(2, {});
+  plan.executable = "/nonexistent/partrain-worker";
+  try {
+    launch(plan);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError&) {
+    ADD_FAILURE() << "a missing executable is not a usage error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot start rank 0"), std::string::npos) << e.what();
+  }
+}
+
+// The launcher in a process of its own, its output collected by two threads.
+class Driver {
+ public:
+  explicit Driver(const std::vector<std::string>& args)
+      : child_(bp::exe = std::string(PARTRAIN_LAUNCHER_DRIVER), bp::args = args,
+               bp::std_out > out_pipe_, bp::std_err > err_pipe_, bp::std_in < bp::null) {
+    out_thread_ = std::thread([this] { collect(out_pipe_, out_); });
+    err_thread_ = std::thread([this] { collect(err_pipe_, err_); });
+  }
+  ~Driver() {
+    if (child_.running()) child_.terminate();
+    out_thread_.join();
+    err_thread_.join();
+  }
+
+  // Waits up to `bound` for a line of stdout starting with prefix.
+  bool wait_for_line(const std::string& prefix, milliseconds bound) {
+    const auto end = Clock::now() + bound;
+    while (Clock::now() < end) {
+      if (count_lines_starting(out(), prefix) > 0) return true;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return false;
+  }
+
+  // Exit code, or -1 if it did not end within `bound`.
+  int wait_exit(milliseconds bound) {
+    const auto end = Clock::now() + bound;
+    while (child_.running()) {
+      if (Clock::now() > end) return -1;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return child_.exit_code();
+  }
+
+  std::string out() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return out_;
+  }
+  std::string err() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return err_;
+  }
+  bp::child& child() { return child_; }
+
+ private:
+  void collect(bp::ipstream& pipe, std::string& into) {
+    for (std::string line; std::getline(pipe, line);) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      into += line + "\n";
+    }
+  }
+
+  std::mutex mutex_;
+  std::string out_;
+  std::string err_;
+  bp::ipstream out_pipe_;
+  bp::ipstream err_pipe_;
+  bp::child child_;
+  std::thread out_thread_;
+  std::thread err_thread_;
+};
+
+TEST(LauncherProcessTest, InterruptStopsEveryWorker) {
+  Driver driver(
+      {"--nproc", "2", "--grace-ms", "2000", "--", PARTRAIN_FAKE_WORKER, "--hang", "all"});
+  ASSERT_TRUE(driver.wait_for_line("[rank 0] hanging", milliseconds(10000))) << driver.out();
+  ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
+  const int pid0 = pid_of(driver.out(), 0);
+  const int pid1 = pid_of(driver.out(), 1);
+  ASSERT_TRUE(platform::process_running(pid0));
+  ASSERT_TRUE(platform::process_running(pid1));
+  platform::interrupt_process(driver.child().id());
+  EXPECT_EQ(driver.wait_exit(milliseconds(5000)), 130) << driver.err();
+  EXPECT_FALSE(platform::process_running(pid0));
+  EXPECT_FALSE(platform::process_running(pid1));
+  EXPECT_NE(driver.err().find("partrain: interrupted by SIGINT; stopped ranks 0,1\n"),
+            std::string::npos)
+      << driver.err();
+}
+
+TEST(LauncherProcessTest, WorkersDieWithAKilledLauncher) {
+  Driver driver({"--nproc", "2", "--", PARTRAIN_FAKE_WORKER, "--hang", "all", "--print-env"});
+  ASSERT_TRUE(driver.wait_for_line("[rank 0] hanging", milliseconds(10000))) << driver.out();
+  ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
+  const int pid0 = pid_of(driver.out(), 0);
+  const int pid1 = pid_of(driver.out(), 1);
+  ASSERT_TRUE(platform::process_running(pid0));
+  driver.child().terminate();  // SIGKILL: the launcher gets no chance to stop anyone
+  EXPECT_TRUE(gone_within(pid0, milliseconds(3000)));
+  EXPECT_TRUE(gone_within(pid1, milliseconds(3000)));
+  // Nor to remove its store directory (file:///tmp/partrain-run-X/start-0): do it here.
+  const std::string url = value_after(driver.out(), 0, "env PARTRAIN_RENDEZVOUS=");
+  ASSERT_EQ(url.rfind("file:///", 0), 0u) << driver.out();
+  const std::filesystem::path store_root = std::filesystem::path(url.substr(7)).parent_path();
+  ASSERT_EQ(store_root.filename().string().rfind("partrain-run-", 0), 0u) << url;
+  std::filesystem::remove_all(store_root);
+}
+
+}  // namespace
+}  // namespace partrain::cli
