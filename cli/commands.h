@@ -1,0 +1,22 @@
+// defines: the add_*_command functions, one per subcommand file, that main.cpp calls.
+//
+// Each adds its subcommand to the root CLI11 app; the callback does the work and stores the
+// process exit code in `exit_code`. Errors are thrown (UsageError -> 2, Error -> 1) and
+// turned into one line on stderr by main.cpp.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace partrain::cli {
+
+void add_run_command(CLI::App& app, int& exit_code);       // run_command.cpp (launcher)
+void add_worker_command(CLI::App& app, int& exit_code);    // worker_command.cpp
+void add_validate_command(CLI::App& app, int& exit_code);  // validate_command.cpp
+void add_bench_command(CLI::App& app, int& exit_code);     // bench_command.cpp
+void add_parity_command(CLI::App& app, int& exit_code);    // parity_command.cpp
+void add_data_command(CLI::App& app, int& exit_code);      // data_command.cpp
+void add_version_command(CLI::App& app, int& exit_code);   // version_command.cpp
+
+}  // namespace partrain::cli

@@ -1,0 +1,46 @@
+// defines: main() of the partrain executable — subcommand dispatch and the exit-code rule:
+// 0 success, 1 the run failed, 2 bad usage, config or input (one line on stderr).
+#include <CLI/CLI.hpp>
+
+#include <exception>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "comm_backends/errors.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"partrain: data-parallel training of LibTorch models", "partrain"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  namespace pc = partrain::cli;
+#ifdef PARTRAIN_WITH_TORCH
+  pc::add_run_command(app, exit_code);
+  pc::add_worker_command(app, exit_code);
+#endif
+  pc::add_validate_command(app, exit_code);
+  pc::add_bench_command(app, exit_code);
+  pc::add_parity_command(app, exit_code);
+  pc::add_data_command(app, exit_code);
+  pc::add_version_command(app, exit_code);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "partrain: " << e.what() << " (see partrain --help)\n";
+    return 2;
+  } catch (const partrain::UsageError& e) {
+    std::cerr << "partrain: " << e.what() << "\n";
+    return 2;
+  } catch (const partrain::Error& e) {
+    std::cerr << "partrain: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "partrain: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return exit_code;
+}

@@ -1,0 +1,140 @@
+// defines: `partrain run CONFIG` — validates the config, then trains: in this process when
+// the run is one rank without restarts (so a terminal gets a live progress bar), otherwise
+// by launching `partrain worker` processes (cli/launcher.h) and watching them.
+//
+// With a `reference:` key, the run ends with the parity comparison when the single-device
+// twin's report is at OUTPUT/baseline/report.json; `--with-baseline` trains that twin first
+// (same config, one process, batch x ranks, so the total batch is equal).
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/launcher.h"
+#include "cli/platform_process.h"
+#include "trainer/parity/parity.h"
+#include "comm_backends/errors.h"
+#include "trainer/config/config.h"
+#include "trainer/train/torch_info.h"
+#include "trainer/train/train_loop.h"
+
+namespace partrain::cli {
+namespace {
+
+struct RunOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  int nproc_per_node = 0;  // 0: from the config
+  int nnodes = 0;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string output;
+  bool with_baseline = false;
+};
+
+int run(const RunOptions& o);
+int launch_workers(const RunOptions& o, const Config& config, const std::vector<std::string>& overrides,
+                   int nproc, int nnodes);
+
+// The single-device twin of a parallel run: one process at the same total batch, the rest
+// unchanged (loader threads included, so the pair differs only in parallelism).
+int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
+  RunOptions twin = o;
+  twin.with_baseline = false;
+  twin.nproc_per_node = 1;
+  twin.nnodes = 1;
+  twin.output = parallel.output_dir + "/baseline";
+  twin.overrides.push_back("strategy=single");
+  twin.overrides.push_back("launch.nproc_per_node=1");
+  twin.overrides.push_back("launch.nnodes=1");
+  twin.overrides.push_back("data.batch_size=" + std::to_string(parallel.data.batch_size * ranks));
+  std::cout << "partrain: training the single-device baseline into " << twin.output << "\n" << std::flush;
+  return run(twin);
+}
+
+void compare_with_reference(const Config& config) {
+  std::string baseline = config.output_dir + "/baseline/report.json";
+  std::string ours = config.output_dir + "/report.json";
+  if (config.reference.empty() || !std::filesystem::exists(baseline) || !std::filesystem::exists(ours)) return;
+  auto result = parity::compare({baseline, ours}, config.reference);
+  parity::write_parity_outputs(result, config.output_dir + "/parity.md", config.output_dir + "/parity.svg");
+  std::cout << parity::to_markdown(result) << "partrain: parity against " << config.reference
+            << (parity::exit_code(result) == 0 ? ": within tolerance" : ": OUTSIDE tolerance")
+            << " (" << config.output_dir << "/parity.md, parity.svg)\n";
+}
+
+int run(const RunOptions& o) {
+  std::vector<std::string> overrides = o.overrides;
+  if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
+  Config config = load_config(o.config, overrides);
+
+  int nproc = config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
+  if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
+  if (o.nproc_per_node > 0) nproc = o.nproc_per_node;
+  int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
+  PARTRAIN_CHECK(o.node_rank >= 0 && o.node_rank < nnodes, UsageError, "--node-rank ", o.node_rank,
+                 " is outside [0, ", nnodes, ")");
+  PARTRAIN_CHECK(nproc * nnodes == 1 || config.strategy == "ddp", UsageError, "strategy ",
+                 config.strategy, " runs one process, but ", nproc * nnodes,
+                 " ranks were asked for; use strategy: ddp");
+
+  if (o.with_baseline) {
+    PARTRAIN_CHECK(config.strategy != "single", UsageError,
+                   "--with-baseline compares a parallel run with one device; this config is strategy single");
+    int code = run_baseline(o, config, config.strategy == "dp" ? 1 : nproc * nnodes);
+    if (code != 0) return code;
+  }
+  int code = 0;
+  if (nproc * nnodes == 1 && config.launch.max_restarts == 0) {
+    code = run_worker(config, WorkerEnv{});
+  } else {
+    code = launch_workers(o, config, overrides, nproc, nnodes);
+  }
+  if (code == 0 && o.node_rank == 0) compare_with_reference(config);
+  return code;
+}
+
+int launch_workers(const RunOptions& o, const Config& config, const std::vector<std::string>& overrides,
+                   int nproc, int nnodes) {
+
+  LaunchPlan plan;
+  plan.executable = platform::executable_path();
+  plan.worker_args = {"worker", o.config};
+  for (const auto& s : overrides) {
+    plan.worker_args.push_back("--set");
+    plan.worker_args.push_back(s);
+  }
+  plan.nproc_per_node = nproc;
+  plan.nnodes = nnodes;
+  plan.node_rank = o.node_rank;
+  plan.master_addr = o.master_addr;
+  plan.master_port = o.master_port;
+  plan.rendezvous = config.launch.rendezvous;
+  plan.max_restarts = config.launch.max_restarts;
+  return launch(plan);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand("run", "Train: start the ranks of a config and watch them");
+  auto o = std::make_shared<RunOptions>();
+  sub->add_option("config", o->config, "YAML config file")->required();
+  sub->add_option("--set", o->overrides, "Override a key: key.path=value (repeatable)");
+  sub->add_option("--nproc-per-node", o->nproc_per_node, "Ranks on this machine (default: launch.nproc_per_node)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--nnodes", o->nnodes, "Machines in the run (default: launch.nnodes)")->check(CLI::Range(1, 65536));
+  sub->add_option("--node-rank", o->node_rank, "This machine's index, 0-based")->check(CLI::Range(0, 65535));
+  sub->add_option("--master-addr", o->master_addr, "Address of the machine with rank 0");
+  sub->add_option("--master-port", o->master_port, "Port for the rendezvous store (0: pick one)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--output", o->output, "Output directory (overrides output.dir)");
+  sub->add_flag("--with-baseline", o->with_baseline,
+                "First train the single-device twin (into OUTPUT/baseline), then compare the "
+                "pair with the config's reference");
+  sub->callback([o, &exit_code] { exit_code = run(*o); });
+}
+
+}  // namespace partrain::cli

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian package partrain's build and tests need, then configures and builds
+# into build/ (the executable is build/partrain). Safe to run again: apt-get skips what is
+# installed, ccache and Ninja skip what is built.
+#
+#   scripts/setup.sh            install + build
+#   SKIP_APT=1 scripts/setup.sh build only (packages already there)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config
+  libtorch-dev                      # LibTorch 1.13 (CPU)
+  libboost-dev                      # Boost.Asio, Boost.Process (header-only)
+  libgloo-dev                       # the gloo backend
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev
+  libgtest-dev libgmock-dev
+  python3                           # test-side HTTP server for `data fetch`
+  dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
+  librsvg2-bin                      # renders the parity chart in tests
+)
+
+if [ "${SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+# ccache keeps LibTorch-heavy objects across clean checkouts; 5 GB is plenty.
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+ccache --max-size=5G >/dev/null 2>&1 || true
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" ${CMAKE_ARGS:-}
+cmake --build build -j"${JOBS:-2}"
+echo "setup: built $(pwd)/build/partrain"

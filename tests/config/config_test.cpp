@@ -1,0 +1,147 @@
+// Config loading: defaults, every kind of error with its file:line:col, --set overrides,
+// and the shipped configs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "comm_backends/errors.h"
+#include "trainer/config/config.h"
+
+namespace partrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  std::string write(const std::string& text) {
+    fs::path dir = fs::temp_directory_path() / ("partrain_config_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::path path = dir / (std::to_string(counter_++) + ".yaml");
+    std::ofstream(path) << text;
+    return path.string();
+  }
+  // The message of the UsageError that loading throws; fails the test when none is thrown.
+  std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+    std::string path = write(text);
+    try {
+      load_config(path, overrides);
+    } catch (const UsageError& e) {
+      std::string msg = e.what();
+      // Every message names the file (or the override) first.
+      EXPECT_TRUE(msg.rfind(path, 0) == 0 || msg.rfind("--set", 0) == 0) << msg;
+      return msg.rfind(path, 0) == 0 ? msg.substr(path.size()) : msg;
+    }
+    ADD_FAILURE() << "no error for:\n" << text;
+    return "";
+  }
+  int counter_ = 0;
+};
+
+TEST_F(ConfigTest, DefaultsAndValues) {
+  Config c = load_config(write("name: x\nstrategy: ddp\nlaunch: {nproc_per_node: 3}\n"
+                               "data: {batch_size: 7, dataset: cifar100}\ntrain: {epochs: 2}\n"));
+  EXPECT_EQ(c.name, "x");
+  EXPECT_EQ(c.strategy, "ddp");
+  EXPECT_EQ(c.launch.nproc_per_node, 3);
+  EXPECT_EQ(c.data.batch_size, 7);
+  EXPECT_EQ(c.data.dataset, "cifar100");
+  EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.05);
+  EXPECT_DOUBLE_EQ(c.comm.bucket_mb, 25.0);
+  EXPECT_EQ(c.output_dir, "runs/x");  // follows the name unless output.dir is set
+}
+
+TEST_F(ConfigTest, NprocAuto) {
+  Config c = load_config(write("strategy: ddp\nlaunch: {nproc_per_node: auto}\n"));
+  EXPECT_TRUE(c.launch.nproc_auto);
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
+  EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
+            ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "
+            "download, num_workers, root, synthetic_test, synthetic_train, test_limit, "
+            "train_limit, url)");
+  EXPECT_EQ(error_of("nmae: x\n").substr(0, 20), ":1:1: nmae: unknown ");
+}
+
+TEST_F(ConfigTest, WrongTypes) {
+  EXPECT_EQ(error_of("train:\n  epochs: ten\n"), ":2:11: train.epochs: expected an integer, got 'ten'");
+  EXPECT_EQ(error_of("data: {augment: maybe}\n"), ":1:17: data.augment: expected true or false, got 'maybe'");
+  EXPECT_EQ(error_of("train: {optimizer: {lr: [1, 2]}}\n"),
+            ":1:25: train.optimizer.lr: expected a number, got 'a collection'");
+  EXPECT_EQ(error_of("data: 5\n"), ":1:7: data: expected a mapping of keys");
+}
+
+TEST_F(ConfigTest, OutOfRange) {
+  EXPECT_EQ(error_of("data: {batch_size: 0}\n"), ":1:20: data.batch_size: 0 is out of range [1, 1048576]");
+  EXPECT_EQ(error_of("data: {batch_size: -5}\n"), ":1:20: data.batch_size: -5 is out of range [1, 1048576]");
+  // Larger than any integer type: a clear error, not an overflow.
+  EXPECT_EQ(error_of("train: {epochs: 99999999999999999999999}\n"),
+            ":1:17: train.epochs: expected an integer, got '99999999999999999999999'");
+  EXPECT_EQ(error_of("train: {optimizer: {momentum: 1.5}}\n"),
+            ":1:31: train.optimizer.momentum: 1.5 is out of range [0, 1]");
+}
+
+TEST_F(ConfigTest, DuplicateKey) {
+  EXPECT_EQ(error_of("model: {width: 8}\nseed: 1\nmodel: {width: 16}\n"),
+            ":3:1: model: duplicate key (first set at line 1)");
+  EXPECT_EQ(error_of("data: {batch_size: 1, batch_size: 2}\n"),
+            ":1:23: data.batch_size: duplicate key (first set at line 1)");
+}
+
+TEST_F(ConfigTest, BadEnumValue) {
+  EXPECT_EQ(error_of("comm: {backend: mpi}\n"),
+            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | nccl | auto");
+}
+
+TEST_F(ConfigTest, NotYaml) {
+  std::string msg = error_of("name: [unclosed\n");
+  EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;
+  EXPECT_EQ(msg.substr(0, 1), ":");
+  EXPECT_EQ(error_of("- a\n- b\n"), ":1:1: expected a mapping of config keys at the top level");
+}
+
+TEST_F(ConfigTest, MissingFiles) {
+  EXPECT_THROW(load_config("/nonexistent/partrain.yaml"), UsageError);
+  EXPECT_EQ(error_of("reference: /nonexistent/ref.yaml\n"),
+            ":1:12: reference: file '/nonexistent/ref.yaml' does not exist (paths are relative "
+            "to the working directory)");
+}
+
+TEST_F(ConfigTest, OverridesApplyAndNameThemselvesInErrors) {
+  std::string path = write("data: {batch_size: 8}\n");
+  Config c = load_config(path, {"data.batch_size=32", "train.optimizer.lr=0.1", "comm.backend=gloo"});
+  EXPECT_EQ(c.data.batch_size, 32);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.1);
+  EXPECT_EQ(c.comm.backend, "gloo");
+  EXPECT_EQ(error_of("data: {batch_size: 8}\n", {"data.batch_size=0"}),
+            "--set data.batch_size=0: data.batch_size: 0 is out of range [1, 1048576]");
+  EXPECT_EQ(error_of("{}\n", {"data.nope=1"}).substr(0, 29), "--set data.nope=1: data.nope:");
+  EXPECT_THROW(load_config(path, {"novalue"}), UsageError);
+}
+
+TEST_F(ConfigTest, YamlAndJsonRoundTrip) {
+  Config c = load_config(write("name: rt\nseed: 7\ndata: {batch_size: 9}\n"));
+  std::string yaml = config_to_yaml(c);
+  Config again = load_config(write(yaml));
+  EXPECT_EQ(again.seed, 7u);
+  EXPECT_EQ(again.data.batch_size, 9);
+  EXPECT_EQ(config_to_json(again), config_to_json(c));
+}
+
+TEST(ShippedConfigs, AllValidate) {
+  const char* root = PARTRAIN_SOURCE_DIR;
+  fs::current_path(root);  // configs name their reference files relative to the repo
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(root) / "configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    EXPECT_NO_THROW(load_config(entry.path().string())) << entry.path();
+    ++seen;
+  }
+  EXPECT_GE(seen, 4);
+}
+
+}  // namespace
+}  // namespace partrain

@@ -1,0 +1,410 @@
+// YAML -> Config. Every key is read through a Section, which knows the key's path and the
+// place it came from (file:line:col, or the --set override that wrote it), so that every
+// error names both. Keys a Section was never asked for are reported as unknown.
+#include "trainer/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "comm_backends/errors.h"
+
+namespace partrain {
+namespace {
+
+// Where each override came from, by the key path it set, so errors can point at it.
+struct Origins {
+  std::string file;
+  std::map<std::string, std::string> overrides;  // "data.batch_size" -> "--set data.batch_size=0"
+
+  std::string where(const std::string& path, const YAML::Mark& mark) const {
+    for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+      const std::string& key = it->first;
+      if (path == key || path.rfind(key + ".", 0) == 0) return it->second;
+    }
+    if (mark.is_null()) return file;
+    return detail::concat(file, ":", mark.line + 1, ":", mark.column + 1);
+  }
+};
+
+[[noreturn]] void fail(const Origins& origins, const std::string& path, const YAML::Mark& mark,
+                       const std::string& what) {
+  throw UsageError(detail::concat(origins.where(path, mark), ": ", path, ": ", what));
+}
+
+class Section {
+ public:
+  Section(YAML::Node node, std::string path, const Origins& origins)
+      : node_(std::move(node)), path_(std::move(path)), origins_(origins) {
+    if (node_.IsDefined() && !node_.IsNull() && !node_.IsMap()) {
+      fail(origins_, path_.empty() ? "(top level)" : path_, node_.Mark(),
+           "expected a mapping of keys");
+    }
+    // yaml-cpp keeps the first of two equal keys and drops the second without a word; a
+    // config that says a thing twice is ambiguous, so it is an error here.
+    if (node_.IsDefined() && node_.IsMap()) {
+      std::map<std::string, YAML::Mark> first_seen;
+      for (const auto& kv : node_) {
+        auto [it, inserted] = first_seen.emplace(kv.first.Scalar(), kv.first.Mark());
+        if (!inserted) {
+          fail(origins_, full(kv.first.Scalar()), kv.first.Mark(),
+               detail::concat("duplicate key (first set at line ", it->second.line + 1, ")"));
+        }
+      }
+    }
+  }
+
+  Section section(const std::string& key) {
+    return Section(child(key), full(key), origins_);
+  }
+
+  void read(const std::string& key, std::string& out,
+            std::initializer_list<const char*> allowed = {}) {
+    YAML::Node n = child(key);
+    if (!present(n)) return;
+    if (!n.IsScalar()) fail(origins_, full(key), n.Mark(), "expected a string");
+    std::string value = n.Scalar();
+    if (allowed.size() > 0) {
+      bool ok = false;
+      std::string list;
+      for (const char* a : allowed) {
+        ok = ok || value == a;
+        list += list.empty() ? a : std::string(" | ") + a;
+      }
+      if (!ok) fail(origins_, full(key), n.Mark(), "'" + value + "' is not one of " + list);
+    }
+    out = value;
+  }
+
+  template <typename Int>
+  void read_int(const std::string& key, Int& out, long long min, long long max) {
+    YAML::Node n = child(key);
+    if (!present(n)) return;
+    long long value = 0;
+    if (!n.IsScalar() || !YAML::convert<long long>::decode(n, value)) {
+      fail(origins_, full(key), n.Mark(),
+           "expected an integer, got '" + (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
+    }
+    check_range(key, n, static_cast<double>(value), static_cast<double>(min), static_cast<double>(max));
+    out = static_cast<Int>(value);
+  }
+
+  void read_double(const std::string& key, double& out, double min, double max) {
+    YAML::Node n = child(key);
+    if (!present(n)) return;
+    double value = 0;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, value) || !std::isfinite(value)) {
+      fail(origins_, full(key), n.Mark(),
+           "expected a number, got '" + (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
+    }
+    check_range(key, n, value, min, max);
+    out = value;
+  }
+
+  void read_bool(const std::string& key, bool& out) {
+    YAML::Node n = child(key);
+    if (!present(n)) return;
+    bool value = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, value)) {
+      fail(origins_, full(key), n.Mark(), "expected true or false, got '" + n.Scalar() + "'");
+    }
+    out = value;
+  }
+
+  // The node itself, for keys that accept more than one shape.
+  YAML::Node raw(const std::string& key) { return child(key); }
+  std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const Origins& origins() const { return origins_; }
+
+  // Reports the first key that no reader asked for.
+  void finish() const {
+    if (!node_.IsDefined() || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      std::string key = kv.first.Scalar();
+      if (!asked_.count(key)) {
+        std::string known;
+        for (const auto& k : asked_) known += (known.empty() ? "" : ", ") + k;
+        fail(origins_, full(key), kv.first.Mark(), "unknown key (known here: " + known + ")");
+      }
+    }
+  }
+
+ private:
+  YAML::Node child(const std::string& key) {
+    asked_.insert(key);
+    if (!node_.IsDefined() || node_.IsNull()) return YAML::Node();
+    return node_[key];
+  }
+  static bool present(const YAML::Node& n) { return n.IsDefined() && !n.IsNull(); }
+
+  void check_range(const std::string& key, const YAML::Node& n, double value, double min,
+                   double max) {
+    if (value < min || value > max) {
+      auto text = [](double v) {
+        std::ostringstream out;
+        if (std::abs(v) < 1e15 && v == std::floor(v)) {
+          out << static_cast<long long>(v);
+        } else {
+          out << v;
+        }
+        return out.str();
+      };
+      std::ostringstream msg;
+      msg << n.Scalar() << " is out of range [" << text(min) << ", " << text(max) << "]";
+      fail(origins_, full(key), n.Mark(), msg.str());
+    }
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  const Origins& origins_;
+  std::set<std::string> asked_;
+};
+
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr long long kMaxCount = 1LL << 40;
+
+void read_config(Section& top, Config& c) {
+  top.read("name", c.name);
+  top.read_int("seed", c.seed, 0, std::numeric_limits<long long>::max());
+  top.read("device", c.device, {"cuda", "cpu", "auto"});
+  top.read("strategy", c.strategy, {"ddp", "dp", "single"});
+
+  Section launch = top.section("launch");
+  {
+    YAML::Node n = launch.raw("nproc_per_node");
+    if (n.IsDefined() && n.IsScalar() && n.Scalar() == "auto") {
+      c.launch.nproc_auto = true;
+    } else {
+      launch.read_int("nproc_per_node", c.launch.nproc_per_node, 1, 1024);
+    }
+  }
+  launch.read_int("nnodes", c.launch.nnodes, 1, 65536);
+  launch.read("rendezvous", c.launch.rendezvous);
+  launch.read_int("max_restarts", c.launch.max_restarts, 0, 1000);
+  launch.finish();
+
+  Section comm = top.section("comm");
+  comm.read("backend", c.comm.backend, {"gloo", "asio-ring", "nccl", "auto"});
+  comm.read_double("bucket_mb", c.comm.bucket_mb, 0.001, 4096);
+  comm.read("wire_dtype", c.comm.wire_dtype, {"f32", "f16", "bf16"});
+  comm.read_double("timeout_s", c.comm.timeout_s, 0.1, 86400.0 * 7);
+  comm.finish();
+
+  Section data = top.section("data");
+  data.read("dataset", c.data.dataset, {"cifar100", "fashion-mnist", "synthetic"});
+  data.read("root", c.data.root);
+  data.read_bool("download", c.data.download);
+  data.read("url", c.data.url);
+  data.read_int("batch_size", c.data.batch_size, 1, 1 << 20);
+  data.read_int("num_workers", c.data.num_workers, 0, 64);
+  data.read_bool("augment", c.data.augment);
+  data.read_int("train_limit", c.data.train_limit, 0, kMaxCount);
+  data.read_int("test_limit", c.data.test_limit, 0, kMaxCount);
+  data.read_int("synthetic_train", c.data.synthetic_train, 1, 10'000'000);
+  data.read_int("synthetic_test", c.data.synthetic_test, 1, 10'000'000);
+  data.finish();
+
+  Section model = top.section("model");
+  model.read("name", c.model.name, {"digitalnet", "resnet18", "mlp"});
+  model.read_int("width", c.model.width, 1, 4096);
+  model.read("norm", c.model.norm, {"batch", "none"});
+  model.finish();
+
+  Section train = top.section("train");
+  train.read_int("epochs", c.train.epochs, 1, 100000);
+  train.read_int("max_steps", c.train.max_steps, 0, kMaxCount);
+  train.read_int("accumulate_steps", c.train.accumulate_steps, 1, 1 << 16);
+  train.read_int("threads", c.train.threads, 0, 1024);
+  train.read_int("log_every", c.train.log_every, 1, kMaxInt);
+  Section opt = train.section("optimizer");
+  opt.read("name", c.train.optimizer.name, {"sgd"});
+  opt.read_double("lr", c.train.optimizer.lr, 0.0, 1e6);
+  opt.read_double("momentum", c.train.optimizer.momentum, 0.0, 1.0);
+  opt.read_double("weight_decay", c.train.optimizer.weight_decay, 0.0, 1e3);
+  opt.finish();
+  train.finish();
+
+  Section ckpt = top.section("checkpoint");
+  ckpt.read_int("every_epochs", c.checkpoint.every_epochs, 0, 100000);
+  ckpt.read_int("keep", c.checkpoint.keep, 1, 100000);
+  ckpt.read("resume", c.checkpoint.resume);
+  ckpt.finish();
+
+  Section output = top.section("output");
+  output.read("dir", c.output_dir);
+  output.finish();
+
+  {
+    YAML::Node n = top.raw("reference");
+    top.read("reference", c.reference);
+    if (!c.reference.empty() && !std::filesystem::exists(c.reference)) {
+      fail(top.origins(), "reference", n.Mark(),
+           "file '" + c.reference + "' does not exist (paths are relative to the working directory)");
+    }
+  }
+  top.finish();
+
+  // Checks that involve more than one key.
+  if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "never" &&
+      !std::filesystem::exists(c.checkpoint.resume)) {
+    fail(top.origins(), "checkpoint.resume", YAML::Mark::null_mark(),
+         "'" + c.checkpoint.resume + "' is neither auto, never nor an existing checkpoint file");
+  }
+  if (c.strategy == "single" && c.launch.nproc_per_node > 1 && !c.launch.nproc_auto) {
+    fail(top.origins(), "strategy", YAML::Mark::null_mark(),
+         "strategy single runs one process; launch.nproc_per_node must be 1 (use strategy: ddp)");
+  }
+}
+
+// Applies "a.b.c=value" to the document; the value is parsed as YAML (so 3, true, [1,2]
+// and "text" keep their types).
+void apply_override(YAML::Node& root, const std::string& assignment, Origins& origins) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw UsageError("--set " + assignment + ": expected key.path=value");
+  }
+  std::string path = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw UsageError("--set " + assignment + ": value is not valid YAML: " + e.msg);
+  }
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string part; std::getline(ss, part, '.');) {
+    if (part.empty()) throw UsageError("--set " + assignment + ": empty key in '" + path + "'");
+    parts.push_back(part);
+  }
+  YAML::Node cur = root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = cur[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[parts[i]];
+    } else if (!next.IsMap()) {
+      throw UsageError("--set " + assignment + ": '" + parts[i] + "' is not a section");
+    }
+    cur.reset(next);
+  }
+  cur[parts.back()] = parsed;
+  origins.overrides[path] = "--set " + assignment;
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Origins origins;
+  origins.file = path;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    throw UsageError(detail::concat(path, ":", e.mark.line + 1, ":", e.mark.column + 1,
+                                    ": not valid YAML: ", e.msg));
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) {
+    throw UsageError(detail::concat(path, ":", root.Mark().line + 1, ":", root.Mark().column + 1,
+                                    ": expected a mapping of config keys at the top level"));
+  }
+  for (const auto& o : overrides) apply_override(root, o, origins);
+
+  Config config;
+  config.source = path;
+  config.output_dir = "runs/" + config.name;
+  Section top(root, "", origins);
+  read_config(top, config);
+  if (!root["output"].IsDefined() || !root["output"]["dir"].IsDefined()) {
+    config.output_dir = "runs/" + config.name;
+  }
+  return config;
+}
+
+std::string config_to_json(const Config& c) {
+  nlohmann::ordered_json j;
+  j["name"] = c.name;
+  j["seed"] = c.seed;
+  j["device"] = c.device;
+  j["strategy"] = c.strategy;
+  j["launch"] = {{"nproc_per_node", c.launch.nproc_auto ? nlohmann::ordered_json("auto")
+                                                        : nlohmann::ordered_json(c.launch.nproc_per_node)},
+                 {"nnodes", c.launch.nnodes},
+                 {"rendezvous", c.launch.rendezvous},
+                 {"max_restarts", c.launch.max_restarts}};
+  j["comm"] = {{"backend", c.comm.backend},
+               {"bucket_mb", c.comm.bucket_mb},
+               {"wire_dtype", c.comm.wire_dtype},
+               {"timeout_s", c.comm.timeout_s}};
+  j["data"] = {{"dataset", c.data.dataset},         {"root", c.data.root},
+               {"download", c.data.download},       {"url", c.data.url},
+               {"batch_size", c.data.batch_size},   {"num_workers", c.data.num_workers},
+               {"augment", c.data.augment},         {"train_limit", c.data.train_limit},
+               {"test_limit", c.data.test_limit},   {"synthetic_train", c.data.synthetic_train},
+               {"synthetic_test", c.data.synthetic_test}};
+  j["model"] = {{"name", c.model.name}, {"width", c.model.width}, {"norm", c.model.norm}};
+  j["train"] = {{"epochs", c.train.epochs},
+                {"max_steps", c.train.max_steps},
+                {"accumulate_steps", c.train.accumulate_steps},
+                {"optimizer",
+                 {{"name", c.train.optimizer.name},
+                  {"lr", c.train.optimizer.lr},
+                  {"momentum", c.train.optimizer.momentum},
+                  {"weight_decay", c.train.optimizer.weight_decay}}},
+                {"threads", c.train.threads},
+                {"log_every", c.train.log_every}};
+  j["checkpoint"] = {{"every_epochs", c.checkpoint.every_epochs},
+                     {"keep", c.checkpoint.keep},
+                     {"resume", c.checkpoint.resume}};
+  j["output"] = {{"dir", c.output_dir}};
+  j["reference"] = c.reference.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.reference);
+  return j.dump();
+}
+
+namespace {
+// JSON and YAML share their data model for everything a config holds, so the YAML form is
+// made from the JSON one: one list of keys to keep in step with read_config, not two.
+void emit_json(YAML::Emitter& out, const nlohmann::ordered_json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : j.items()) {
+      out << YAML::Key << k << YAML::Value;
+      emit_json(out, v);
+    }
+    out << YAML::EndMap;
+  } else if (j.is_null()) {
+    out << YAML::Null;
+  } else if (j.is_boolean()) {
+    out << j.get<bool>();
+  } else if (j.is_number_integer()) {
+    out << j.get<long long>();
+  } else if (j.is_number_unsigned()) {
+    out << j.get<unsigned long long>();
+  } else if (j.is_number_float()) {
+    out << j.get<double>();
+  } else {
+    out << j.get<std::string>();
+  }
+}
+}  // namespace
+
+std::string config_to_yaml(const Config& config) {
+  YAML::Emitter out;
+  emit_json(out, nlohmann::ordered_json::parse(config_to_json(config)));
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace partrain

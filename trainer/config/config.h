@@ -1,0 +1,97 @@
+// defines: Config and its sections — the one validated description of a run
+// (DESIGN.md "Config"); load_config(), apply_override(), config_to_yaml().
+//
+// Loaded once at the edge (YAML -> Config), checked there, then trusted everywhere else.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace partrain {
+
+struct LaunchConfig {
+  int nproc_per_node = 1;  // 0 in the YAML means "auto"; resolved by the launcher
+  bool nproc_auto = false;
+  int nnodes = 1;
+  std::string rendezvous;  // empty: a fresh store per run, made and removed by the launcher
+  int max_restarts = 0;
+};
+
+struct CommConfig {
+  std::string backend = "auto";  // gloo | asio-ring | nccl | auto
+  double bucket_mb = 25.0;
+  std::string wire_dtype = "f32";  // f32 | f16 | bf16
+  double timeout_s = 300.0;
+};
+
+struct DataConfig {
+  std::string dataset = "synthetic";  // cifar100 | fashion-mnist | synthetic
+  std::string root;                   // empty: the dataset's default
+  bool download = false;
+  std::string url;                    // cifar100 archive; empty: the official one
+  int batch_size = 128;               // per rank
+  int num_workers = 2;
+  bool augment = false;
+  std::int64_t train_limit = 0;
+  std::int64_t test_limit = 0;
+  // synthetic only
+  std::int64_t synthetic_train = 5000;
+  std::int64_t synthetic_test = 1000;
+};
+
+struct ModelConfig {
+  std::string name = "digitalnet";  // digitalnet | resnet18 | mlp
+  int width = 64;
+  std::string norm = "batch";       // batch | none
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd";
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 5.0e-4;
+};
+
+struct TrainConfig {
+  int epochs = 10;
+  std::int64_t max_steps = 0;
+  int accumulate_steps = 1;
+  OptimizerConfig optimizer;
+  int threads = 0;
+  int log_every = 20;  // steps between metrics.jsonl step lines
+};
+
+struct CheckpointConfig {
+  int every_epochs = 1;
+  int keep = 3;
+  std::string resume = "auto";  // auto | never | PATH
+};
+
+struct Config {
+  std::string source;  // the file it was loaded from
+  std::string name = "run";
+  std::uint64_t seed = 0;
+  std::string device = "auto";      // cuda | cpu | auto
+  std::string strategy = "single";  // ddp | dp | single
+  LaunchConfig launch;
+  CommConfig comm;
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  std::string output_dir = "runs/run";
+  std::string reference;  // optional reference file for parity
+};
+
+// Reads and validates the YAML file, then applies each "key.path=value" override in order.
+// Every error is a UsageError whose message starts with "FILE:LINE:COL: " and names the key
+// (overrides use "--set key.path" as their location).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The resolved config as YAML text (what `partrain validate` prints) and as JSON text
+// (embedded in report.json).
+std::string config_to_yaml(const Config& config);
+std::string config_to_json(const Config& config);
+
+}  // namespace partrain

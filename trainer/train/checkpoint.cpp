@@ -1,0 +1,242 @@
+// Checkpoint layout, in OUTPUT/checkpoints/:
+//
+//   epoch-0003.pt      one whole checkpoint: a pickled dict, the format of Python's
+//                      torch.save, so `torch.load("epoch-0003.pt")["model"]` gives the
+//                      state dict (names like "conv1.weight", no wrapper prefix)
+//   latest.json        the manifest: names the newest checkpoint that was written whole
+//
+// Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
+// way. A crash before the manifest's rename leaves the previous manifest, which still names
+// a complete file; an orphaned temp file is ignored (and removed by the next save). So at
+// any moment the manifest names a complete checkpoint, or there is no manifest.
+#include "trainer/train/checkpoint.h"
+
+#include <torch/nn/module.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/errors.h"
+#include "trainer/data/atomic_file.h"
+#include "trainer/train/platform.h"
+
+namespace partrain {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+constexpr const char* kFormat = "partrain.checkpoint/1";
+constexpr std::uint64_t kMaxCheckpointBytes = 16ull << 30;
+
+std::string checkpoint_name(int epoch) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "epoch-%04d.pt", epoch);
+  return name;
+}
+
+void write_synced(const std::string& path, const std::string& bytes) {
+  std::string temp = data::temp_path_for(path);
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw Error("cannot write checkpoint file " + temp);
+  }
+  sync_file(temp);
+  data::commit_file(temp, path);
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", path, ": cannot read (", ec.message(), ")");
+  PARTRAIN_CHECK(size <= kMaxCheckpointBytes, UsageError, "checkpoint ", path, ": ", size,
+                 " bytes is larger than any checkpoint partrain writes");
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(size, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ",
+                 path, ": short read");
+  return bytes;
+}
+
+Json epochs_to_json(const std::vector<EpochRecord>& epochs) {
+  Json list = Json::array();
+  for (const auto& e : epochs) {
+    list.push_back({{"epoch", e.epoch}, {"seconds", e.seconds}, {"train_seconds", e.train_seconds},
+                    {"train_images_per_s", e.train_images_per_s}, {"images", e.images},
+                    {"steps", e.steps}, {"train_loss", e.train_loss}, {"test_loss", e.test_loss},
+                    {"test_accuracy", e.test_accuracy}});
+  }
+  return list;
+}
+
+std::vector<EpochRecord> epochs_from_json(const Json& list) {
+  std::vector<EpochRecord> epochs;
+  for (const auto& j : list) {
+    EpochRecord e;
+    e.epoch = j.at("epoch").get<int>();
+    e.seconds = j.at("seconds").get<double>();
+    e.train_seconds = j.at("train_seconds").get<double>();
+    e.train_images_per_s = j.at("train_images_per_s").get<double>();
+    e.images = j.at("images").get<std::int64_t>();
+    e.steps = j.at("steps").get<std::int64_t>();
+    e.train_loss = j.at("train_loss").get<double>();
+    e.test_loss = j.at("test_loss").get<double>();
+    e.test_accuracy = j.at("test_accuracy").get<double>();
+    epochs.push_back(e);
+  }
+  return epochs;
+}
+
+std::string shape_text(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Config& config, const WorkerEnv& env)
+    : config_(config), env_(env), dir_(config.output_dir + "/checkpoints") {}
+
+void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Module& model,
+                              const torch::optim::SGD& optimizer,
+                              const std::vector<EpochRecord>& epochs, comm::Communicator* comm) {
+  const int every = config_.checkpoint.every_epochs;
+  if (every <= 0 || (epoch % every != 0 && epoch != config_.train.epochs)) return;
+  if (env_.rank == 0) {
+    fs::create_directories(dir_);
+    c10::Dict<std::string, at::Tensor> model_state;
+    for (const auto& item : model.named_parameters()) model_state.insert(item.key(), item.value().detach().cpu());
+    for (const auto& item : model.named_buffers()) model_state.insert(item.key(), item.value().detach().cpu());
+
+    // SGD keeps one momentum buffer per parameter; they are saved under the parameter's name.
+    c10::Dict<std::string, at::Tensor> momentum;
+    const auto& state = optimizer.state();
+    for (const auto& item : model.named_parameters()) {
+      auto it = state.find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
+      if (it == state.end()) continue;
+      const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
+      if (sgd.momentum_buffer().defined()) momentum.insert(item.key(), sgd.momentum_buffer().detach().cpu());
+    }
+
+    Json meta = {{"format", kFormat},
+                 {"epoch", epoch},
+                 {"step", step},
+                 {"world_size", env_.world_size},
+                 {"model", config_.model.name},
+                 {"width", config_.model.width},
+                 {"norm", config_.model.norm},
+                 {"seed", config_.seed},
+                 {"epochs", epochs_to_json(epochs)}};
+    c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+    top.insert("format", std::string(kFormat));
+    top.insert("model", model_state);
+    top.insert("momentum", momentum);
+    top.insert("meta", meta.dump());
+    std::vector<char> bytes = torch::pickle_save(c10::IValue(top));
+
+    std::string name = checkpoint_name(epoch);
+    write_synced(dir_ + "/" + name, std::string(bytes.begin(), bytes.end()));
+    Json manifest = {{"format", kFormat}, {"file", name}, {"epoch", epoch}, {"step", step},
+                     {"bytes", bytes.size()}};
+    write_synced(dir_ + "/latest.json", manifest.dump(2) + "\n");
+
+    // Keep the newest `keep` checkpoints; leftover temp files from a crash go too.
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const auto file = entry.path().filename().string();
+      if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt") files.push_back(entry.path());
+      if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
+  }
+  if (comm) comm->barrier();
+}
+
+TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
+                                      comm::Communicator* comm) {
+  TrainingPosition position;
+  const std::string& mode = config_.checkpoint.resume;
+  std::string path;
+  if (mode == "never") return position;
+  if (mode == "auto") {
+    std::string manifest_path = dir_ + "/latest.json";
+    if (!fs::exists(manifest_path)) return position;
+    Json manifest;
+    try {
+      manifest = Json::parse(read_file(manifest_path));
+      path = dir_ + "/" + manifest.at("file").get<std::string>();
+    } catch (const Json::exception& e) {
+      throw UsageError("checkpoint manifest " + manifest_path + " is not valid: " + e.what());
+    }
+    PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path,
+                   " names ", path, ", which does not exist");
+  } else {
+    path = mode;
+  }
+
+  c10::IValue loaded;
+  try {
+    std::string bytes = read_file(path);
+    loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error& e) {
+    throw UsageError("checkpoint " + path + " cannot be read (truncated or not a partrain checkpoint)");
+  }
+  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path, " is not a partrain checkpoint");
+  auto top = loaded.toGenericDict();
+  PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
+                     top.at("format").toStringRef() == kFormat && top.contains("model") &&
+                     top.contains("meta") && top.contains("momentum"),
+                 UsageError, "checkpoint ", path, " is not a ", kFormat, " checkpoint");
+  Json meta = Json::parse(top.at("meta").toStringRef());
+  const int saved_world = meta.at("world_size").get<int>();
+  PARTRAIN_CHECK(saved_world == env_.world_size, UsageError, "checkpoint ", path, " was written by a run of ",
+                 saved_world, " ranks; this run has ", env_.world_size,
+                 " (the global batch would change); use checkpoint.resume: never to start afresh");
+
+  auto model_state = top.at("model").toGenericDict();
+  auto momentum = top.at("momentum").toGenericDict();
+  torch::NoGradGuard no_grad;
+  std::size_t expected = 0;
+  auto load_into = [&](const std::string& name, at::Tensor& target) {
+    PARTRAIN_CHECK(model_state.contains(name), UsageError, "checkpoint ", path, " was written for another model (",
+                   meta.at("model").get<std::string>(), "): it has no '", name, "'");
+    at::Tensor saved = model_state.at(name).toTensor();
+    PARTRAIN_CHECK(saved.sizes() == target.sizes(), UsageError, "checkpoint ", path,
+                   " was written for another model: '", name, "' is ", shape_text(saved),
+                   " there and ", shape_text(target), " here");
+    target.copy_(saved);
+    ++expected;
+  };
+  for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
+  for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
+  PARTRAIN_CHECK(expected == model_state.size(), UsageError, "checkpoint ", path,
+                 " was written for another model: it holds ", model_state.size(),
+                 " tensors, this model ", expected);
+
+  auto& state = optimizer.state();
+  for (auto& item : model.named_parameters()) {
+    if (!momentum.contains(item.key())) continue;
+    auto buffer = momentum.at(item.key()).toTensor().to(item.value().device());
+    auto sgd = std::make_unique<torch::optim::SGDParamState>();
+    sgd->momentum_buffer(buffer);
+    state[c10::guts::to_string(item.value().unsafeGetTensorImpl())] = std::move(sgd);
+  }
+  (void)comm;
+
+  position.epoch = meta.at("epoch").get<int>();
+  position.step = meta.at("step").get<std::int64_t>();
+  position.source = path;
+  previous_epochs_ = epochs_from_json(meta.at("epochs"));
+  return position;
+}
+
+}  // namespace partrain

@@ -1,0 +1,21 @@
+// defines: make_model() — digitalnet, resnet18 (CIFAR variant) and mlp as torch::nn::Sequential.
+//
+// Every model is a Sequential with named children, so that one type serves DDP, DataParallel
+// (which needs a Cloneable module) and checkpoints (parameter names like "conv1.weight").
+#pragma once
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include "trainer/config/config.h"
+
+namespace partrain {
+
+struct ModelShape {
+  int in_channels = 3;
+  int image_size = 32;
+  int num_classes = 100;
+};
+
+torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape);
+
+}  // namespace partrain

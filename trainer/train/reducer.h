@@ -1,0 +1,83 @@
+// defines: Reducer — DDP's gradient averaging: buckets, autograd hooks, a communication
+// thread, and the wait before the optimizer step. See Note [Reducer] in reducer.cpp.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace partrain {
+
+namespace comm {
+class Communicator;
+}
+
+struct ReducerOptions {
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;  // small, so the first allreduce starts early in backward
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class Reducer {
+ public:
+  Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm, ReducerOptions options);
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Call before backward. sync=false: a gradient-accumulation micro-step, no communication.
+  void prepare_for_backward(bool sync);
+  // Call after backward of a sync step: waits for every bucket, then writes the averaged
+  // gradients into each parameter's .grad. Rethrows a communication failure.
+  void finish_backward();
+
+  std::size_t bucket_count() const { return buckets_.size(); }
+  std::vector<std::size_t> bucket_sizes() const;  // elements per bucket, in launch order
+  double comm_wait_seconds() const { return comm_wait_seconds_; }  // blocked after backward
+  double comm_busy_seconds();  // time the communication thread spent in allreduce
+
+ private:
+  struct Slot {
+    std::size_t bucket = 0;
+    std::size_t offset = 0;  // elements into the bucket
+    bool ready = false;
+  };
+  struct Bucket {
+    at::Tensor flat;
+    std::vector<std::size_t> params;
+    std::size_t pending = 0;
+  };
+
+  void on_gradient(std::size_t param, const at::Tensor& grad);
+  void mark_bucket_ready(std::size_t bucket);  // caller holds mutex_
+  void run_comm_thread();
+
+  std::vector<at::Tensor> params_;
+  comm::Communicator& comm_;
+  ReducerOptions options_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<unsigned> hooks_;  // hook handles, removed on destruction
+  std::vector<bool> ready_;      // per bucket: all its gradients are in
+  std::size_t next_ = 0;         // next bucket the comm thread reduces; == size: idle
+  float scale_ = 1.0f;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool sync_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  double comm_busy_seconds_ = 0;
+  double comm_wait_seconds_ = 0;
+  std::thread comm_thread_;
+};
+
+// Broadcasts every parameter and buffer from rank 0 so all ranks start identical.
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::Communicator& comm);
+
+}  // namespace partrain
