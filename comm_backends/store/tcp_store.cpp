@@ -3,6 +3,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -18,9 +19,9 @@ using net::Clock;
 
 namespace {
 
-constexpr std::size_t kHelloBytes = 16;    // magic, version, token length
-constexpr std::size_t kRequestBytes = 9;   // command, key length, value length
-constexpr std::size_t kResponseBytes = 5;  // status, value length
+constexpr std::size_t kHelloBytes = kStoreHelloBytes;
+constexpr std::size_t kRequestBytes = kStoreRequestBytes;
+constexpr std::size_t kResponseBytes = kStoreResponseBytes;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 void put_u32(std::uint8_t* out, std::uint32_t v) {
@@ -45,20 +46,82 @@ std::int64_t decode_i64(const std::uint8_t* in) {
 
 }  // namespace
 
+// ---- protocol -------------------------------------------------------------------------------
+
+bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
+  token_bytes = get_u32(hello + 12);
+  return std::memcmp(hello, kStoreMagic, 8) == 0 && get_u32(hello + 8) == kStoreProtocolVersion &&
+         token_bytes <= kMaxTokenBytes;
+}
+
+bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request) {
+  request.command = header[0];
+  request.key_bytes = get_u32(header + 1);
+  request.value_bytes = get_u32(header + 5);
+  return request.key_bytes > 0 && request.key_bytes <= kMaxKeyBytes &&
+         request.value_bytes <= kMaxValueBytes;
+}
+
+bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
+                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response) {
+  if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) return false;
+  const std::string key(body.begin(), body.begin() + request.key_bytes);
+  std::vector<std::uint8_t> value(body.begin() + request.key_bytes, body.end());
+  std::uint8_t status = 1;
+  std::vector<std::uint8_t> payload;
+  switch (request.command) {
+    case 1:  // set
+      table[key] = std::move(value);
+      break;
+    case 2: {  // get
+      auto it = table.find(key);
+      if (it == table.end()) status = 0;
+      else payload = it->second;
+      break;
+    }
+    case 3: {  // add
+      if (value.size() != 8) return false;
+      std::int64_t current = 0;
+      auto it = table.find(key);
+      if (it != table.end()) {
+        // Counters are kept as decimal text, as the file store keeps them.
+        const std::string text(it->second.begin(), it->second.end());
+        char* end = nullptr;
+        errno = 0;
+        current = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || errno == ERANGE || end != text.c_str() + text.size()) return false;
+      }
+      // A counter that would overflow is a client's mistake, not something to wrap silently.
+      if (__builtin_add_overflow(current, decode_i64(value.data()), &current)) return false;
+      payload = encode_i64(current);
+      const std::string text = std::to_string(current);
+      table[key].assign(text.begin(), text.end());
+      break;
+    }
+    default:
+      return false;
+  }
+  response.assign(kResponseBytes, 0);
+  response[0] = status;
+  put_u32(response.data() + 1, static_cast<std::uint32_t>(payload.size()));
+  response.insert(response.end(), payload.begin(), payload.end());
+  return true;
+}
+
 // ---- server ---------------------------------------------------------------------------------
 
 struct TcpStoreServer::State {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::string token;
-  std::map<std::string, std::vector<std::uint8_t>> data;  // touched by the io thread only
+  StoreTable data;  // touched by the io thread only
 };
 
 namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  using Data = std::map<std::string, std::vector<std::uint8_t>>;
+  using Data = StoreTable;
   Session(tcp::socket socket, const std::string& token, Data& data)
       : socket_(std::move(socket)), timer_(socket_.get_executor()), token_(token), data_(data) {}
 
@@ -83,12 +146,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_hello() {
-    const std::uint32_t version = get_u32(header_ + 8);
-    const std::uint32_t token_bytes = get_u32(header_ + 12);
-    if (std::memcmp(header_, kStoreMagic, 8) != 0 || version != kStoreProtocolVersion ||
-        token_bytes > kMaxTokenBytes) {
-      return close();
-    }
+    std::uint32_t token_bytes = 0;
+    if (!parse_store_hello(header_, token_bytes)) return close();
     body_.resize(token_bytes);
     asio::async_read(socket_, asio::buffer(body_),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
@@ -109,15 +168,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_request() {
     asio::async_read(socket_, asio::buffer(header_, kRequestBytes),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (ec) return self->close();
-                       const std::uint32_t key_bytes = get_u32(self->header_ + 1);
-                       const std::uint32_t value_bytes = get_u32(self->header_ + 5);
-                       if (key_bytes == 0 || key_bytes > kMaxKeyBytes ||
-                           value_bytes > kMaxValueBytes) {
+                       if (ec || !parse_store_request(self->header_, self->request_)) {
                          return self->close();
                        }
-                       self->key_bytes_ = key_bytes;
-                       self->body_.resize(std::size_t{key_bytes} + value_bytes);
+                       self->body_.resize(std::size_t{self->request_.key_bytes} +
+                                          self->request_.value_bytes);
                        asio::async_read(self->socket_, asio::buffer(self->body_),
                                         [self](const boost::system::error_code& e, std::size_t) {
                                           if (e) return self->close();
@@ -127,44 +182,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void serve() {
-    const std::string key(body_.begin(), body_.begin() + key_bytes_);
-    std::vector<std::uint8_t> value(body_.begin() + key_bytes_, body_.end());
-    std::uint8_t status = 1;
-    std::vector<std::uint8_t> payload;
-    switch (header_[0]) {
-      case 1:  // set
-        data_[key] = std::move(value);
-        break;
-      case 2: {  // get
-        auto it = data_.find(key);
-        if (it == data_.end()) status = 0;
-        else payload = it->second;
-        break;
-      }
-      case 3: {  // add
-        if (value.size() != 8) return close();
-        std::int64_t current = 0;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          // Counters are kept as decimal text, as the file store keeps them.
-          const std::string text(it->second.begin(), it->second.end());
-          char* end = nullptr;
-          current = std::strtoll(text.c_str(), &end, 10);
-          if (text.empty() || end != text.c_str() + text.size()) return close();
-        }
-        current += decode_i64(value.data());
-        payload = encode_i64(current);
-        const std::string text = std::to_string(current);
-        data_[key].assign(text.begin(), text.end());
-        break;
-      }
-      default:
-        return close();
-    }
-    response_.assign(kResponseBytes, 0);
-    response_[0] = status;
-    put_u32(response_.data() + 1, static_cast<std::uint32_t>(payload.size()));
-    response_.insert(response_.end(), payload.begin(), payload.end());
+    if (!serve_store_request(data_, request_, body_, response_)) return close();
     asio::async_write(socket_, asio::buffer(response_),
                       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                         if (!ec) self->read_request();
@@ -178,7 +196,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Data& data_;
   bool accepted_ = false;
   std::uint8_t header_[kHelloBytes] = {};
-  std::uint32_t key_bytes_ = 0;
+  StoreRequestHeader request_;
   std::vector<std::uint8_t> body_;
   std::vector<std::uint8_t> response_;
 };
@@ -211,8 +229,10 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   if (!ec) state_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) state_->acceptor.bind(endpoint, ec);
   if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  PARTRAIN_CHECK(!ec, CommError, "tcp store: cannot listen on ", net::join_host_port(host, port),
-                 ": ", ec.message());
+  // A port in use or an address not on this machine is a setting to change, not a failure
+  // of the run: exit 2 with the address.
+  PARTRAIN_CHECK(!ec, UsageError, "tcp store: cannot listen on ", net::join_host_port(host, port),
+                 ": ", ec.message(), " (choose another --master-port or launch.rendezvous)");
   port_ = state_->acceptor.local_endpoint().port();
   accept_next(state_);
   thread_ = std::thread([state = state_] { state->io.run(); });

@@ -1,84 +1,11 @@
 // Whole runs of the built executable (PARTRAIN_EXE): training that learns, reproducibility,
 // DDP against one process, uneven shards, a killed rank, resuming, and bad input. Small
 // models and few steps, so the file stays within a couple of minutes on 2 cores.
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <thread>
+#include "tests/train/run_harness.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-std::string exe() {
-  const char* e = std::getenv("PARTRAIN_EXE");
-  return e ? e : PARTRAIN_EXE_DEFAULT;
-}
-
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-// Runs `partrain ARGS` under `timeout`, output (stdout+stderr) captured.
-Result partrain(const std::string& args, const fs::path& dir, int timeout_s = 240) {
-  fs::path log = dir / "output.txt";
-  std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + exe() + " " + args + " > " +
-                    log.string() + " 2>&1";
-  int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(log);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.output = ss.str();
-  return r;
-}
-
-// A small synthetic run; `body` adds the keys the base does not set (a key set twice is a
-// config error); tests change base keys with --set.
-fs::path write_config(const fs::path& dir, const std::string& body) {
-  fs::path path = dir / "config.yaml";
-  std::ofstream(path) << "name: test\nseed: 1\ndevice: cpu\n"
-                      << "data: {dataset: synthetic, synthetic_train: 1200, synthetic_test: 400, "
-                         "batch_size: 32, num_workers: 1}\n"
-                      << "model: {name: digitalnet, width: 8, norm: batch}\n"
-                      << "comm: {timeout_s: 30}\n"
-                      << "checkpoint: {every_epochs: 1, keep: 2, resume: never}\n"
-                      << "output: {dir: " << (dir / "out").string() << "}\n"
-                      << body;
-  return path;
-}
-
-Json read_report(const fs::path& dir) {
-  std::ifstream in(dir / "out" / "report.json");
-  EXPECT_TRUE(in.good()) << "no report in " << dir;
-  return Json::parse(in);
-}
-
-std::vector<double> epoch_losses(const fs::path& dir) {
-  std::vector<double> losses;
-  Json report = read_report(dir);  // kept alive: iterating a member of a temporary dangles
-  for (const auto& e : report["epochs"]) losses.push_back(e["train_loss"].get<double>());
-  return losses;
-}
+using namespace partrain_test;
 
 TEST(Run, SingleProcessLearnsAndReports) {
   auto dir = scratch("single");
@@ -152,56 +79,20 @@ TEST(Run, KilledRankStopsTheRunNamingIt) {
   auto dir = scratch("kill");
   auto cfg = write_config(dir, "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 50, threads: 1, log_every: 1}\n");
   fs::path log = dir / "output.txt";
-  pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    FILE* out = freopen(log.c_str(), "w", stdout);
-    (void)out;
-    dup2(fileno(stdout), fileno(stderr));
-    execl(exe().c_str(), exe().c_str(), "run", cfg.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Wait until training runs, then find the worker whose RANK is 1 among the launcher's children.
-  auto contains = [&](const std::string& text) {
-    std::ifstream in(log);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str().find(text) != std::string::npos;
-  };
-  auto deadline = Clock::now() + std::chrono::seconds(120);
-  while (!contains("step") && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(contains("step")) << "training never started";
-  pid_t victim = 0;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::ifstream stat(entry.path() / "stat");
-    std::string pid, comm, state;
-    pid_t ppid = 0;
-    if (!(stat >> pid >> comm >> state >> ppid) || ppid != launcher) continue;
-    std::ifstream environ(entry.path() / "environ");
-    std::string var;
-    while (std::getline(environ, var, '\0')) {
-      if (var == "RANK=1") victim = std::stoi(pid);
-    }
-  }
+  pid_t launcher = start_partrain({"run", cfg.string()}, log);
+  ASSERT_TRUE(wait_for_text(log, "step", std::chrono::seconds(120))) << "training never started";
+  pid_t victim = find_worker(launcher, 1);
   ASSERT_GT(victim, 0) << "no worker with RANK=1 under the launcher";
   kill(victim, SIGKILL);
   auto killed_at = Clock::now();
-  int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && Clock::now() - killed_at < std::chrono::seconds(30)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
-  if (done == 0) {
-    kill(launcher, SIGKILL);
-    waitpid(launcher, &status, 0);
-    FAIL() << "partrain run did not stop within 30 s of a rank's death";
-  }
-  EXPECT_LT(seconds, 10.0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_TRUE(contains("rank 1")) << "the dead rank is not named";
-  EXPECT_TRUE(contains("SIGKILL")) << "the signal is not named";
+  auto status = wait_exit(launcher, std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "partrain run did not stop within 30 s of a rank's death";
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - killed_at).count(), 10.0);
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  std::string output = read_text(log);
+  EXPECT_NE(output.find("rank 1"), std::string::npos) << "the dead rank is not named:\n" << output;
+  EXPECT_NE(output.find("SIGKILL"), std::string::npos) << "the signal is not named:\n" << output;
 }
 
 TEST(Run, ResumeContinuesExactlyWhereItStopped) {

@@ -1,0 +1,147 @@
+// Faults and broken input on whole runs: SIGKILL at any moment then resume (the losses of an
+// uninterrupted run, exactly), a group restart after a rank dies, checkpoints that do not
+// fit, a rank that never arrives, a port in use, a rendezvous directory that cannot exist.
+#include "tests/train/run_harness.h"
+
+namespace {
+
+using namespace partrain_test;
+
+const char* kBody = "strategy: single\ntrain: {epochs: 6, threads: 1}\n";
+
+TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
+  auto straight = scratch("straight");
+  ASSERT_EQ(partrain("run " + write_config(straight, kBody).string(), straight).code, 0);
+  const auto expected = epoch_losses(straight);
+  ASSERT_EQ(expected.size(), 6u);
+
+  // Kill the run at a spread of moments — during start-up, training, evaluation and the
+  // checkpoint write — then resume until it completes.
+  auto dir = scratch("killed");
+  auto cfg = write_config(dir, kBody);
+  int kills = 0;
+  for (int delay_ms : {300, 900, 1500, 2100, 2700}) {
+    pid_t pid = start_partrain({"run", cfg.string(), "--set", "checkpoint.resume=auto"}, dir / "attempt.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == 0) {  // still running: this kill interrupts it
+      kill(pid, SIGKILL);
+      ++kills;
+      wait_exit(pid, std::chrono::seconds(30));
+    }
+  }
+  EXPECT_GE(kills, 3);
+  // Leftovers a crash can leave: a half-written temp file and an orphan checkpoint that no
+  // manifest names. Neither may be taken for a checkpoint.
+  fs::create_directories(dir / "out" / "checkpoints");
+  std::ofstream(dir / "out" / "checkpoints" / "epoch-0099.pt.tmp.1") << "half a checkpoint";
+  Result r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto", dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(epoch_losses(dir), expected);
+}
+
+TEST(Reliability, RestartResumesTheGroupAfterARankDies) {
+  auto straight = scratch("restart_straight"), dir = scratch("restart");
+  const std::string body =
+      "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 1}\ntrain: {epochs: 3, threads: 1}\n";
+  ASSERT_EQ(partrain("run " + write_config(straight, body).string() + " --set comm.backend=asio-ring", straight).code, 0);
+  auto cfg = write_config(dir, body);
+  fs::path log = dir / "output.txt";
+  pid_t launcher = start_partrain({"run", cfg.string(), "--set", "comm.backend=asio-ring", "--set",
+                                   "checkpoint.resume=auto"},
+                                  log);
+  // After the first epoch's checkpoint, rank 1 dies.
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3", std::chrono::seconds(120)));
+  pid_t victim = find_worker(launcher, 1);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
+  auto status = wait_exit(launcher, std::chrono::seconds(180));
+  ASSERT_TRUE(status.has_value());
+  std::string output = read_text(log);
+  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << output;
+  EXPECT_NE(output.find("restart 1 of 1"), std::string::npos) << output;
+  EXPECT_NE(output.find("resumed from"), std::string::npos) << output;
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+}
+
+TEST(Reliability, BadSettingsAreNotRetried) {
+  auto dir = scratch("restart_out");
+  // A rank that cannot start (its rendezvous directory is a file) fails every attempt.
+  auto blocker = dir / "not_a_dir";
+  std::ofstream(blocker) << "x";
+  auto cfg = write_config(dir, "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 2}\ntrain: {epochs: 1}\n");
+  Result r = partrain("run " + cfg.string() + " --set launch.rendezvous=file://" + (blocker / "sub").string(), dir, 120);
+  // Bad settings are not retried: exit 2 at once, with the reason.
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("not_a_dir"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restarting"), std::string::npos) << r.output;
+}
+
+TEST(Reliability, CheckpointThatDoesNotFitIsRefused) {
+  auto dir = scratch("misfit");
+  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, threads: 1}\n");
+  ASSERT_EQ(partrain("run " + cfg.string(), dir).code, 0);
+  Result r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto --set train.epochs=2 --set model.width=16", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("was written for another model"), std::string::npos) << r.output;
+
+  // The manifest names a file that is gone.
+  fs::remove(dir / "out" / "checkpoints" / "epoch-0001.pt");
+  r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto --set train.epochs=2", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+
+  // A truncated checkpoint named directly.
+  auto bad = dir / "truncated.pt";
+  std::ofstream(bad) << "PK\x03\x04 not a whole archive";
+  r = partrain("run " + cfg.string() + " --set checkpoint.resume=" + bad.string(), dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("cannot be read"), std::string::npos) << r.output;
+}
+
+TEST(Reliability, RankThatNeverArrivesIsNamedWithinTheBound) {
+  auto dir = scratch("absent");
+  auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1}\n");
+  auto start = Clock::now();
+  std::string cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file://" + (dir / "rdzv").string() + " " + exe() +
+                    " worker " + cfg.string() + " --set comm.timeout_s=2 --set comm.backend=asio-ring > " +
+                    (dir / "output.txt").string() + " 2>&1";
+  int status = std::system(cmd.c_str());
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_LT(seconds, 2 * 2.0 + 5.0);  // the bound, plus start-up
+  std::string output = read_text(dir / "output.txt");
+  EXPECT_NE(output.find("rank 1"), std::string::npos) << output;
+}
+
+TEST(Reliability, PortInUseAndUnusableRendezvousExitTwo) {
+  auto dir = scratch("port");
+  auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1}\n");
+  // Hold a port, then ask rank 0 to host the tcp store on it.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  std::string cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=tcp://127.0.0.1:" + std::to_string(port) + " " +
+                    exe() + " worker " + cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
+  int status = std::system(cmd.c_str());
+  close(fd);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  std::string output = read_text(dir / "output.txt");
+  EXPECT_NE(output.find("already in use"), std::string::npos) << output;
+
+  cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file:///proc/partrain-cannot-be-here " + exe() + " worker " +
+        cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
+  status = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  output = read_text(dir / "output.txt");
+  EXPECT_NE(output.find("/proc/partrain-cannot-be-here"), std::string::npos) << output;
+}
+
+}  // namespace
