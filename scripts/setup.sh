@@ -16,7 +16,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev
   libgtest-dev libgmock-dev
-  python3                           # test-side HTTP server for `data fetch`
+  python3 python3-torch             # checkpoints loaded with torch.load; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
   librsvg2-bin                      # renders the parity chart in tests
 )

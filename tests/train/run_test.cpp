@@ -107,6 +107,28 @@ TEST(Run, ResumeContinuesExactlyWhereItStopped) {
   EXPECT_EQ(epoch_losses(straight), epoch_losses(resumed));
 }
 
+TEST(Run, CheckpointLoadsInPythonWithTorchLoad) {
+  if (std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no Python torch (Debian's python3-torch) to load the checkpoint with";
+  }
+  auto dir = scratch("python_load");
+  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, max_steps: 3, threads: 1}\n");
+  ASSERT_EQ(partrain("run " + cfg.string(), dir).code, 0);
+  fs::path script = dir / "load.py";
+  std::ofstream(script) << "import sys, torch\n"
+                           "ck = torch.load(sys.argv[1])\n"
+                           "m = ck['model']\n"
+                           "assert m['conv1.weight'].shape == (8, 3, 3, 3), m['conv1.weight'].shape\n"
+                           "assert m['fc.weight'].shape == (100, 64)\n"
+                           "assert not any(k.startswith('module.') for k in m)\n"
+                           "print('loaded', len(m))\n";
+  std::string cmd = "/usr/bin/python3 " + script.string() + " " +
+                    (dir / "out" / "checkpoints" / "epoch-0001.pt").string() + " > " +
+                    (dir / "python.txt").string() + " 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(dir / "python.txt");
+  EXPECT_NE(read_text(dir / "python.txt").find("loaded 26"), std::string::npos) << read_text(dir / "python.txt");
+}
+
 TEST(Run, BadInputExitsTwoWithOneLine) {
   auto dir = scratch("bad");
   auto cfg = write_config(dir, "strategy: single\n");
