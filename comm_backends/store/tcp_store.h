@@ -8,6 +8,7 @@
 // protocol is disconnected. get/wait poll on the client side with a growing pause.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -25,6 +26,28 @@ inline constexpr std::uint32_t kStoreProtocolVersion = 1;
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
+
+// The server's half of the protocol as pure functions over bytes, so it can be checked
+// without sockets. A false answer means: drop the connection.
+inline constexpr std::size_t kStoreHelloBytes = 16;    // magic, version, token length
+inline constexpr std::size_t kStoreRequestBytes = 9;   // command, key length, value length
+inline constexpr std::size_t kStoreResponseBytes = 5;  // status, value length
+
+// Checks the magic, version and token length of a hello; sets the token bytes to read next.
+bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes);
+
+struct StoreRequestHeader {
+  std::uint8_t command = 0;
+  std::uint32_t key_bytes = 0;
+  std::uint32_t value_bytes = 0;
+};
+// Checks the sizes a request announces before its body is read (and allocated).
+bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request);
+
+using StoreTable = std::map<std::string, std::vector<std::uint8_t>>;
+// Runs one request whose body (key then value) has arrived; `response` gets the whole answer.
+bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
+                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response);
 
 class TcpStoreServer {
  public:
