@@ -160,7 +160,7 @@ void Reducer::run_comm_thread() {
     auto start = Clock::now();
     std::exception_ptr error;
     try {
-      comm_.allreduce(as_buffer(buckets_[b].flat), comm::ReduceOp::sum);
+      allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum);
     } catch (...) {
       error = std::current_exception();
     }
@@ -218,7 +218,7 @@ void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::Communic
   for (const auto& t : tensors) {
     at::NoGradGuard no_grad;
     auto contiguous = t.contiguous();
-    comm.broadcast(as_buffer(contiguous), 0);
+    broadcast_tensor(comm, contiguous, 0);
     if (!contiguous.is_same(t)) t.copy_(contiguous);
   }
 }

@@ -1,5 +1,6 @@
-// defines: as_buffer() — a torch::Tensor seen as a comm::Buffer (the one place the trainer
-// crosses from tensors to the LibTorch-free communication layer).
+// defines: as_buffer() — a torch::Tensor seen as a comm::Buffer — and allreduce_tensor() /
+// broadcast_tensor(), the one place the trainer crosses from tensors to the LibTorch-free
+// communication layer.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -33,5 +34,17 @@ inline comm::Buffer as_buffer(const at::Tensor& t) {
   b.device_index = t.is_cuda() ? t.get_device() : 0;
   return b;
 }
+
+namespace comm {
+class Communicator;
+}
+
+// Collectives on a tensor. A CUDA tensor goes to the communicator as it is when the backend
+// reads device memory (nccl); for the host backends (gloo, asio-ring) it is staged through
+// a host copy: device -> host, collective, host -> device.
+void allreduce_tensor(comm::Communicator& comm, const at::Tensor& tensor, comm::ReduceOp op);
+void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int root);
+// out holds comm.size() * in.numel() elements, rank order.
+void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out);
 
 }  // namespace partrain

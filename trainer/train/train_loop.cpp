@@ -71,11 +71,14 @@ void set_threads(const Config& cfg, const WorkerEnv& env) {
   torch::set_num_threads(threads);
 }
 
-// Sums `values` over all ranks (in place, f64).
-void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values) {
+// Sums `values` over all ranks (in place, f64). They travel as a tensor on the training
+// device, because a backend such as nccl only reads device memory.
+void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values, const torch::Device& device) {
   if (!comm || comm->size() == 1 || values.empty()) return;
-  comm::Buffer b{values.data(), values.size(), comm::DType::f64};
-  comm->allreduce(b, comm::ReduceOp::sum);
+  auto t = torch::tensor(values, torch::kFloat64).to(device);
+  allreduce_tensor(*comm, t, comm::ReduceOp::sum);
+  t = t.cpu();
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + values.size(), values.begin());
 }
 
 std::vector<torch::Tensor> state_tensors(const torch::nn::Module& model) {
@@ -161,7 +164,7 @@ EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Co
     count += static_cast<double>(valid);
   }
   std::vector<double> sums{loss_sum, correct, count};
-  sum_over_ranks(comm, sums);
+  sum_over_ranks(comm, sums, device);
   model->train();
   return {sums[0] / std::max(1.0, sums[2]), sums[1] / std::max(1.0, sums[2])};
 }
@@ -329,7 +332,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     if (comm) broadcast_from_rank0(model->buffers(), *comm);  // BN statistics of rank 0, as DDP
     EvalResult eval = evaluate(model, test_loader, comm.get(), device, dp_devices);
     std::vector<double> sums{loss_sum, images};
-    sum_over_ranks(comm.get(), sums);
+    sum_over_ranks(comm.get(), sums, device);
 
     EpochRecord record;
     record.epoch = epoch;
@@ -365,12 +368,13 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                            reducer ? reducer->comm_busy_seconds() : 0.0,
                            device.is_cuda() ? static_cast<double>(device.index()) : -1.0};
   const std::size_t kFields = mine.size();
-  std::vector<double> all(kFields * env.world_size);
+  std::vector<double> all = mine;
   if (comm) {
-    comm->allgather(comm::Buffer{mine.data(), kFields, comm::DType::f64},
-                    comm::Buffer{all.data(), all.size(), comm::DType::f64});
-  } else {
-    all = mine;
+    auto in = torch::tensor(mine, torch::kFloat64).to(device);
+    auto out = torch::zeros({static_cast<int64_t>(kFields) * env.world_size}, in.options());
+    allgather_tensor(*comm, in, out);
+    out = out.cpu();
+    all.assign(out.data_ptr<double>(), out.data_ptr<double>() + out.numel());
   }
   reducer.reset();
 
