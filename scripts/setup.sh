@@ -16,7 +16,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev
   libgtest-dev libgmock-dev
-  python3 python3-torch             # checkpoints loaded with torch.load; the Python DDP peer
+  python3 python3-torch python3-torchvision  # torch.load of checkpoints; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
   librsvg2-bin                      # renders the parity chart in tests
 )
@@ -38,6 +38,7 @@ fi
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 ccache --max-size=5G >/dev/null 2>&1 || true
 
+# shellcheck disable=SC2086 # CMAKE_ARGS may hold several -D options
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" ${CMAKE_ARGS:-}
 cmake --build build -j"${JOBS:-2}"
 echo "setup: built $(pwd)/build/partrain"

@@ -59,7 +59,7 @@ void add_conv_unit(nn::Sequential& seq, int index, int in, int out, bool batch_n
   std::string n = std::to_string(index);
   seq->push_back("conv" + n, nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(!batch_norm)));
   if (batch_norm) seq->push_back("bn" + n, nn::BatchNorm2d(out));
-  seq->push_back("relu" + n, nn::ReLU());
+  seq->push_back("relu" + n, nn::ReLU(nn::ReLUOptions().inplace(true)));
 }
 
 nn::Sequential make_digitalnet(int c, bool bn, const ModelShape& s) {

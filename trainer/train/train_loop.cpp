@@ -20,6 +20,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <filesystem>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "comm_backends/communicator.h"
@@ -133,6 +136,29 @@ torch::Tensor forward(torch::nn::Sequential& model, const torch::Tensor& input,
 #endif
 }
 
+// A directory of its own under the system temp directory, removed with this object.
+class TemporaryDirectory {
+ public:
+  explicit TemporaryDirectory(const std::string& stem) {
+    std::random_device random;
+    for (int attempt = 0; attempt < 100 && path_.empty(); ++attempt) {
+      auto candidate = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(random()));
+      if (std::filesystem::create_directory(candidate)) path_ = candidate.string();
+    }
+    PARTRAIN_CHECK(!path_.empty(), Error, "cannot create a temporary directory for ", stem);
+  }
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 struct EvalResult {
   double loss = 0;
   double accuracy = 0;
@@ -177,15 +203,22 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   set_threads(cfg, env);
   torch::Device device = pick_device(cfg, env);
 
-  // Rendezvous. A single process needs no communicator.
+  // Rendezvous. strategy ddp always has a communicator — with one rank too, so that a
+  // one-rank run exercises the backend it names (and a rendezvous of its own, in a temporary
+  // directory, when none is given); single and dp need none.
+  std::optional<TemporaryDirectory> own_rendezvous;  // declared first: outlives the store
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
-  if (env.world_size > 1) {
-    PARTRAIN_CHECK(cfg.strategy == "ddp", UsageError, "strategy ", cfg.strategy,
-                   " runs in one process, but the launch has ", env.world_size,
-                   " ranks; use strategy: ddp");
-    PARTRAIN_CHECK(!env.rendezvous.empty(), UsageError,
+  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ", cfg.strategy,
+                 " runs in one process, but the launch has ", env.world_size, " ranks; use strategy: ddp");
+  if (cfg.strategy == "ddp") {
+    std::string rendezvous = env.rendezvous;
+    if (rendezvous.empty() && env.world_size == 1) {
+      own_rendezvous.emplace("partrain-rdzv");
+      rendezvous = "file://" + own_rendezvous->path();
+    }
+    PARTRAIN_CHECK(!rendezvous.empty(), UsageError,
                    "no rendezvous: set launch.rendezvous or start ranks with partrain run");
     comm::StoreOptions so;
     so.token = env.token;
@@ -193,7 +226,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     so.rank = env.rank;
     so.world_size = env.world_size;
     so.host_server = env.rank == 0;
-    store = comm::open_store(env.rendezvous, so);
+    store = comm::open_store(rendezvous, so);
     comm::CommOptions co;
     co.backend = cfg.comm.backend;
     co.timeout = timeout;
