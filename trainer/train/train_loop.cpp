@@ -94,10 +94,14 @@ std::vector<torch::Tensor> state_tensors(const torch::nn::Module& model) {
 class Progress {
  public:
   explicit Progress(bool enabled) : enabled_(enabled), terminal_(stdout_is_terminal()) {}
-  void update(const std::string& line, bool force_line) {
+  // fraction: how much of the epoch is done, drawn as a bar on a terminal.
+  void update(const std::string& line, double fraction, bool force_line) {
     if (!enabled_) return;
     if (terminal_) {
-      std::printf("\r%-100s", line.c_str());
+      constexpr int kWidth = 24;
+      int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * kWidth);
+      std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] ";
+      std::printf("\r%-110s", (bar + line).c_str());
       std::fflush(stdout);
     } else if (force_line) {
       std::printf("%s\n", line.c_str());
@@ -106,7 +110,7 @@ class Progress {
   }
   void finish(const std::string& line) {
     if (!enabled_) return;
-    std::printf(terminal_ ? "\r%-100s\n" : "%s\n", line.c_str());
+    std::printf(terminal_ ? "\r%-110s\n" : "%s\n", line.c_str());
     std::fflush(stdout);
   }
 
@@ -347,7 +351,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
         progress.update(format("epoch %d/%d step %lld/%lld loss %.4f %.0f img/s", epoch,
                                cfg.train.epochs, static_cast<long long>(batch_index),
                                static_cast<long long>(batches), current, rate),
-                        log_now);
+                        static_cast<double>(batch_index) / static_cast<double>(batches), log_now);
         if (log_now) {
           metrics->log_step(epoch, step, current, rate, cfg.train.optimizer.lr);
           window_start = Clock::now();
