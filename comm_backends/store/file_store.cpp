@@ -47,18 +47,29 @@ std::string unique_suffix() {
   return std::to_string(process_salt) + "." + std::to_string(counter.fetch_add(1));
 }
 
+#ifdef _WIN32
+constexpr bool kReplaceRefusedWhileOpen = true;
+#else
+constexpr bool kReplaceRefusedWhileOpen = false;
+#endif
+
 // Sleeps a little longer each time, so waiting on a slow peer costs little CPU.
+// `cap` bounds the sleep: waits for a peer use the default; the add() lock, held for a few
+// microseconds at a time, uses a short cap, or a waiter would keep sleeping through the
+// moments it is free while the thread that just released it takes it again.
 class Backoff {
  public:
+  explicit Backoff(std::chrono::microseconds cap = std::chrono::microseconds(20000)) : cap_(cap) {}
   void pause(Clock::time_point deadline) {
     const auto left = deadline - Clock::now();
     if (left <= Clock::duration::zero()) return;
     std::this_thread::sleep_for(std::min<Clock::duration>(delay_, left));
-    delay_ = std::min(delay_ * 2, std::chrono::microseconds(20000));
+    delay_ = std::min(delay_ * 2, cap_);
   }
 
  private:
   std::chrono::microseconds delay_{200};
+  std::chrono::microseconds cap_;
 };
 
 }  // namespace
@@ -88,11 +99,21 @@ void FileStore::write_atomically(const fs::path& path,
     out.close();
     PARTRAIN_CHECK(out.good(), CommError, "file store: write to '", temp.string(), "' failed");
   }
+  // rename replaces an existing file atomically (MoveFileEx on Windows). Windows refuses to
+  // replace a file that a reader has open (a sharing violation, reported as permission
+  // denied); readers hold a key file for one read only, so there the refusal is retried until
+  // the timeout. Elsewhere the first attempt decides.
+  const auto deadline = Clock::now() + timeout_;
+  Backoff backoff;
   std::error_code ec;
-  fs::rename(temp, path, ec);  // replaces an existing file atomically (MoveFileEx on Windows)
-  if (ec) {
-    fs::remove(temp, ec);
-    throw CommError("file store: cannot rename into '" + path.string() + "'");
+  for (fs::rename(temp, path, ec); ec; fs::rename(temp, path, ec)) {
+    if (!kReplaceRefusedWhileOpen || ec != std::errc::permission_denied ||
+        Clock::now() >= deadline) {
+      const std::string reason = ec.message();
+      fs::remove(temp, ec);
+      throw CommError("file store: cannot rename into '" + path.string() + "': " + reason);
+    }
+    backoff.pause(deadline);
   }
 }
 
@@ -123,7 +144,7 @@ std::vector<std::uint8_t> FileStore::get(const std::string& key) {
 std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   const fs::path lock = key_path(key).string() + ".lock";
   const auto deadline = Clock::now() + timeout_;
-  Backoff backoff;
+  Backoff backoff(std::chrono::microseconds(2000));
   std::error_code ec;
   while (!fs::create_directory(lock, ec)) {
     PARTRAIN_CHECK(Clock::now() < deadline, CommError, "file store: lock '", lock.string(),
