@@ -31,6 +31,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/loader.h"
 #include "trainer/train/checkpoint.h"
+#include "trainer/train/cpu_allocator.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/models.h"
 #include "trainer/train/platform.h"
@@ -203,6 +204,7 @@ EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Co
 
 int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  install_cpu_allocator();
   const bool is_rank0 = env.rank == 0;
   set_threads(cfg, env);
   torch::Device device = pick_device(cfg, env);
