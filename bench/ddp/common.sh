@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bench/ddp scripts: where things are, a private copy of the executable, the
 # synthetic CIFAR-100 files, a note of the machine, and one function per contender.
 # Env: PARTRAIN (executable to copy; default build/partrain), OUT (results folder),
@@ -31,19 +32,21 @@ prepare() {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
-    echo "partrain: $("$EXE" version | tr '\n' ' ')"
+    echo "partrain: $("$EXE" version | tr '\n' ' ')(md5 $(md5sum < "$EXE" | cut -c1-12), built $(date -u -r "$src" +%Y-%m-%dT%H:%M:%SZ))"
     echo "peer: torch $("$PY" -c 'import torch; print(torch.__version__)'), $("$PY" --version)"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   } > "$OUT/machine.txt"
 }
 
 # run_partrain TAG NPROC [--set k=v]...: trains $CONFIG into $OUT/TAG (report.json there).
+# Each run's wall time and the CPU seconds of it and all its processes (user, system) go to
+# $OUT/TAG.time: a figure the load of other users of the machine disturbs less than img/s.
 run_partrain() {
   local tag=$1 nproc=$2
   shift 2
   rm -rf "${OUT:?}/$tag"
   echo "== $tag: partrain, $nproc rank(s) $*" >&2
-  OMP_NUM_THREADS=1 "$EXE" run "$CONFIG" --nproc-per-node "$nproc" --output "$OUT/$tag" \
+  OMP_NUM_THREADS=1 /usr/bin/time -o "$OUT/$tag.time" -f '%e %U %S %M' "$EXE" run "$CONFIG" --nproc-per-node "$nproc" --output "$OUT/$tag" \
     --set "data.root=$DATA" "$@" > "$OUT/$tag.log" 2>&1 || { tail -20 "$OUT/$tag.log" >&2; return 1; }
   tail -1 "$OUT/$tag.log" >&2
 }
@@ -54,7 +57,8 @@ run_peer() {
   shift 2
   echo "== $tag: python ddp, $nproc rank(s) $*" >&2
   # torch 1.13's launcher on Python 3.11 crashes unless --redirects/--tee are given
-  OMP_NUM_THREADS=1 "$PY" -m torch.distributed.launch --redirects 2 --tee 2 --nnodes=1 \
+  OMP_NUM_THREADS=1 /usr/bin/time -o "$OUT/$tag.time" -f '%e %U %S %M' \
+    "$PY" -m torch.distributed.launch --redirects 2 --tee 2 --nnodes=1 \
     --nproc_per_node="$nproc" --master_port "$(free_port)" "$PEER_DIR/ddp_peer.py" \
     --dataset cifar100-bin --data-dir "$DATA" --width 16 --threads 1 --seed 0 "$@" \
     > "$OUT/$tag.log" 2>&1 || { tail -20 "$OUT/$tag.log" >&2; return 1; }

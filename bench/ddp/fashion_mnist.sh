@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Real data: partrain on Fashion-MNIST, 2 ranks on CPU (bench/ddp/fashion_mnist_w16.yaml:
 # DigitalNet width 16, batch 128 per rank, 3 epochs, Gloo), then the Python DDP peer with the
-# same settings, and a table of test accuracy per epoch for both.
+# same settings (PEER=1), and a table of test accuracy per epoch for both.
 #
-# Usage: bench/ddp/fashion_mnist.sh   Env: PEER (default 1; 0 skips the peer), EPOCHS
+# Usage: bench/ddp/fashion_mnist.sh   Env: PEER (default 0; 1 also runs the peer), EPOCHS
 #        (default 3), FMNIST_DIR (default /usr/share/datasets/fashion-mnist), OUT (default
 #        /tmp/bench-ddp/fashion_mnist), see common.sh
 source "$(dirname "$0")/common.sh"
-PEER=${PEER:-1}
+PEER=${PEER:-0}
 EPOCHS=${EPOCHS:-3}
 FMNIST_DIR=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 CONFIG=$BENCH_DIR/fashion_mnist_w16.yaml

@@ -29,7 +29,7 @@ echo "benchmark: overlap reps=$REPS epochs=$EPOCHS params=$PARAMS gradient_bytes
 echo "DigitalNet width $C, $CLASSES classes: $PARAMS parameters, $BYTES gradient bytes" >&2
 
 bench_alone() {
-  "$EXE" bench allreduce --backend "$(echo $BACKENDS | tr ' ' ,)" --world 2 --sizes "$BYTES" \
+  "$EXE" bench allreduce --backend "$(echo "$BACKENDS" | tr -s ' ' ,)" --world 2 --sizes "$BYTES" \
     --iters 200 --json "$OUT/allreduce_$1.json" >&2
 }
 bench_alone before

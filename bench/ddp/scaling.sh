@@ -6,10 +6,10 @@
 # for communication after backward, and the rest (loader wait, logging); memory bandwidth,
 # which the two ranks share, is measured with the peers' membw probe (1 and 2 threads).
 #
-# Usage: bench/ddp/scaling.sh     Env: REPS (default 3), EPOCHS (default 3), OUT (default
+# Usage: bench/ddp/scaling.sh     Env: REPS (default 2), EPOCHS (default 3), OUT (default
 #        /tmp/bench-ddp/scaling), MEMBW_SRC (default /work/shared/peers/collectives/membw.cc)
 source "$(dirname "$0")/common.sh"
-REPS=${REPS:-3}
+REPS=${REPS:-2}
 EPOCHS=${EPOCHS:-3}
 MEMBW_SRC=${MEMBW_SRC:-/work/shared/peers/collectives/membw.cc}
 prepare scaling

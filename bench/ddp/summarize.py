@@ -94,6 +94,13 @@ def load_runs(out):
         else:
             continue
         contender, setup, rep = name.split('__')
+        run['cpu_s'] = None
+        timing = os.path.join(out, name + '.time')
+        if os.path.exists(timing):
+            with open(timing) as f:
+                fields = f.read().split()
+            if len(fields) >= 3:  # wall, user, system seconds (a killed run leaves a note)
+                run['cpu_s'] = float(fields[1]) + float(fields[2])
         runs.setdefault((contender, setup), []).append(run)
     return runs
 
@@ -110,8 +117,9 @@ def summarize_vs(out):
     runs = load_runs(out)
     print(header(out))
     print('| setup | contender | runs | train img/s (median) | per-run img/s | peak RSS per rank, MiB '
-          '| DataLoader worker RSS, MiB | img/s vs partrain | partrain RSS / this RSS |')
-    print('|---|---|---|---|---|---|---|---|---|')
+          '| DataLoader worker RSS, MiB | img/s vs partrain | partrain RSS / this RSS '
+          '| CPU s per run (all processes) |')
+    print('|---|---|---|---|---|---|---|---|---|---|')
     for setup in sorted({s for _, s in runs}):
         base = runs.get(('partrain', setup))
         base_img = median([r['img_s'] for r in base]) if base else None
@@ -125,10 +133,12 @@ def summarize_vs(out):
             mem = '' if contender == 'partrain' or not base_rss else f'{base_rss / rss:.2f}'
             print(f'| {setup} | {contender} | {len(rs)} | {fmt(img)} | '
                   f'{", ".join(fmt(r["img_s"]) for r in rs)} | {fmt(rss)} | '
-                  f'{fmt(child) if contender != "partrain" else "(threads, in RSS)"} | {ratio} | {mem} |')
+                  f'{fmt(child) if contender != "partrain" else "(threads, in RSS)"} | {ratio} | {mem} | '
+                  f'{fmt(median([r["cpu_s"] for r in rs]), ".1f")} |')
     print()
     print('img/s vs partrain = partrain img/s / contender img/s (>1: partrain faster); '
-          'RSS is the max over ranks of each run, then the median over runs.')
+          'RSS is the max over ranks of each run, then the median over runs; CPU s = user + '
+          'system seconds of the whole run (launcher, ranks, loader workers, start-up, evaluation).')
 
 
 def summarize_overlap(out):
@@ -186,9 +196,9 @@ def summarize_overlap(out):
 def summarize_scaling(out):
     runs = load_runs(out)
     print(header(out))
-    print('| contender | setup | runs | train img/s (median) | per-run img/s | compute s per step '
-          '(per rank) | comm wait s per step | other (loader, step, logging) s per step |')
-    print('|---|---|---|---|---|---|---|---|')
+    print('| contender | setup | runs | train img/s (median) | per-run img/s | compute per step '
+          '(per rank) | comm wait per step | other (loader, logging) per step | CPU s per run |')
+    print('|---|---|---|---|---|---|---|---|---|')
     img = {}
     for (contender, setup), rs in sorted(runs.items()):
         img[(contender, setup)] = median([r['img_s'] for r in rs])
@@ -202,6 +212,7 @@ def summarize_scaling(out):
                      f'{" / ".join(f"{w * 1e3:.1f} ms" for w in wait)} | {other * 1e3:.1f} ms')
         else:
             extra = '– | – | –'
+        extra += f' | {fmt(median([r["cpu_s"] for r in rs]), ".1f")}'
         print(f'| {contender} | {setup} | {len(rs)} | {fmt(img[(contender, setup)])} | '
               f'{", ".join(fmt(r["img_s"]) for r in rs)} | {extra} |')
     print()

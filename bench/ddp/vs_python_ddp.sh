@@ -24,7 +24,7 @@ for ((r = 1; r <= REPS; r++)); do
   for nw in $WORKERS; do
     contenders=(partrain peer-torchvision)
     [[ $nw == 0 ]] && contenders+=(peer-tensor)
-    if (( r % 2 == 0 )); then contenders=($(printf '%s\n' "${contenders[@]}" | tac)); fi
+    if (( r % 2 == 0 )); then mapfile -t contenders < <(printf '%s\n' "${contenders[@]}" | tac); fi
     for c in "${contenders[@]}"; do
       tag=${c}__nw${nw}__r$r
       case $c in
