@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "comm_backends/errors.h"
 
@@ -58,13 +59,64 @@ void reduce_into(void* acc, DType acc_type, const void* in, DType in_type, std::
     const auto* b = static_cast<const std::uint16_t*>(in);
     for (std::size_t done = 0; done < count; done += kBlock) {
       const std::size_t n = std::min(kBlock, count - done);
-      convert_elements(b + done, in_type, widened, DType::f32, n);
+      widen_from_wire(b + done, widened, in_type, n);
       reduce_same<float>(a + done, widened, n, op);
     }
     return;
   }
   throw UsageError(detail::concat("cannot reduce ", dtype_name(in_type), " into ",
                                   dtype_name(acc_type)));
+}
+
+namespace {
+
+// Blocks small enough to stay in L1 between the passes of reduce_from_wire().
+constexpr std::size_t kWireBlock = 1024;
+
+void narrow_bf16(const float* __restrict in, std::uint16_t* __restrict out, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &in[i], sizeof bits);
+    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet_nan = (bits >> 16) | 0x40u;  // rounding must not turn nan into inf
+    out[i] = static_cast<std::uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+  }
+}
+
+void widen_bf16(const std::uint16_t* __restrict in, float* __restrict out, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(in[i]) << 16;
+    std::memcpy(&out[i], &bits, sizeof bits);
+  }
+}
+
+}  // namespace
+
+void narrow_to_wire(const float* in, std::uint16_t* out, DType wire, std::size_t count) {
+  if (wire == DType::bf16) return narrow_bf16(in, out, count);
+  convert_elements(in, DType::f32, out, wire, count);
+}
+
+void widen_from_wire(const std::uint16_t* in, float* out, DType wire, std::size_t count) {
+  if (wire == DType::bf16) return widen_bf16(in, out, count);
+  convert_elements(in, wire, out, DType::f32, count);
+}
+
+void reduce_from_wire(float* acc, std::uint16_t* words, DType wire, std::size_t count, ReduceOp op,
+                      bool last, int divisor) {
+  PARTRAIN_CHECK(wire == DType::f16 || wire == DType::bf16, UsageError,
+                 "reduce_from_wire: ", dtype_name(wire), " is not a wire type");
+  float widened[kWireBlock];
+  for (std::size_t done = 0; done < count; done += kWireBlock) {
+    const std::size_t n = std::min(kWireBlock, count - done);
+    float* a = acc + done;
+    std::uint16_t* w = words + done;
+    widen_from_wire(w, widened, wire, n);
+    reduce_same<float>(a, widened, n, op);
+    if (last && divisor != 1) divide_elements(a, DType::f32, n, divisor);
+    narrow_to_wire(a, w, wire, n);
+    if (last) widen_from_wire(w, a, wire, n);
+  }
 }
 
 void divide_elements(void* acc, DType acc_type, std::size_t count, int divisor) {

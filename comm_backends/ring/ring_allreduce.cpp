@@ -1,5 +1,39 @@
 #include "comm_backends/ring/ring_allreduce.h"
 
+// Note [Ring allreduce]
+// The buffer is cut into W *segments*, one per rank. In step s (0 <= s < 2(W-1)) rank r sends
+// segment (r - s) mod W to its right and receives segment (r - s - 1) mod W from its left:
+//
+//   steps 0 .. W-2   reduce-scatter: the received segment is reduced into ours, so after
+//                    W-1 steps rank r holds the full reduction of segment (r + 1) mod W;
+//   steps W-1 ..     allgather: the received segment (already final) replaces ours.
+//
+// What a rank sends in step s+1 is what it received in step s, so each segment is further
+// cut into *chunks*, and chunk c of step s+1 leaves as soon as chunk c of step s has arrived
+// and been reduced, not when the whole segment has. Sends and receives run on separate
+// sockets (full duplex) driven by one thread with asynchronous operations, so while we reduce
+// one chunk the kernel is already moving the next one in and the previous one out. Every rank
+// moves 2(W-1)/W of the buffer each way: the bandwidth-optimal amount, hence
+// busbw = algbw * 2(W-1)/W. On loopback each of those bytes costs two kernel copies (into the
+// socket, out of it), and that is what bounds the ring on a small machine: nothing else here
+// comes close (measured in bench/allreduce/RESULTS.md).
+//
+// f16/bf16 data are widened to an f32 work copy, so sums accumulate in f32. A reduced-precision
+// wire (f32 data, wire f16/bf16) halves the bytes the kernel copies; the conversions must then
+// cost less than the copies they save, so every element is converted as few times as possible
+// and while it is in cache. The rank keeps a wire word for every element (wire_): step 0 narrows
+// what it sends into it; a reduce-scatter chunk arrives straight into it, is reduced into the
+// work copy and rewritten in place as wire words of the result (reduce_from_wire(), one pass),
+// and step s+1 sends those words as they are; an allgather chunk arrives into it, is widened
+// into the work copy and is forwarded untouched. The owner of a segment rounds its final values
+// to the wire type in that same pass, so every rank ends with the same bits. A region of wire_
+// is overwritten only by a later arrival of the same segment, which cannot come before our
+// send of it has left: that arrival depends on it, around the ring.
+//
+// Each collective opens with a frame header (kind, sequence number, count, dtypes, op, root)
+// that the receiver checks against its own call, so ranks that disagree fail with a message
+// instead of mixing up bytes.
+
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
@@ -18,7 +52,7 @@ namespace {
 
 enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, barrier = 4 };
 constexpr std::uint32_t kFrameMagic = 0x46435450;  // "PTCF"
-constexpr std::size_t kHeaderBytes = 32;
+constexpr std::size_t kHeaderBytes = kRingFrameHeaderBytes;
 
 const char* kind_name(std::uint8_t kind) {
   switch (static_cast<Kind>(kind)) {
@@ -41,7 +75,8 @@ struct Step {
   int send = -1;
   int recv = -1;
   bool reduce = false;
-  bool finalize = false;
+  bool finalize = false;     // after this step's reduction the rank owns the final values
+  bool narrow_send = false;  // the segment leaves from the work buffer, not from the wire copy
   int send_after = -1;
 };
 
@@ -95,6 +130,26 @@ struct RingCollectives::Header {
   }
 };
 
+std::string RingCollectives::describe_frame(const std::uint8_t* header) {
+  const bool framed =
+      header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
+  if (!framed) return "something unrecognisable";
+  auto get = [header](std::size_t at, int bytes) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{header[at + i]} << (8 * i);
+    return v;
+  };
+  Header theirs;
+  theirs.kind = header[4];
+  theirs.dtype = header[5];
+  theirs.wire = header[6];
+  theirs.op = header[7];
+  theirs.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get(8, 4)));
+  theirs.sequence = get(12, 8);
+  theirs.count = get(20, 8);
+  return theirs.describe();
+}
+
 struct RingCollectives::Pass {
   std::uint8_t* work = nullptr;
   DType work_type = DType::f32;
@@ -102,11 +157,12 @@ struct RingCollectives::Pass {
   std::size_t work_elem = 1;  // bytes per element in memory
   std::size_t wire_elem = 1;  // bytes per element on the wire
   bool narrow = false;        // the wire type differs from the work type
+  std::uint16_t* wire = nullptr;  // narrow: the wire words of every element, see allreduce()
   ReduceOp op = ReduceOp::sum;
+  int divisor = 1;  // avg: the world size, applied by the owner of each final value
   std::vector<Segment> segments;
   std::vector<Step> steps;
   std::size_t chunks = 1;  // per segment
-  std::function<void(std::uint8_t*, std::size_t)> finalize;
 
   Segment chunk(int segment, std::size_t c) const {
     const Segment& s = segments[segment];
@@ -130,8 +186,7 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
   for (std::size_t s = 0; s < pass.segments.size(); ++s) {
     max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).count + 1);
   }
-  if (pass.narrow) send_stage_.resize(std::max(send_stage_.size(), max_chunk * pass.wire_elem));
-  recv_stage_.resize(std::max(recv_stage_.size(), max_chunk * pass.wire_elem));
+  if (!pass.narrow) recv_stage_.resize(std::max(recv_stage_.size(), max_chunk * pass.work_elem));
 
   std::uint8_t my_header[kHeaderBytes];
   std::uint8_t left_header[kHeaderBytes];
@@ -183,8 +238,11 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
       }
       const void* source = pass.work + piece.offset * pass.work_elem;
       if (pass.narrow) {
-        convert_elements(source, pass.work_type, send_stage_.data(), pass.wire_type, piece.count);
-        source = send_stage_.data();
+        std::uint16_t* words = pass.wire + piece.offset;
+        if (step.narrow_send) {
+          narrow_to_wire(static_cast<const float*>(source), words, pass.wire_type, piece.count);
+        }
+        source = words;
       }
       send_busy = true;
       asio::async_write(out, asio::buffer(source, piece.count * pass.wire_elem),
@@ -197,11 +255,7 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
     }
   };
 
-  auto complete_recv = [&](const Segment& piece) {
-    const Step& step = pass.steps[recv_step];
-    if (step.finalize && pass.finalize) {
-      pass.finalize(pass.work + piece.offset * pass.work_elem, piece.count);
-    }
+  auto complete_recv = [&] {
     ++recv_done[recv_step];
     advance_recv();
   };
@@ -211,25 +265,37 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
       const Step& step = pass.steps[recv_step];
       const Segment piece = pass.chunk(step.recv, recv_chunk);
       if (piece.count == 0) {
-        complete_recv(piece);
+        complete_recv();
         continue;
       }
       std::uint8_t* target = pass.work + piece.offset * pass.work_elem;
-      const bool direct = !step.reduce && !pass.narrow;
+      void* arrival = pass.narrow ? static_cast<void*>(pass.wire + piece.offset)
+                      : step.reduce ? recv_stage_.data()
+                                    : target;
       recv_busy = true;
       asio::async_read(
-          in, asio::buffer(direct ? target : recv_stage_.data(), piece.count * pass.wire_elem),
-          [&, piece, target, direct](const boost::system::error_code& ec, std::size_t) {
+          in, asio::buffer(arrival, piece.count * pass.wire_elem),
+          [&, piece, target](const boost::system::error_code& ec, std::size_t) {
             recv_busy = false;
             if (ec) return io_failure(left, ec, "receiving from it");
-            if (pass.steps[recv_step].reduce) {
-              reduce_into(target, pass.work_type, recv_stage_.data(), pass.wire_type, piece.count,
+            const Step& done = pass.steps[recv_step];
+            if (pass.narrow) {
+              auto* acc = reinterpret_cast<float*>(target);
+              std::uint16_t* words = pass.wire + piece.offset;
+              if (done.reduce) {
+                reduce_from_wire(acc, words, pass.wire_type, piece.count, pass.op, done.finalize,
+                                 pass.divisor);
+              } else {
+                widen_from_wire(words, acc, pass.wire_type, piece.count);
+              }
+            } else if (done.reduce) {
+              reduce_into(target, pass.work_type, recv_stage_.data(), pass.work_type, piece.count,
                           pass.op);
-            } else if (!direct) {
-              convert_elements(recv_stage_.data(), pass.wire_type, target, pass.work_type,
-                               piece.count);
+              if (done.finalize && pass.divisor != 1) {
+                divide_elements(target, pass.work_type, piece.count, pass.divisor);
+              }
             }
-            complete_recv(piece);
+            complete_recv();
             pump_recv();
             pump_send();
           });
@@ -248,27 +314,9 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
                      recv_busy = false;
                      if (ec) return io_failure(left, ec, "receiving from it");
                      if (std::memcmp(left_header, my_header, kHeaderBytes) != 0) {
-                       Header theirs;
-                       theirs.kind = left_header[4];
-                       theirs.dtype = left_header[5];
-                       theirs.wire = left_header[6];
-                       theirs.op = left_header[7];
-                       std::uint64_t seq = 0, count = 0;
-                       std::uint32_t root = 0;
-                       for (int i = 0; i < 8; ++i) {
-                         seq |= std::uint64_t{left_header[12 + i]} << (8 * i);
-                         count |= std::uint64_t{left_header[20 + i]} << (8 * i);
-                       }
-                       for (int i = 0; i < 4; ++i) root |= std::uint32_t{left_header[8 + i]} << (8 * i);
-                       theirs.sequence = seq;
-                       theirs.count = count;
-                       theirs.root = static_cast<std::int32_t>(root);
-                       const bool framed = left_header[0] == 'P' && left_header[1] == 'T' &&
-                                           left_header[2] == 'C' && left_header[3] == 'F';
                        return fail(left, false,
                                    "asio-ring: ranks disagree: rank " + std::to_string(left) +
-                                       " called " +
-                                       (framed ? theirs.describe() : "something unrecognisable") +
+                                       " called " + describe_frame(left_header) +
                                        " while rank " + std::to_string(transport_.rank()) +
                                        " called " + header.describe());
                      }
@@ -317,6 +365,7 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
   pass.wire_elem = dtype_size(wire);
   pass.narrow = acc != wire;
   pass.op = op;
+  if (op == ReduceOp::avg) pass.divisor = world;
   if (acc != dtype) {
     work_.resize(count * pass.work_elem);
     convert_elements(data, dtype, work_.data(), acc, count);
@@ -324,8 +373,14 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
   } else {
     pass.work = static_cast<std::uint8_t*>(data);
   }
+  if (pass.narrow) {
+    wire_.resize(count);
+    pass.wire = wire_.data();
+  }
   pass.segments = equal_segments(count, world);
-  const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.wire_elem);
+  // Sized in work-copy bytes, so what one chunk's reduction touches stays in cache whatever
+  // the wire type.
+  const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.work_elem);
   const std::size_t max_segment = (count + world - 1) / world;
   pass.chunks = std::max<std::size_t>(1, (max_segment + chunk_elems - 1) / chunk_elems);
   const int r = transport_.rank();
@@ -335,19 +390,9 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
     step.recv = ((r - s - 1) % world + world) % world;
     step.reduce = s < world - 1;
     step.finalize = s == world - 2;
+    step.narrow_send = s == 0;
     step.send_after = s - 1;
     pass.steps.push_back(step);
-  }
-  std::vector<std::uint8_t> rounding;
-  if (op == ReduceOp::avg || pass.narrow) {
-    pass.finalize = [&](std::uint8_t* chunk, std::size_t n) {
-      if (op == ReduceOp::avg) divide_elements(chunk, acc, n, world);
-      if (pass.narrow) {
-        rounding.resize(std::max(rounding.size(), n * pass.wire_elem));
-        convert_elements(chunk, acc, rounding.data(), wire, n);
-        convert_elements(rounding.data(), wire, chunk, acc, n);
-      }
-    };
   }
   Header header;
   header.kind = static_cast<std::uint8_t>(Kind::allreduce);
