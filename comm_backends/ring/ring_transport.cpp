@@ -69,17 +69,13 @@ void read_handshake(const std::shared_ptr<AcceptState>& state,
       candidate->socket, asio::buffer(candidate->header, kRingHandshakeBytes),
       [state, candidate](const boost::system::error_code& ec, std::size_t) {
         if (ec || state->accepted) return state->refuse(candidate);
-        const char* h = candidate->header;
-        const std::uint32_t token_bytes = get_u32(h + 20);
-        if (std::memcmp(h, kRingMagic, 8) != 0 || get_u32(h + 8) != kRingProtocolVersion ||
-            get_u32(h + 12) != static_cast<std::uint32_t>(state->expected_rank) ||
-            get_u32(h + 16) != static_cast<std::uint32_t>(state->world) ||
-            token_bytes != state->token.size()) {
+        if (!check_ring_handshake(candidate->header, state->expected_rank, state->world,
+                                  state->token.size())) {
           return state->refuse(candidate);
         }
-        candidate->token.resize(token_bytes);
+        candidate->token.resize(state->token.size());
         asio::async_read(
-            candidate->socket, asio::buffer(candidate->token.data(), token_bytes),
+            candidate->socket, asio::buffer(candidate->token.data(), candidate->token.size()),
             [state, candidate](const boost::system::error_code& e, std::size_t) {
               if (e || state->accepted || candidate->token != state->token) {
                 return state->refuse(candidate);
@@ -107,6 +103,15 @@ void accept_next(const std::shared_ptr<AcceptState>& state) {
 }
 
 }  // namespace
+
+bool check_ring_handshake(const char* handshake, int expected_rank, int world,
+                          std::size_t token_bytes) {
+  return std::memcmp(handshake, kRingMagic, 8) == 0 &&
+         get_u32(handshake + 8) == kRingProtocolVersion &&
+         get_u32(handshake + 12) == static_cast<std::uint32_t>(expected_rank) &&
+         get_u32(handshake + 16) == static_cast<std::uint32_t>(world) &&
+         get_u32(handshake + 20) == token_bytes;
+}
 
 std::string encode_ring_handshake(int rank, int world, const std::string& token) {
   std::string message(kRingHandshakeBytes, '\0');

@@ -38,6 +38,11 @@ struct RingTransportOptions {
 // stranger with a well-formed but wrong handshake).
 std::string encode_ring_handshake(int rank, int world, const std::string& token);
 
+// The accepting side's check of a handshake's fixed part: true when it comes from
+// `expected_rank` of a world of `world` and announces a token of `token_bytes` bytes.
+bool check_ring_handshake(const char* handshake, int expected_rank, int world,
+                          std::size_t token_bytes);
+
 class RingTransport {
  public:
   // Connects the ring; throws PeerError naming a neighbour that did not show up in time.

@@ -241,6 +241,13 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
 TcpStoreServer::~TcpStoreServer() {
   state_->io.stop();
   if (thread_.joinable()) thread_.join();
+  // The pending accept's handler holds the state, which owns the io context holding that
+  // handler: a cycle that would leak both. Closing the acceptor and polling lets the handler
+  // finish (aborted, without re-arming); sessions still queued go with the io context.
+  boost::system::error_code ignored;
+  state_->acceptor.close(ignored);
+  state_->io.restart();
+  state_->io.poll();
 }
 
 // ---- client ---------------------------------------------------------------------------------

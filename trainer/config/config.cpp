@@ -34,6 +34,33 @@ struct Origins {
   }
 };
 
+// Where `text` stops being UTF-8 (a byte index), or npos when all of it is. JSON (report.json)
+// and YAML both require UTF-8, so a string that is not cannot be carried through.
+std::size_t invalid_utf8_at(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    std::size_t extra = 0;
+    unsigned min = 0;
+    unsigned code = lead;
+    if (lead < 0x80) extra = 0;
+    else if ((lead & 0xe0) == 0xc0) extra = 1, min = 0x80, code = lead & 0x1f;
+    else if ((lead & 0xf0) == 0xe0) extra = 2, min = 0x800, code = lead & 0x0f;
+    else if ((lead & 0xf8) == 0xf0) extra = 3, min = 0x10000, code = lead & 0x07;
+    else return i;
+    if (i + extra >= text.size() && extra > 0) return i;  // cut off at the end
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return i;
+      code = (code << 6) | (next & 0x3f);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8 either.
+    if (code < min || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) return i;
+    i += extra + 1;
+  }
+  return std::string::npos;
+}
+
 [[noreturn]] void fail(const Origins& origins, const std::string& path, const YAML::Mark& mark,
                        const std::string& what) {
   throw UsageError(detail::concat(origins.where(path, mark), ": ", path, ": ", what));
@@ -71,6 +98,10 @@ class Section {
     if (!present(n)) return;
     if (!n.IsScalar()) fail(origins_, full(key), n.Mark(), "expected a string");
     std::string value = n.Scalar();
+    if (const auto bad = invalid_utf8_at(value); bad != std::string::npos) {
+      fail(origins_, full(key), n.Mark(), detail::concat("not UTF-8 text (byte ", bad,
+                                                         " of the value)"));
+    }
     if (allowed.size() > 0) {
       bool ok = false;
       std::string list;

@@ -1,0 +1,45 @@
+#include "fuzz/scratch_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+namespace partrain::fuzz {
+
+namespace {
+
+// Made on first use, removed with its files when the process ends normally.
+struct ScratchDir {
+  ScratchDir()
+      : path(std::filesystem::temp_directory_path() /
+             ("partrain-fuzz-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::filesystem::path path;
+};
+
+const std::filesystem::path& scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path;
+}
+
+}  // namespace
+
+std::string write_scratch_file(const std::string& name, const std::uint8_t* data,
+                               std::size_t size) {
+  const std::string path = (scratch_dir() / name).string();
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) throw std::runtime_error("cannot write scratch file " + path);
+  const bool written = size == 0 || std::fwrite(data, 1, size, file) == size;
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) throw std::runtime_error("cannot write scratch file " + path);
+  return path;
+}
+
+}  // namespace partrain::fuzz

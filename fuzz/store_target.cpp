@@ -1,0 +1,80 @@
+// The tcp store port: a byte stream played through the server's parsing and serving exactly
+// as a Session does (hello, token, then requests), minus the socket. Values set are checked
+// to read back, and no announced size is allocated before it is checked.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm_backends/store/tcp_store.h"
+#include "fuzz/fuzz_targets.h"
+
+namespace partrain::fuzz {
+
+namespace {
+
+// Takes `bytes` bytes off the front of the stream, or reports the stream too short.
+struct Stream {
+  const std::uint8_t* at;
+  std::size_t left;
+  bool take(std::size_t bytes, const std::uint8_t*& out) {
+    if (bytes > left) return false;
+    out = at;
+    at += bytes;
+    left -= bytes;
+    return true;
+  }
+};
+
+std::uint32_t response_length(const std::vector<std::uint8_t>& response) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= std::uint32_t{response[1 + i]} << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+void fuzz_store(const std::uint8_t* data, std::size_t size) {
+  const std::string token = "run-token";
+  Stream stream{data, size};
+  const std::uint8_t* hello = nullptr;
+  if (!stream.take(comm::kStoreHelloBytes, hello)) return;
+  std::uint32_t token_bytes = 0;
+  if (!comm::parse_store_hello(hello, token_bytes)) return;
+  if (token_bytes > comm::kMaxTokenBytes) throw InvariantBroken("store: oversized token passes");
+  const std::uint8_t* their_token = nullptr;
+  if (!stream.take(token_bytes, their_token)) return;
+  if (std::string(their_token, their_token + token_bytes) != token) return;
+
+  comm::StoreTable table;
+  std::vector<std::uint8_t> response;
+  const std::uint8_t* header = nullptr;
+  while (stream.take(comm::kStoreRequestBytes, header)) {
+    comm::StoreRequestHeader request;
+    if (!comm::parse_store_request(header, request)) return;
+    if (request.key_bytes == 0 || request.key_bytes > comm::kMaxKeyBytes ||
+        request.value_bytes > comm::kMaxValueBytes) {
+      throw InvariantBroken("store: a request with sizes out of bounds passes");
+    }
+    const std::uint8_t* body_bytes = nullptr;
+    if (!stream.take(std::size_t{request.key_bytes} + request.value_bytes, body_bytes)) return;
+    const std::vector<std::uint8_t> body(body_bytes,
+                                         body_bytes + request.key_bytes + request.value_bytes);
+    if (!comm::serve_store_request(table, request, body, response)) return;
+    if (response.size() < comm::kStoreResponseBytes ||
+        response.size() != comm::kStoreResponseBytes + response_length(response)) {
+      throw InvariantBroken("store: response length field disagrees with the response");
+    }
+    if (request.command == 1) {  // set: the value must read back
+      const std::string key(body.begin(), body.begin() + request.key_bytes);
+      const auto it = table.find(key);
+      if (it == table.end() ||
+          !std::equal(it->second.begin(), it->second.end(), body.begin() + request.key_bytes,
+                      body.end())) {
+        throw InvariantBroken("store: a value set does not read back");
+      }
+    }
+  }
+}
+
+}  // namespace partrain::fuzz

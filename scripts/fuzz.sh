@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Usage: scripts/fuzz.sh [SECONDS]
+#
+# Builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan in build-fuzz/, makes a seed
+# corpus (the configs in configs/, small valid IDX and CIFAR-100 files, valid ring and store
+# conversations), then runs each target for SECONDS (default 60). A crash, leak, timeout or
+# out-of-memory input is saved in tests/regression/<target>/ (replayed by ctest -L regression
+# in the normal build) and makes the script exit 1.
+#
+# Environment: JOBS (build parallelism, default 1), PARTRAIN_FUZZ_BUILD (build folder),
+# TARGETS (default "config idx cifar ring store").
+set -euo pipefail
+
+seconds=${1:-60}
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${PARTRAIN_FUZZ_BUILD:-$root/build-fuzz}
+targets=${TARGETS:-config idx cifar ring store}
+jobs=${JOBS:-1}
+cc=${CC:-clang}
+cxx=${CXX:-clang++}
+
+flags="-g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined"
+flags+=" -fno-sanitize-recover=all"
+cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS="$flags" \
+  -DPARTRAIN_FUZZ=ON -DPARTRAIN_BUILD_TESTS=OFF -DPARTRAIN_WITH_TORCH=OFF \
+  -DPARTRAIN_WITH_GLOO=OFF -DPARTRAIN_WITH_NCCL=OFF >/dev/null
+# shellcheck disable=SC2046,SC2086 # one --target word per fuzz target
+cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' $targets)
+
+# ---- seed corpus ----------------------------------------------------------------------------
+seeds=$build/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"
+for t in config idx cifar ring store; do mkdir -p "$seeds/$t"; done
+cp "$root"/configs/*.yaml "$seeds/config/"
+python3 - "$seeds" <<'PY'
+import gzip, struct, sys
+seeds = sys.argv[1]
+def put(target, name, data):
+    with open(f"{seeds}/{target}/{name}", "wb") as f:
+        f.write(data)
+
+# IDX: u16 split (little-endian) | u8 limit | images file | labels file
+images = struct.pack(">IIII", 2051, 3, 4, 5) + bytes(range(60))
+labels = struct.pack(">II", 2049, 3) + bytes([0, 9, 4])
+for limit in (0, 2):
+    put("idx", f"plain-limit{limit}", struct.pack("<HB", len(images), limit) + images + labels)
+gz_images, gz_labels = gzip.compress(images, mtime=0), gzip.compress(labels, mtime=0)
+put("idx", "gzip", struct.pack("<HB", len(gz_images), 0) + gz_images + gz_labels)
+
+# CIFAR-100: records of coarse label, fine label, 3072 pixels
+put("cifar", "two-records",
+    b"".join(bytes([fine // 5, fine]) + bytes([fine]) * 3072 for fine in (7, 99)))
+
+# Ring: selector byte (world 3, expected rank 0) | handshake | token | frame header
+token = b"run-token"
+hello = b"PTRING01" + struct.pack("<IIII", 1, 0, 3, len(token)) + token
+frame = b"PTCF" + bytes([1, 0, 0, 0]) + struct.pack("<iQQ", 0, 1, 1000) + bytes(4)
+put("ring", "handshake-and-frame", bytes([1]) + hello + frame)
+put("ring", "address", bytes([1]) + b"127.0.0.1:29500")
+put("ring", "address-v6", bytes([1]) + b"[::1]:80")
+
+# Store: hello | token | set k=v | get k | add n 5 | add n -2 | get absent
+def request(command, key, value=b""):
+    return struct.pack("<BII", command, len(key), len(value)) + key + value
+store = b"PTSTORE1" + struct.pack("<II", 1, len(token)) + token
+store += request(1, b"k", b"value") + request(2, b"k") + request(3, b"n", struct.pack("<q", 5))
+store += request(3, b"n", struct.pack("<q", -2)) + request(2, b"absent")
+put("store", "conversation", store)
+PY
+
+# ---- run ------------------------------------------------------------------------------------
+export TMPDIR=$build/tmp  # the targets' scratch files
+rm -rf "$TMPDIR" && mkdir -p "$TMPDIR"
+failed=()
+for t in $targets; do
+  corpus=$build/corpus/$t
+  artifacts=$root/tests/regression/$t
+  mkdir -p "$corpus" "$artifacts"
+  extra=()
+  [[ -f $root/fuzz/$t.dict ]] && extra+=(-dict="$root/fuzz/$t.dict")
+  echo "== fuzz_$t for ${seconds}s"
+  log=$build/fuzz_$t.log
+  if "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -max_len=8192 -print_final_stats=1 -artifact_prefix="$artifacts/" "${extra[@]}" \
+      "$corpus" "$seeds/$t" >"$log" 2>&1; then
+    grep -E "^stat::number_of_executed_units|^stat::new_units_added" "$log" | tr '\n' ' '
+    echo
+  else
+    echo "fuzz_$t FOUND A PROBLEM (log: $log):"
+    grep -E "ERROR|SUMMARY|Test unit written|uncaught|terminate" "$log" | head -8
+    failed+=("$t")
+  fi
+done
+
+if ((${#failed[@]})); then
+  echo "fuzz.sh: problems in: ${failed[*]}; inputs kept in tests/regression/<target>/" >&2
+  exit 1
+fi
+echo "fuzz.sh: no problems found in ${seconds}s per target"
