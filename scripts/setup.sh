@@ -36,6 +36,9 @@ fi
 
 # ccache keeps LibTorch-heavy objects across clean checkouts; 5 GB is plenty.
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths below the checkout are hashed relative to it, so a fresh clone elsewhere (as CI
+# makes) reuses what an earlier checkout compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
 ccache --max-size=5G >/dev/null 2>&1 || true
 
 # shellcheck disable=SC2086 # CMAKE_ARGS may hold several -D options

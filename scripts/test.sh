@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -x build/partrain ] || { echo "test: build/partrain is missing; run scripts/setup.sh first" >&2; exit 2; }
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"  # as in setup.sh
 cmake --build build -j"${JOBS:-2}"
 ctest --test-dir build --output-on-failure -j"${JOBS:-2}" --timeout 600 "$@"
 
