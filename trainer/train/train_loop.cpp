@@ -316,7 +316,10 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
 
   for (int epoch = position.epoch + 1; epoch <= cfg.train.epochs && !stop; ++epoch) {
     const auto epoch_start = Clock::now();
-    if (!is_rank0) std::printf("epoch %d/%d\n", epoch, cfg.train.epochs), std::fflush(stdout);
+    if (!is_rank0) {  // the launcher names the epoch a rank was in from these lines
+      std::printf("epoch %d/%d\n", epoch, cfg.train.epochs);
+      std::fflush(stdout);
+    }
     model->train();
     train_loader.start_epoch(epoch - 1);
     double loss_sum = 0, images = 0;
