@@ -1,15 +1,26 @@
-// defines: the add_*_command functions, one per subcommand file, that main.cpp calls.
+// defines: the add_*_command functions, one per subcommand file, that main.cpp calls, and
+// ConfigArguments, the config options they share.
 //
 // Each adds its subcommand to the root CLI11 app; the callback does the work and stores the
 // process exit code in `exit_code`. Errors are thrown (UsageError -> 2, Error -> 1) and
 // turned into one line on stderr by main.cpp.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace CLI {
 class App;
 }
 
 namespace partrain::cli {
+
+// CONFIG and --set key.path=value, as run, worker and validate take them.
+struct ConfigArguments {
+  std::string path;
+  std::vector<std::string> overrides;
+};
+void add_config_arguments(CLI::App& sub, ConfigArguments& args);  // validate_command.cpp
 
 void add_run_command(CLI::App& app, int& exit_code);       // run_command.cpp (launcher)
 void add_worker_command(CLI::App& app, int& exit_code);    // worker_command.cpp

@@ -23,8 +23,7 @@ namespace partrain::cli {
 namespace {
 
 struct RunOptions {
-  std::string config;
-  std::vector<std::string> overrides;
+  ConfigArguments config;
   int nproc_per_node = 0;  // 0: from the config
   int nnodes = 0;
   int node_rank = 0;
@@ -46,10 +45,10 @@ int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
   twin.nproc_per_node = 1;
   twin.nnodes = 1;
   twin.output = parallel.output_dir + "/baseline";
-  twin.overrides.push_back("strategy=single");
-  twin.overrides.push_back("launch.nproc_per_node=1");
-  twin.overrides.push_back("launch.nnodes=1");
-  twin.overrides.push_back("data.batch_size=" + std::to_string(parallel.data.batch_size * ranks));
+  twin.config.overrides.push_back("strategy=single");
+  twin.config.overrides.push_back("launch.nproc_per_node=1");
+  twin.config.overrides.push_back("launch.nnodes=1");
+  twin.config.overrides.push_back("data.batch_size=" + std::to_string(parallel.data.batch_size * ranks));
   std::cout << "partrain: training the single-device baseline into " << twin.output << "\n" << std::flush;
   return run(twin);
 }
@@ -66,9 +65,9 @@ void compare_with_reference(const Config& config) {
 }
 
 int run(const RunOptions& o) {
-  std::vector<std::string> overrides = o.overrides;
+  std::vector<std::string> overrides = o.config.overrides;
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
-  Config config = load_config(o.config, overrides);
+  Config config = load_config(o.config.path, overrides);
 
   int nproc = config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
   if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
@@ -101,7 +100,7 @@ int launch_workers(const RunOptions& o, const Config& config, const std::vector<
 
   LaunchPlan plan;
   plan.executable = platform::executable_path();
-  plan.worker_args = {"worker", o.config};
+  plan.worker_args = {"worker", o.config.path};
   for (const auto& s : overrides) {
     plan.worker_args.push_back("--set");
     plan.worker_args.push_back(s);
@@ -121,8 +120,7 @@ int launch_workers(const RunOptions& o, const Config& config, const std::vector<
 void add_run_command(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("run", "Train: start the ranks of a config and watch them");
   auto o = std::make_shared<RunOptions>();
-  sub->add_option("config", o->config, "YAML config file")->required();
-  sub->add_option("--set", o->overrides, "Override a key: key.path=value (repeatable)");
+  add_config_arguments(*sub, o->config);
   sub->add_option("--nproc-per-node", o->nproc_per_node, "Ranks on this machine (default: launch.nproc_per_node)")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--nnodes", o->nnodes, "Machines in the run (default: launch.nnodes)")->check(CLI::Range(1, 65536));

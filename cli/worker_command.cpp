@@ -77,12 +77,10 @@ WorkerEnv read_worker_env(const Config& config) {
 
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("worker", "Run one rank (started by partrain run, torchrun, srun or mpirun)");
-  auto config_path = std::make_shared<std::string>();
-  auto overrides = std::make_shared<std::vector<std::string>>();
-  sub->add_option("config", *config_path, "YAML config file")->required();
-  sub->add_option("--set", *overrides, "Override a key: key.path=value (repeatable)");
-  sub->callback([config_path, overrides, &exit_code] {
-    Config config = load_config(*config_path, *overrides);
+  auto args = std::make_shared<ConfigArguments>();
+  add_config_arguments(*sub, *args);
+  sub->callback([args, &exit_code] {
+    Config config = load_config(args->path, args->overrides);
     exit_code = run_worker(config, read_worker_env(config));
   });
 }
