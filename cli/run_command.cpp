@@ -97,7 +97,6 @@ int run(const RunOptions& o) {
 
 int launch_workers(const RunOptions& o, const Config& config, const std::vector<std::string>& overrides,
                    int nproc, int nnodes) {
-
   LaunchPlan plan;
   plan.executable = platform::executable_path();
   plan.worker_args = {"worker", o.config.path};
