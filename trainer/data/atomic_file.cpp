@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "comm_backends/errors.h"
@@ -29,6 +30,23 @@ void commit_file(const std::string& temp_path, const std::string& path) {
     std::filesystem::remove(temp_path, ec);
     throw UsageError(detail::concat("cannot move ", temp_path, " to ", path, ": ", reason));
   }
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  const std::string temp = temp_path_for(path);
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    PARTRAIN_CHECK(out, UsageError, path, ": cannot write (", temp, " did not open)");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      throw UsageError(detail::concat(path, ": write failed (disk full?)"));
+    }
+  }
+  commit_file(temp, path);
 }
 
 }  // namespace partrain::data

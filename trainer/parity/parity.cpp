@@ -1,16 +1,14 @@
 #include "trainer/parity/parity.h"
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <set>
 
 #include "comm_backends/errors.h"
+#include "trainer/data/atomic_file.h"
 #include "trainer/parity/figure_format.h"
 
 namespace partrain::parity {
@@ -352,38 +350,11 @@ int exit_code(const ParityResult& result) {
   return 0;
 }
 
-namespace {
-
-void write_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    PARTRAIN_CHECK(out, UsageError, path, ": cannot write (", temp, " did not open)");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(temp, ignored);
-      throw UsageError(detail::concat(path, ": write failed"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(temp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(temp, ignored);
-    throw UsageError(
-        detail::concat(path, ": cannot rename the written file into place: ", ec.message()));
-  }
-}
-
-}  // namespace
 
 void write_parity_outputs(const ParityResult& result, const std::string& markdown_path,
                           const std::string& svg_path) {
-  if (!markdown_path.empty()) write_atomically(markdown_path, to_markdown(result));
-  if (!svg_path.empty()) write_atomically(svg_path, to_svg(result));
+  if (!markdown_path.empty()) data::write_file_atomically(markdown_path, to_markdown(result));
+  if (!svg_path.empty()) data::write_file_atomically(svg_path, to_svg(result));
 }
 
 }  // namespace partrain::parity

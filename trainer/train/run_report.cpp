@@ -26,17 +26,6 @@ Json epoch_json(const EpochRecord& e) {
               {"test_accuracy", e.test_accuracy}};
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  std::string temp = data::temp_path_for(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("cannot write " + temp);
-  }
-  data::commit_file(temp, path);
-}
-
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& output_dir) : dir_(output_dir) {
@@ -66,7 +55,7 @@ void MetricsLog::log_epoch(const EpochRecord& record) {
         << "," << e.images << "," << e.steps << "," << e.train_loss << "," << e.test_loss << ","
         << e.test_accuracy << "\n";
   }
-  write_text_atomically(dir_ + "/metrics.csv", csv.str());
+  data::write_file_atomically(dir_ + "/metrics.csv", csv.str());
 }
 
 void write_report(const std::string& output_dir, const RunSummary& s) {
@@ -105,7 +94,7 @@ void write_report(const std::string& output_dir, const RunSummary& s) {
     report["final"] = {{"test_accuracy", nullptr}, {"test_loss", nullptr}};
   }
   std::filesystem::create_directories(output_dir);
-  write_text_atomically(output_dir + "/report.json", report.dump(2) + "\n");
+  data::write_file_atomically(output_dir + "/report.json", report.dump(2) + "\n");
 }
 
 }  // namespace partrain
