@@ -37,7 +37,7 @@ extern char** environ;
 
 #include "cli/commands.h"
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/store.h"
 
 namespace partrain::cli {

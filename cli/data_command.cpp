@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/data/cifar_reader.h"
 #include "trainer/data/download.h"
 #include "trainer/data/synthetic.h"

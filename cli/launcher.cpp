@@ -41,7 +41,9 @@
 // clang-format on
 
 #include "cli/platform_process.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
+#include "common/hash.h"
+#include "common/temp_dir.h"
 
 namespace partrain::cli {
 namespace {
@@ -325,30 +327,8 @@ class GroupRun {
 // holds the addresses the ranks connect to.
 class FreshStoreRoot {
  public:
-  FreshStoreRoot() {
-    namespace fs = std::filesystem;
-    std::random_device random;
-    const fs::path temp = fs::temp_directory_path();
-    for (int attempt = 0; attempt < 8 && root_.empty(); ++attempt) {
-      std::ostringstream name;
-      name << "partrain-run-" << std::hex << random() << random();
-      std::error_code ec;
-      if (fs::create_directory(temp / name.str(), ec)) root_ = temp / name.str();
-    }
-    PARTRAIN_CHECK(!root_.empty(), Error, "cannot make a rendezvous directory under ",
-                   temp.string());
-    std::error_code ec;
-    fs::permissions(root_, fs::perms::owner_all, fs::perm_options::replace, ec);
-  }
-  ~FreshStoreRoot() {
-    std::error_code ignored;
-    std::filesystem::remove_all(root_, ignored);
-  }
-  FreshStoreRoot(const FreshStoreRoot&) = delete;
-  FreshStoreRoot& operator=(const FreshStoreRoot&) = delete;
-
   std::string dir_for_start(int restart) const {
-    const auto dir = root_ / ("start-" + std::to_string(restart));
+    const auto dir = root_.path() / ("start-" + std::to_string(restart));
     std::error_code ec;
     std::filesystem::create_directory(dir, ec);
     PARTRAIN_CHECK(!ec, Error, "cannot make the rendezvous directory ", dir.string(), ": ",
@@ -357,14 +337,13 @@ class FreshStoreRoot {
   }
 
  private:
-  std::filesystem::path root_;
+  TempDir root_{"partrain-run"};
 };
 
 void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(!plan.executable.empty(), UsageError, "no worker executable to launch");
-  PARTRAIN_CHECK(plan.nproc_per_node >= 1, UsageError, "nproc_per_node must be at least 1 (got ",
-                 plan.nproc_per_node, ")");
-  PARTRAIN_CHECK(plan.nnodes >= 1, UsageError, "nnodes must be at least 1 (got ", plan.nnodes, ")");
+  PARTRAIN_CHECK_GE(plan.nproc_per_node, 1, UsageError, "nproc_per_node is too small");
+  PARTRAIN_CHECK_GE(plan.nnodes, 1, UsageError, "nnodes is too small");
   PARTRAIN_CHECK(
       static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes <= kMaxWorldSize, UsageError,
       "nnodes x nproc_per_node = ", static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes,
@@ -376,8 +355,7 @@ void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(plan.nnodes == 1 || plan.master_port != 0, UsageError,
                  "a master port is required with nnodes > 1: every node must name the same one");
   PARTRAIN_CHECK(!plan.master_addr.empty(), UsageError, "the master address is empty");
-  PARTRAIN_CHECK(plan.max_restarts >= 0, UsageError, "max_restarts must be 0 or more (got ",
-                 plan.max_restarts, ")");
+  PARTRAIN_CHECK_GE(plan.max_restarts, 0, UsageError, "max_restarts is negative");
   PARTRAIN_CHECK(plan.grace.count() >= 0, UsageError, "the stop grace period is negative");
 }
 
@@ -392,13 +370,6 @@ std::string to_hex(std::uint64_t high, std::uint64_t low) {
   return hex.str();
 }
 
-std::uint64_t fnv1a(std::string_view text, std::uint64_t hash) {
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
 
 std::string env_value(const char* name) {
   const char* value = std::getenv(name);
@@ -516,7 +487,7 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
   add(std::to_string(plan.nproc_per_node));
   add(std::filesystem::path(plan.executable).filename().string());
   for (const auto& arg : plan.worker_args) add(arg);
-  return to_hex(fnv1a(shared, 0xcbf29ce484222325ULL), fnv1a(shared, 0x84222325cbf29ce4ULL));
+  return to_hex(fnv1a_64(shared), fnv1a_64(shared, 0x84222325cbf29ce4ULL));
 }
 
 std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir) {

@@ -2,11 +2,26 @@
 // 0 success, 1 the run failed, 2 bad usage, config or input (one line on stderr).
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <string>
 
 #include "cli/commands.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
+
+namespace {
+
+// The one line for the user; with PARTRAIN_DEBUG=1 also where in partrain's source the error
+// was raised, for a bug report.
+void report(const partrain::Error& e) {
+  std::cerr << "partrain: " << e.what();
+  const char* debug = std::getenv("PARTRAIN_DEBUG");
+  if (debug && std::string(debug) == "1" && !e.source().empty()) std::cerr << " [" << e.source() << "]";
+  std::cerr << "\n";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"partrain: data-parallel training of LibTorch models", "partrain"};
@@ -33,10 +48,10 @@ int main(int argc, char** argv) {
     std::cerr << "partrain: " << e.what() << " (see partrain --help)\n";
     return 2;
   } catch (const partrain::UsageError& e) {
-    std::cerr << "partrain: " << e.what() << "\n";
+    report(e);
     return 2;
   } catch (const partrain::Error& e) {
-    std::cerr << "partrain: " << e.what() << "\n";
+    report(e);
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "partrain: internal error: " << e.what() << "\n";

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/parity/parity.h"
 
 namespace partrain::cli {

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::cli::platform {
 

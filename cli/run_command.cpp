@@ -14,7 +14,7 @@
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
 #include "trainer/parity/parity.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/config/config.h"
 #include "trainer/train/torch_info.h"
 #include "trainer/train/train_loop.h"

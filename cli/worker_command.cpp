@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "cli/commands.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/config/config.h"
 #include "trainer/train/train_loop.h"
 

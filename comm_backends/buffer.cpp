@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 

@@ -1,7 +1,7 @@
 #include "comm_backends/communicator.h"
 
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/store.h"
 
 namespace partrain::comm {
@@ -74,9 +74,8 @@ void check_host_buffer(const Buffer& buffer, const std::string& backend) {
 void check_allgather_buffers(const Buffer& in, const Buffer& out, int size) {
   PARTRAIN_CHECK(in.dtype == out.dtype, UsageError, "allgather: input is ", dtype_name(in.dtype),
                  " but output is ", dtype_name(out.dtype));
-  PARTRAIN_CHECK(out.count == in.count * static_cast<std::size_t>(size), UsageError,
-                 "allgather: output holds ", out.count, " elements, expected ", size, " x ",
-                 in.count);
+  PARTRAIN_CHECK_EQ(out.count, in.count * static_cast<std::size_t>(size), UsageError,
+                    "allgather: the output's element count is not ", size, " x ", in.count);
 }
 
 }  // namespace partrain::comm

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 

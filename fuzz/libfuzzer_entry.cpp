@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "fuzz/fuzz_targets.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

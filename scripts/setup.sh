@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
+  clang-format                      # scripts/lint.sh checks the C++ formatting
+  libjemalloc2 libtcmalloc-minimal4 # bench/ddp/allocators.sh compares them with ours
   libtorch-dev                      # LibTorch 1.13 (CPU)
   libboost-dev                      # Boost.Asio, Boost.Process (header-only)
   libgloo-dev                       # the gloo backend

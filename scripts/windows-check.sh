@@ -29,6 +29,8 @@ toolchain=$root/cmake/toolchain-mingw64.cmake
 mkdir -p "$out" "$deps/include" "$src"
 started=$(date +%s)
 step() { echo "windows-check: [$(( $(date +%s) - started ))s] $*"; }
+# shellcheck source=scripts/apt-sources.sh
+. scripts/apt-sources.sh
 
 # --- packages -------------------------------------------------------------------------------
 # yaml-cpp has no Windows build in Debian, so its source package is built here; apt-get source
@@ -45,8 +47,10 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
   src_list=/etc/apt/sources.list.d/partrain-deb-src.sources
   need_update=0
   if ! grep -rqs '^Types:.*deb-src\|^deb-src ' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    step "adding Debian's deb-src entry ($src_list)"
-    printf '%s\n' 'Types: deb-src' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm' \
+    mirror=$(apt_bookworm_mirror)
+    [ -n "$mirror" ] || { echo "windows-check: apt knows no bookworm mirror to take sources from" >&2; exit 1; }
+    step "adding a deb-src entry for $mirror ($src_list)"
+    printf '%s\n' 'Types: deb-src' "URIs: $mirror" 'Suites: bookworm' \
       'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
       $SUDO tee "$src_list" >/dev/null
     need_update=1

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/ring/ring_allreduce.h"
 #include "comm_backends/store/store.h"
 

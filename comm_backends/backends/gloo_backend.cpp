@@ -5,7 +5,7 @@
 // in the libgloo we build against that one shrinks the socket send buffer and stalls every
 // large write for about 40 ms.
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 #ifdef PARTRAIN_WITH_GLOO
 

@@ -5,7 +5,7 @@
 // the timeout, and on timeout the communicator is aborted (ncclCommAbort) before we throw.
 // A collective returns when its work on the caller's stream has completed.
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 #ifdef PARTRAIN_WITH_NCCL
 

@@ -5,7 +5,7 @@
 #include <boost/asio/write.hpp>
 #include <thread>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::comm::net {
 

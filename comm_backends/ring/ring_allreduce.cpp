@@ -38,8 +38,11 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <utility>
 
-#include "comm_backends/errors.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/reduction.h"
 
@@ -64,9 +67,11 @@ const char* kind_name(std::uint8_t kind) {
   return "an unknown collective";
 }
 
+// A byte range of the pass's work buffer. In an allreduce both ends fall on element
+// boundaries of the work type (Pass::elements() converts); broadcast and allgather move bytes.
 struct Segment {
-  std::size_t offset = 0;  // elements of the work type
-  std::size_t count = 0;
+  std::size_t offset = 0;  // bytes from the start of the work buffer
+  std::size_t bytes = 0;
 };
 
 // One step of a pass: which segment leaves to the right, which arrives from the left, what
@@ -80,11 +85,14 @@ struct Step {
   int send_after = -1;
 };
 
-std::vector<Segment> equal_segments(std::size_t count, int parts) {
+// `elements` elements of `elem_bytes` each, cut into `parts` segments that differ by at most
+// one element.
+std::vector<Segment> equal_segments(std::size_t elements, std::size_t elem_bytes, int parts) {
   std::vector<Segment> segments(parts);
   for (int i = 0; i < parts; ++i) {
-    segments[i].offset = count * i / parts;
-    segments[i].count = count * (i + 1) / parts - segments[i].offset;
+    const std::size_t first = elements * i / parts;
+    const std::size_t end = elements * (i + 1) / parts;
+    segments[i] = {first * elem_bytes, (end - first) * elem_bytes};
   }
   return segments;
 }
@@ -98,32 +106,35 @@ struct RingCollectives::Header {
   std::uint8_t op = 0;
   std::int32_t root = 0;
   std::uint64_t sequence = 0;
-  std::uint64_t count = 0;
+  // The size of the call: elements for an allreduce (and barrier), bytes (per rank for
+  // allgather) for the others. One of them is zero; both travel in the same 8 bytes.
+  std::uint64_t elements = 0;
+  std::uint64_t bytes = 0;
+
+  bool counts_elements() const {
+    return static_cast<Kind>(kind) == Kind::allreduce || static_cast<Kind>(kind) == Kind::barrier;
+  }
 
   void encode(std::uint8_t* out) const {
     std::memset(out, 0, kHeaderBytes);
-    auto put = [&out](std::size_t at, std::uint64_t v, int bytes) {
-      for (int i = 0; i < bytes; ++i) out[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
-    };
-    put(0, kFrameMagic, 4);
+    put_le<std::uint32_t>(out, kFrameMagic);
     out[4] = kind;
     out[5] = dtype;
     out[6] = wire;
     out[7] = op;
-    put(8, static_cast<std::uint32_t>(root), 4);
-    put(12, sequence, 8);
-    put(20, count, 8);
+    put_le(out + 8, static_cast<std::uint32_t>(root));
+    put_le(out + 12, sequence);
+    put_le(out + 20, counts_elements() ? elements : bytes);
   }
 
   std::string describe() const {
-    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) +
-                       " of " + std::to_string(count);
-    if (static_cast<Kind>(kind) == Kind::allreduce) {
-      text += " " + std::string(dtype_name(static_cast<DType>(dtype))) + " (" +
-              std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", wire " +
+    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) + " of ";
+    if (counts_elements()) {
+      text += std::to_string(elements) + " " + std::string(dtype_name(static_cast<DType>(dtype))) +
+              " (" + std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", wire " +
               std::string(dtype_name(static_cast<DType>(wire))) + ")";
     } else {
-      text += " bytes";
+      text += std::to_string(bytes) + " bytes";
     }
     if (static_cast<Kind>(kind) == Kind::broadcast) text += " from root " + std::to_string(root);
     return text;
@@ -134,19 +145,14 @@ std::string RingCollectives::describe_frame(const std::uint8_t* header) {
   const bool framed =
       header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
   if (!framed) return "something unrecognisable";
-  auto get = [header](std::size_t at, int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{header[at + i]} << (8 * i);
-    return v;
-  };
   Header theirs;
   theirs.kind = header[4];
   theirs.dtype = header[5];
   theirs.wire = header[6];
   theirs.op = header[7];
-  theirs.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get(8, 4)));
-  theirs.sequence = get(12, 8);
-  theirs.count = get(20, 8);
+  theirs.root = static_cast<std::int32_t>(get_le<std::uint32_t>(header + 8));
+  theirs.sequence = get_le<std::uint64_t>(header + 12);
+  (theirs.counts_elements() ? theirs.elements : theirs.bytes) = get_le<std::uint64_t>(header + 20);
   return theirs.describe();
 }
 
@@ -164,10 +170,15 @@ struct RingCollectives::Pass {
   std::vector<Step> steps;
   std::size_t chunks = 1;  // per segment
 
+  std::size_t elements(const Segment& s) const { return s.bytes / work_elem; }
+  std::size_t first_element(const Segment& s) const { return s.offset / work_elem; }
+
+  // Chunk c of a segment, cut on element boundaries.
   Segment chunk(int segment, std::size_t c) const {
     const Segment& s = segments[segment];
-    const std::size_t begin = s.count * c / chunks;
-    return {s.offset + begin, s.count * (c + 1) / chunks - begin};
+    const std::size_t n = elements(s);
+    const std::size_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+    return {s.offset + begin * work_elem, (end - begin) * work_elem};
   }
 };
 
@@ -175,174 +186,228 @@ RingCollectives::RingCollectives(RingTransport& transport, std::chrono::millisec
                                  std::size_t chunk_bytes)
     : transport_(transport), timeout_(timeout), chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
 
-void RingCollectives::run_pass(Pass& pass, const Header& header) {
+// The state of one pass lives on the heap, shared by every completion handler it starts: a
+// handler that runs after run_pass() has returned (a pass abandoned after a failure, whose
+// aborted handlers the io_context runs later or never) still finds what it refers to.
+struct RingCollectives::PassRun {
+  PassRun(Pass p, const Header& h) : pass(std::move(p)), header(h) {}
+  Pass pass;
+  Header header;
+  std::uint8_t my_header[kHeaderBytes] = {};
+  std::uint8_t left_header[kHeaderBytes] = {};
+  std::size_t send_step = 0, send_chunk = 0, recv_step = 0, recv_chunk = 0;
+  std::vector<std::size_t> recv_done;  // per step: chunks received (and reduced)
+  bool send_busy = true, recv_busy = true;  // the headers go first
+  int failed_peer = -1;
+  bool peer_failure = false;
+  std::string failure;
+};
+
+void RingCollectives::run_pass(Pass pass_in, const Header& header_in) {
+  const auto run = std::make_shared<PassRun>(std::move(pass_in), header_in);
+  PassRun& st = *run;
+  const Pass& pass = st.pass;
+  const Header& header = st.header;
   const int left = transport_.left();
   const int right = transport_.right();
   auto& out = transport_.to_right();
   auto& in = transport_.from_left();
   const std::size_t n = pass.steps.size();
+  std::uint8_t* const recv_stage = [&] {
+    std::size_t max_chunk = 0;
+    for (std::size_t s = 0; s < pass.segments.size(); ++s) {
+      max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).bytes + pass.work_elem);
+    }
+    if (!pass.narrow) recv_stage_.resize(std::max(recv_stage_.size(), max_chunk));
+    return recv_stage_.data();
+  }();
 
-  std::size_t max_chunk = 0;
-  for (std::size_t s = 0; s < pass.segments.size(); ++s) {
-    max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).count + 1);
-  }
-  if (!pass.narrow) recv_stage_.resize(std::max(recv_stage_.size(), max_chunk * pass.work_elem));
+  header.encode(st.my_header);
+  st.recv_done.assign(n, 0);
+  while (st.send_step < n && pass.steps[st.send_step].send < 0) ++st.send_step;
+  while (st.recv_step < n && pass.steps[st.recv_step].recv < 0) ++st.recv_step;
 
-  std::uint8_t my_header[kHeaderBytes];
-  std::uint8_t left_header[kHeaderBytes];
-  header.encode(my_header);
+  // The helpers below are called only from this thread while it drives the io_context inside
+  // this function; completion handlers hold `run` and reach the helpers through `ops`, which
+  // run_pass() empties before it returns, so a late handler sees nothing to call.
+  struct Ops {
+    std::function<void(int, bool, const std::string&)> fail;
+    std::function<void(int, const boost::system::error_code&, const char*)> io_failure;
+    std::function<void()> pump_send, pump_recv;
+  };
+  const auto ops = std::make_shared<Ops>();
 
-  std::size_t send_step = 0, send_chunk = 0, recv_step = 0, recv_chunk = 0;
-  while (send_step < n && pass.steps[send_step].send < 0) ++send_step;
-  while (recv_step < n && pass.steps[recv_step].recv < 0) ++recv_step;
-  std::vector<std::size_t> recv_done(n, 0);
-  bool send_busy = true, recv_busy = true;  // the headers go first
-  int failed_peer = -1;
-  bool peer_failure = false;
-  std::string failure;
-
-  auto fail = [&](int peer, bool is_peer, const std::string& message) {
-    if (!failure.empty()) return;
-    failed_peer = peer;
-    peer_failure = is_peer;
-    failure = message;
+  ops->fail = [this, &st](int peer, bool is_peer, const std::string& message) {
+    if (!st.failure.empty()) return;
+    st.failed_peer = peer;
+    st.peer_failure = is_peer;
+    st.failure = message;
     transport_.break_ring();  // aborts the other direction's pending operation
   };
-  auto io_failure = [&](int peer, const boost::system::error_code& ec, const char* direction) {
+  ops->io_failure = [&st, ops](int peer, const boost::system::error_code& ec,
+                               const char* direction) {
     const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset ||
                         ec == asio::error::broken_pipe;
-    fail(peer, true,
-         "asio-ring: rank " + std::to_string(peer) +
-             (closed ? " closed its connection (it exited or failed)" : " connection failed") +
-             " while " + direction + " during " + header.describe() + ": " + ec.message());
+    ops->fail(peer, true,
+              "asio-ring: rank " + std::to_string(peer) +
+                  (closed ? " closed its connection (it exited or failed)" : " connection failed") +
+                  " while " + direction + " during " + st.header.describe() + ": " + ec.message());
   };
-  auto advance_send = [&] {
-    if (++send_chunk < pass.chunks) return;
-    send_chunk = 0;
-    do ++send_step; while (send_step < n && pass.steps[send_step].send < 0);
+  auto advance_send = [&st, n] {
+    if (++st.send_chunk < st.pass.chunks) return;
+    st.send_chunk = 0;
+    do ++st.send_step;
+    while (st.send_step < n && st.pass.steps[st.send_step].send < 0);
   };
-  auto advance_recv = [&] {
-    if (++recv_chunk < pass.chunks) return;
-    recv_chunk = 0;
-    do ++recv_step; while (recv_step < n && pass.steps[recv_step].recv < 0);
+  auto advance_recv = [&st, n] {
+    if (++st.recv_chunk < st.pass.chunks) return;
+    st.recv_chunk = 0;
+    do ++st.recv_step;
+    while (st.recv_step < n && st.pass.steps[st.recv_step].recv < 0);
   };
-
-  std::function<void()> pump_send = [&] {
-    while (!send_busy && failure.empty() && send_step < n) {
-      const Step& step = pass.steps[send_step];
-      if (step.send_after >= 0 && recv_done[step.send_after] <= send_chunk) return;
-      const Segment piece = pass.chunk(step.send, send_chunk);
-      if (piece.count == 0) {
-        advance_send();
-        continue;
-      }
-      const void* source = pass.work + piece.offset * pass.work_elem;
-      if (pass.narrow) {
-        std::uint16_t* words = pass.wire + piece.offset;
-        if (step.narrow_send) {
-          narrow_to_wire(static_cast<const float*>(source), words, pass.wire_type, piece.count);
-        }
-        source = words;
-      }
-      send_busy = true;
-      asio::async_write(out, asio::buffer(source, piece.count * pass.wire_elem),
-                        [&](const boost::system::error_code& ec, std::size_t) {
-                          send_busy = false;
-                          if (ec) return io_failure(right, ec, "sending to it");
-                          advance_send();
-                          pump_send();
-                        });
-    }
-  };
-
-  auto complete_recv = [&] {
-    ++recv_done[recv_step];
+  auto complete_recv = [&st, advance_recv] {
+    ++st.recv_done[st.recv_step];
     advance_recv();
   };
 
-  std::function<void()> pump_recv = [&] {
-    while (!recv_busy && failure.empty() && recv_step < n) {
-      const Step& step = pass.steps[recv_step];
-      const Segment piece = pass.chunk(step.recv, recv_chunk);
-      if (piece.count == 0) {
+  // A completion handler: keeps the pass state alive, and does nothing once run_pass() has
+  // returned (ops emptied) but record that its operation is over.
+  auto on_send = [run, ops, right, advance_send](const boost::system::error_code& ec,
+                                                 std::size_t) {
+    run->send_busy = false;
+    if (!ops->pump_send) return;
+    if (ec) return ops->io_failure(right, ec, "sending to it");
+    advance_send();
+    ops->pump_send();
+  };
+
+  ops->pump_send = [&st, &out, n, advance_send, on_send] {
+    const Pass& pass = st.pass;
+    while (!st.send_busy && st.failure.empty() && st.send_step < n) {
+      const Step& step = pass.steps[st.send_step];
+      if (step.send_after >= 0 && st.recv_done[step.send_after] <= st.send_chunk) return;
+      const Segment piece = pass.chunk(step.send, st.send_chunk);
+      if (piece.bytes == 0) {
+        advance_send();
+        continue;
+      }
+      const std::size_t elements = pass.elements(piece);
+      const void* source = pass.work + piece.offset;
+      if (pass.narrow) {
+        std::uint16_t* words = pass.wire + pass.first_element(piece);
+        if (step.narrow_send) {
+          narrow_to_wire(static_cast<const float*>(source), words, pass.wire_type, elements);
+        }
+        source = words;
+      }
+      st.send_busy = true;
+      asio::async_write(out, asio::buffer(source, elements * pass.wire_elem), on_send);
+    }
+  };
+
+  ops->pump_recv = [run, ops, &st, &in, n, left, recv_stage, complete_recv] {
+    const Pass& pass = st.pass;
+    while (!st.recv_busy && st.failure.empty() && st.recv_step < n) {
+      const Step& step = pass.steps[st.recv_step];
+      const Segment piece = pass.chunk(step.recv, st.recv_chunk);
+      if (piece.bytes == 0) {
         complete_recv();
         continue;
       }
-      std::uint8_t* target = pass.work + piece.offset * pass.work_elem;
-      void* arrival = pass.narrow ? static_cast<void*>(pass.wire + piece.offset)
-                      : step.reduce ? recv_stage_.data()
+      const std::size_t elements = pass.elements(piece);
+      std::uint8_t* target = pass.work + piece.offset;
+      void* arrival = pass.narrow ? static_cast<void*>(pass.wire + pass.first_element(piece))
+                      : step.reduce ? recv_stage
                                     : target;
-      recv_busy = true;
+      st.recv_busy = true;
       asio::async_read(
-          in, asio::buffer(arrival, piece.count * pass.wire_elem),
-          [&, piece, target](const boost::system::error_code& ec, std::size_t) {
-            recv_busy = false;
-            if (ec) return io_failure(left, ec, "receiving from it");
-            const Step& done = pass.steps[recv_step];
+          in, asio::buffer(arrival, elements * pass.wire_elem),
+          [run, ops, left, recv_stage, complete_recv, piece, elements, target](
+              const boost::system::error_code& ec, std::size_t) {
+            run->recv_busy = false;
+            if (!ops->pump_recv) return;
+            if (ec) return ops->io_failure(left, ec, "receiving from it");
+            const Pass& pass = run->pass;
+            const Step& done = pass.steps[run->recv_step];
             if (pass.narrow) {
               auto* acc = reinterpret_cast<float*>(target);
-              std::uint16_t* words = pass.wire + piece.offset;
+              std::uint16_t* words = pass.wire + pass.first_element(piece);
               if (done.reduce) {
-                reduce_from_wire(acc, words, pass.wire_type, piece.count, pass.op, done.finalize,
+                reduce_from_wire(acc, words, pass.wire_type, elements, pass.op, done.finalize,
                                  pass.divisor);
               } else {
-                widen_from_wire(words, acc, pass.wire_type, piece.count);
+                widen_from_wire(words, acc, pass.wire_type, elements);
               }
             } else if (done.reduce) {
-              reduce_into(target, pass.work_type, recv_stage_.data(), pass.work_type, piece.count,
-                          pass.op);
+              reduce_into(target, pass.work_type, recv_stage, pass.work_type, elements, pass.op);
               if (done.finalize && pass.divisor != 1) {
-                divide_elements(target, pass.work_type, piece.count, pass.divisor);
+                divide_elements(target, pass.work_type, elements, pass.divisor);
               }
             }
             complete_recv();
-            pump_recv();
-            pump_send();
+            ops->pump_recv();
+            ops->pump_send();
           });
     }
-    pump_send();
+    ops->pump_send();
   };
 
-  asio::async_write(out, asio::buffer(my_header, kHeaderBytes),
-                    [&](const boost::system::error_code& ec, std::size_t) {
-                      send_busy = false;
-                      if (ec) return io_failure(right, ec, "sending to it");
-                      pump_send();
+  asio::async_write(out, asio::buffer(st.my_header, kHeaderBytes),
+                    [run, ops, right](const boost::system::error_code& ec, std::size_t) {
+                      run->send_busy = false;
+                      if (!ops->pump_send) return;
+                      if (ec) return ops->io_failure(right, ec, "sending to it");
+                      ops->pump_send();
                     });
-  asio::async_read(in, asio::buffer(left_header, kHeaderBytes),
-                   [&](const boost::system::error_code& ec, std::size_t) {
-                     recv_busy = false;
-                     if (ec) return io_failure(left, ec, "receiving from it");
-                     if (std::memcmp(left_header, my_header, kHeaderBytes) != 0) {
-                       return fail(left, false,
-                                   "asio-ring: ranks disagree: rank " + std::to_string(left) +
-                                       " called " + describe_frame(left_header) +
-                                       " while rank " + std::to_string(transport_.rank()) +
-                                       " called " + header.describe());
+  asio::async_read(in, asio::buffer(st.left_header, kHeaderBytes),
+                   [this, run, ops, left](const boost::system::error_code& ec, std::size_t) {
+                     run->recv_busy = false;
+                     if (!ops->pump_recv) return;
+                     if (ec) return ops->io_failure(left, ec, "receiving from it");
+                     if (std::memcmp(run->left_header, run->my_header, kHeaderBytes) != 0) {
+                       return ops->fail(left, false,
+                                        "asio-ring: ranks disagree: rank " + std::to_string(left) +
+                                            " called " + describe_frame(run->left_header) +
+                                            " while rank " + std::to_string(transport_.rank()) +
+                                            " called " + run->header.describe());
                      }
-                     pump_recv();
+                     ops->pump_recv();
                    });
 
   const auto deadline = Clock::now() + timeout_;
   const bool finished = net::run_until(
       transport_.io(),
-      [&] {
-        return !failure.empty() || (send_step >= n && recv_step >= n && !send_busy && !recv_busy);
+      [&st, n] {
+        return !st.failure.empty() ||
+               (st.send_step >= n && st.recv_step >= n && !st.send_busy && !st.recv_busy);
       },
       deadline);
   if (!finished) {
-    const bool waiting_left = recv_busy || recv_step < n;
+    const bool waiting_left = st.recv_busy || st.recv_step < n;
     const int peer = waiting_left ? left : right;
-    fail(peer, true,
-         "asio-ring: rank " + std::to_string(peer) +
-             (waiting_left ? " sent nothing for " : " stopped taking our data for ") +
-             std::to_string(timeout_.count()) + " ms during " + header.describe() +
-             " (dead, hung, or not calling the same collective)");
+    ops->fail(peer, true,
+              "asio-ring: rank " + std::to_string(peer) +
+                  (waiting_left ? " sent nothing for " : " stopped taking our data for ") +
+                  std::to_string(timeout_.count()) + " ms during " + header.describe() +
+                  " (dead, hung, or not calling the same collective)");
   }
+  if (!st.failure.empty()) {
+    // The sockets are closed, so the aborted operations complete at once; give their handlers
+    // a bounded moment to run. Any that have not run by then find `ops` empty when they do.
+    constexpr auto kDrainBound = std::chrono::seconds(5);
+    net::run_until(transport_.io(), [&st] { return !st.send_busy && !st.recv_busy; },
+                   Clock::now() + kDrainBound);
+  }
+  const std::string failure = st.failure;
+  const int failed_peer = st.failed_peer;
+  const bool peer_failure = st.peer_failure;
+  // Break the cycles (handlers hold ops, ops' functions hold handlers) and disarm late
+  // handlers: from here on they only clear their busy flag.
+  ops->pump_send = nullptr;
+  ops->pump_recv = nullptr;
+  ops->fail = nullptr;
+  ops->io_failure = nullptr;
   if (!failure.empty()) {
-    // The sockets are closed; let the aborted handlers run before their captures go away.
-    net::run_until(transport_.io(), [&] { return !send_busy && !recv_busy; },
-                   Clock::now() + std::chrono::seconds(5));
     if (peer_failure) throw PeerError(failed_peer, failure);
     throw CommError(failure);
   }
@@ -377,7 +442,7 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
     wire_.resize(count);
     pass.wire = wire_.data();
   }
-  pass.segments = equal_segments(count, world);
+  pass.segments = equal_segments(count, pass.work_elem, world);
   // Sized in work-copy bytes, so what one chunk's reduction touches stays in cache whatever
   // the wire type.
   const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.work_elem);
@@ -400,8 +465,8 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
   header.wire = static_cast<std::uint8_t>(wire);
   header.op = static_cast<std::uint8_t>(op);
   header.sequence = ++sequence_;
-  header.count = count;
-  run_pass(pass, header);
+  header.elements = count;
+  run_pass(std::move(pass), header);
   if (acc != dtype) convert_elements(work_.data(), acc, data, dtype, count);
 }
 
@@ -427,8 +492,8 @@ void RingCollectives::broadcast(void* data, std::size_t bytes, int root) {
   header.kind = static_cast<std::uint8_t>(Kind::broadcast);
   header.root = root;
   header.sequence = ++sequence_;
-  header.count = bytes;
-  run_pass(pass, header);
+  header.bytes = bytes;
+  run_pass(std::move(pass), header);
 }
 
 void RingCollectives::allgather(const void* in, void* out, std::size_t bytes_per_rank) {
@@ -455,8 +520,8 @@ void RingCollectives::allgather(const void* in, void* out, std::size_t bytes_per
   Header header;
   header.kind = static_cast<std::uint8_t>(Kind::allgather);
   header.sequence = ++sequence_;
-  header.count = bytes_per_rank;
-  run_pass(pass, header);
+  header.bytes = bytes_per_rank;
+  run_pass(std::move(pass), header);
 }
 
 void RingCollectives::barrier() {

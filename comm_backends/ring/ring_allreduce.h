@@ -33,7 +33,8 @@ class RingCollectives {
  private:
   struct Header;
   struct Pass;
-  void run_pass(Pass& pass, const Header& header);
+  struct PassRun;
+  void run_pass(Pass pass, const Header& header);
 
   RingTransport& transport_;
   std::chrono::milliseconds timeout_;

@@ -6,7 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/store.h"
 
@@ -17,15 +18,6 @@ using asio::ip::tcp;
 using net::Clock;
 
 namespace {
-
-void put_u32(char* out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(v >> (8 * i));
-}
-std::uint32_t get_u32(const char* in) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in[i])) << (8 * i);
-  return v;
-}
 
 // The accepting half of the setup: every incoming connection is a candidate until its
 // handshake proves it is our left neighbour; the first that does becomes from_left.
@@ -107,19 +99,19 @@ void accept_next(const std::shared_ptr<AcceptState>& state) {
 bool check_ring_handshake(const char* handshake, int expected_rank, int world,
                           std::size_t token_bytes) {
   return std::memcmp(handshake, kRingMagic, 8) == 0 &&
-         get_u32(handshake + 8) == kRingProtocolVersion &&
-         get_u32(handshake + 12) == static_cast<std::uint32_t>(expected_rank) &&
-         get_u32(handshake + 16) == static_cast<std::uint32_t>(world) &&
-         get_u32(handshake + 20) == token_bytes;
+         get_le<std::uint32_t>(handshake + 8) == kRingProtocolVersion &&
+         get_le<std::uint32_t>(handshake + 12) == static_cast<std::uint32_t>(expected_rank) &&
+         get_le<std::uint32_t>(handshake + 16) == static_cast<std::uint32_t>(world) &&
+         get_le<std::uint32_t>(handshake + 20) == token_bytes;
 }
 
 std::string encode_ring_handshake(int rank, int world, const std::string& token) {
   std::string message(kRingHandshakeBytes, '\0');
   std::memcpy(message.data(), kRingMagic, 8);
-  put_u32(message.data() + 8, kRingProtocolVersion);
-  put_u32(message.data() + 12, static_cast<std::uint32_t>(rank));
-  put_u32(message.data() + 16, static_cast<std::uint32_t>(world));
-  put_u32(message.data() + 20, static_cast<std::uint32_t>(token.size()));
+  put_le<std::uint32_t>(message.data() + 8, kRingProtocolVersion);
+  put_le<std::uint32_t>(message.data() + 12, static_cast<std::uint32_t>(rank));
+  put_le<std::uint32_t>(message.data() + 16, static_cast<std::uint32_t>(world));
+  put_le<std::uint32_t>(message.data() + 20, static_cast<std::uint32_t>(token.size()));
   return message + token;
 }
 

@@ -5,7 +5,9 @@
 #include <random>
 #include <thread>
 
-#include "comm_backends/errors.h"
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/hash.h"
 
 namespace partrain::comm {
 
@@ -33,18 +35,11 @@ std::string encode_key(const std::string& key) {
 }
 
 std::string token_directory(const std::string& token) {
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a: stable across platforms
-  for (unsigned char c : token) hash = (hash ^ c) * 1099511628211ull;
+  const std::uint64_t hash = fnv1a_64(token);  // stable across platforms and builds
   static const char kHex[] = "0123456789abcdef";
   std::string name = "run-";
   for (int shift = 60; shift >= 0; shift -= 4) name += kHex[(hash >> shift) & 15];
   return name;
-}
-
-std::string unique_suffix() {
-  static std::atomic<std::uint64_t> counter{0};
-  static const std::uint64_t process_salt = std::random_device{}();
-  return std::to_string(process_salt) + "." + std::to_string(counter.fetch_add(1));
 }
 
 #ifdef _WIN32
@@ -90,7 +85,9 @@ fs::path FileStore::key_path(const std::string& key) const {
 
 void FileStore::write_atomically(const fs::path& path,
                                  const std::vector<std::uint8_t>& value) const {
-  const fs::path temp = path.string() + ".tmp." + unique_suffix();
+  // No fsync here, unlike common/atomic_file.h: rendezvous keys live for one run, and a sync
+  // per key would cost milliseconds on every rendezvous step.
+  const fs::path temp = temp_path_for(path.string());
   {
     std::ofstream out(temp, std::ios::binary | std::ios::trunc);
     PARTRAIN_CHECK(out.good(), CommError, "file store: cannot write '", temp.string(), "'");

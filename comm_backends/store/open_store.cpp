@@ -2,7 +2,7 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"

@@ -8,7 +8,8 @@
 #include <cstring>
 #include <map>
 
-#include "comm_backends/errors.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 
 namespace partrain::comm {
@@ -24,24 +25,13 @@ constexpr std::size_t kRequestBytes = kStoreRequestBytes;
 constexpr std::size_t kResponseBytes = kStoreResponseBytes;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
-void put_u32(std::uint8_t* out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-std::uint32_t get_u32(const std::uint8_t* in) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(in[i]) << (8 * i);
-  return v;
-}
 std::vector<std::uint8_t> encode_i64(std::int64_t value) {
   std::vector<std::uint8_t> out(8);
-  const auto u = static_cast<std::uint64_t>(value);
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(u >> (8 * i));
+  put_le(out.data(), static_cast<std::uint64_t>(value));
   return out;
 }
 std::int64_t decode_i64(const std::uint8_t* in) {
-  std::uint64_t u = 0;
-  for (int i = 0; i < 8; ++i) u |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return static_cast<std::int64_t>(u);
+  return static_cast<std::int64_t>(get_le<std::uint64_t>(in));
 }
 
 }  // namespace
@@ -49,15 +39,15 @@ std::int64_t decode_i64(const std::uint8_t* in) {
 // ---- protocol -------------------------------------------------------------------------------
 
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
-  token_bytes = get_u32(hello + 12);
-  return std::memcmp(hello, kStoreMagic, 8) == 0 && get_u32(hello + 8) == kStoreProtocolVersion &&
+  token_bytes = get_le<std::uint32_t>(hello + 12);
+  return std::memcmp(hello, kStoreMagic, 8) == 0 && get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion &&
          token_bytes <= kMaxTokenBytes;
 }
 
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request) {
   request.command = header[0];
-  request.key_bytes = get_u32(header + 1);
-  request.value_bytes = get_u32(header + 5);
+  request.key_bytes = get_le<std::uint32_t>(header + 1);
+  request.value_bytes = get_le<std::uint32_t>(header + 5);
   return request.key_bytes > 0 && request.key_bytes <= kMaxKeyBytes &&
          request.value_bytes <= kMaxValueBytes;
 }
@@ -103,7 +93,7 @@ bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
   }
   response.assign(kResponseBytes, 0);
   response[0] = status;
-  put_u32(response.data() + 1, static_cast<std::uint32_t>(payload.size()));
+  put_le<std::uint32_t>(response.data() + 1, static_cast<std::uint32_t>(payload.size()));
   response.insert(response.end(), payload.begin(), payload.end());
   return true;
 }
@@ -268,8 +258,8 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   socket_.set_option(tcp::no_delay(true));
   std::vector<std::uint8_t> hello(kHelloBytes);
   std::memcpy(hello.data(), kStoreMagic, 8);
-  put_u32(hello.data() + 8, kStoreProtocolVersion);
-  put_u32(hello.data() + 12, static_cast<std::uint32_t>(options.token.size()));
+  put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
+  put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(options.token.size()));
   hello.insert(hello.end(), options.token.begin(), options.token.end());
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};
@@ -296,8 +286,8 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
                  " was lost earlier");
   std::vector<std::uint8_t> message(kRequestBytes);
   message[0] = static_cast<std::uint8_t>(command);
-  put_u32(message.data() + 1, static_cast<std::uint32_t>(key.size()));
-  put_u32(message.data() + 5, static_cast<std::uint32_t>(value.size()));
+  put_le<std::uint32_t>(message.data() + 1, static_cast<std::uint32_t>(key.size()));
+  put_le<std::uint32_t>(message.data() + 5, static_cast<std::uint32_t>(value.size()));
   message.insert(message.end(), key.begin(), key.end());
   message.insert(message.end(), value.begin(), value.end());
   const auto deadline = net::deadline_after(timeout_);
@@ -306,7 +296,7 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
   if (result.ok()) result = net::read_exact(io_, socket_, header, kResponseBytes, deadline);
   std::vector<std::uint8_t> payload;
   if (result.ok()) {
-    const std::uint32_t bytes = get_u32(header + 1);
+    const std::uint32_t bytes = get_le<std::uint32_t>(header + 1);
     if (bytes > kMaxValueBytes) {
       result = {net::IoStatus::error, "oversized answer"};
     } else {

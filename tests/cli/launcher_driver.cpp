@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/launcher.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 int main(int argc, char** argv) {
   partrain::cli::LaunchPlan plan;

@@ -21,7 +21,7 @@
 #include <boost/process.hpp>
 
 #include "cli/platform_process.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::cli {
 namespace {

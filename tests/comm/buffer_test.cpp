@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "comm_backends/buffer.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/reduction.h"
 
 namespace partrain::comm {

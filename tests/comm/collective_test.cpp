@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "tests/comm/rank_threads.h"

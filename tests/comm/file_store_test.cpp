@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
 #include "tests/comm/rank_threads.h"

@@ -5,7 +5,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"

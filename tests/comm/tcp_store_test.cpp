@@ -6,7 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/tcp_store.h"
 #include "tests/comm/rank_threads.h"

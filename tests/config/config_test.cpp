@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/config/config.h"
 
 namespace partrain {

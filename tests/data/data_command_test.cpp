@@ -114,5 +114,38 @@ TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
   EXPECT_FALSE(std::filesystem::exists(dir_ / "bad/cifar-100-binary/train.bin"));
 }
 
+// The ranks that wait for the first local rank's download wait as long as the download may
+// take, not comm.timeout_s: here the server answers 4 s late and the timeout is 2 s.
+TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
+  SyntheticOptions o;
+  o.size = 8;
+  write_cifar100_bin(generate_synthetic(o), dir_ / "train.bin");
+  write_cifar100_bin(generate_synthetic(o), dir_ / "test.bin");
+  const auto archive = test_files::make_tar_gz(
+      {test_files::TarEntry::file("cifar-100-binary/train.bin",
+                                  test_files::read_bytes(dir_ / "train.bin")),
+       test_files::TarEntry::file("cifar-100-binary/test.bin",
+                                  test_files::read_bytes(dir_ / "test.bin"))});
+  test_files::write_bytes(dir_ / "a.tgz", archive);
+  const std::string md5 = md5_file(dir_ / "a.tgz");
+  test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(4));
+  const std::string config = dir_.path() + "/slow.yaml";
+  const std::string yaml = std::string("name: slow\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
+              "launch: {nproc_per_node: 2}\n"
+              "comm: {backend: asio-ring, timeout_s: 2}\n"
+              "data: {dataset: cifar100, root: '") + dir_.path() + "/data/cifar-100-binary', "
+              "download: true, url: '" + server.url("/c.tgz") + "#md5=" + md5 + "', "
+              "batch_size: 4, num_workers: 1}\n"
+              "model: {name: digitalnet, width: 4}\n"
+              "train: {epochs: 1, threads: 1}\n"
+              "checkpoint: {every_epochs: 0, resume: never}\n"
+              "output: {dir: '" + dir_.path() + "/out'}\n";
+  test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
+  RunResult r = run_partrain("run '" + config + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(server.requests(), 1) << "one download per machine";
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "out/report.json")) << r.output;
+}
+
 }  // namespace
 }  // namespace partrain::data

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/data/synthetic.h"
 
 namespace partrain::data {

@@ -1,9 +1,11 @@
 // defines: LoopbackHttpServer — a minimal HTTP/1.0 file server on 127.0.0.1 (Boost.Asio)
 // that the download tests point libcurl at: known paths get 200 and their bytes, others 404;
-// in stall mode it accepts and never answers.
+// in stall mode it accepts and never answers; with a delay it answers each request that much
+// later (a slow download).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <boost/asio.hpp>
 #include <map>
 #include <memory>
@@ -17,9 +19,11 @@ class LoopbackHttpServer {
  public:
   using Files = std::map<std::string, std::vector<std::uint8_t>>;
 
-  explicit LoopbackHttpServer(Files files, bool stall = false)
+  explicit LoopbackHttpServer(Files files, bool stall = false,
+                              std::chrono::milliseconds delay = std::chrono::milliseconds(0))
       : files_(std::move(files)),
         stall_(stall),
+        delay_(delay),
         acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -40,8 +44,9 @@ class LoopbackHttpServer {
  private:
   using tcp = boost::asio::ip::tcp;
   struct Connection {
-    explicit Connection(boost::asio::io_context& io) : socket(io) {}
+    explicit Connection(boost::asio::io_context& io) : socket(io), timer(io) {}
     tcp::socket socket;
+    boost::asio::steady_timer timer;
     boost::asio::streambuf request;
     std::string response;
   };
@@ -78,17 +83,22 @@ class LoopbackHttpServer {
                 std::to_string(it->second.size()) + "\r\n\r\n";
             connection->response.append(it->second.begin(), it->second.end());
           }
-          boost::asio::async_write(connection->socket, boost::asio::buffer(connection->response),
-                                   [connection](boost::system::error_code, std::size_t) {
-                                     boost::system::error_code ignored;
-                                     connection->socket.shutdown(tcp::socket::shutdown_both,
-                                                                 ignored);
-                                   });
+          connection->timer.expires_after(delay_);
+          connection->timer.async_wait([connection](boost::system::error_code) {
+            boost::asio::async_write(connection->socket,
+                                     boost::asio::buffer(connection->response),
+                                     [connection](boost::system::error_code, std::size_t) {
+                                       boost::system::error_code ignored;
+                                       connection->socket.shutdown(tcp::socket::shutdown_both,
+                                                                   ignored);
+                                     });
+          });
         });
   }
 
   Files files_;
   bool stall_;
+  std::chrono::milliseconds delay_;
   boost::asio::io_context io_;
   tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Connection>> stalled_;

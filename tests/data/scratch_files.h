@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::data::test_files {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "tests/parity/synthetic_reports.h"
 
 namespace partrain::parity {

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "tests/parity/synthetic_reports.h"
 
 namespace partrain::parity {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace partrain::fuzz {

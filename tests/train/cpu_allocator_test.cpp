@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/store.h"
 
 namespace {

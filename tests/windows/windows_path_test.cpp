@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
 

@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {

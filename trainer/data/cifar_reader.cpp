@@ -5,8 +5,8 @@
 #include <fstream>
 #include <system_error>
 
-#include "comm_backends/errors.h"
-#include "trainer/data/atomic_file.h"
+#include "common/errors.h"
+#include "common/atomic_file.h"
 
 namespace partrain::data {
 
@@ -115,6 +115,7 @@ void write_cifar100_bin(const ImageDataset& dataset, const std::string& path) {
       throw UsageError(detail::concat("writing ", temp, " failed (disk full?)"));
     }
   }
+  sync_file(temp);
   commit_file(temp, path);
 }
 

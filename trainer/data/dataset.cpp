@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/config/config.h"
 #include "trainer/data/cifar_reader.h"
 #include "trainer/data/download.h"

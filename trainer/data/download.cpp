@@ -15,8 +15,9 @@
 #include <system_error>
 #include <vector>
 
-#include "comm_backends/errors.h"
-#include "trainer/data/atomic_file.h"
+#include "common/errors.h"
+#include "common/atomic_file.h"
+#include "common/temp_dir.h"
 #include "trainer/data/cifar_reader.h"
 
 namespace partrain::data {
@@ -65,15 +66,6 @@ std::string normalise_md5(std::string md5) {
   PARTRAIN_CHECK(hex, UsageError, "MD5 checksum '", md5, "' is not 32 hex digits");
   return md5;
 }
-
-// A directory removed with everything in it when the scope ends.
-struct ScratchDir {
-  fs::path path;
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void check_entry_name(const std::string& archive_path, const std::string& name) {
   const fs::path p(name);
@@ -148,6 +140,7 @@ void download_file(const std::string& url, const std::string& path,
                                     error_text[0] != '\0' ? error_text : curl_easy_strerror(rc),
                                     write_ok ? "" : " (writing to disk failed)"));
   }
+  sync_file(temp);
   commit_file(temp, path);
 }
 
@@ -236,6 +229,7 @@ void extract_archive(const std::string& archive_path, const std::string& dir,
       }
       PARTRAIN_CHECK(out.flush(), UsageError, "writing ", temp, " failed (disk full?)");
     }
+    sync_file(temp);
     commit_file(temp, target.string());
   }
 }
@@ -250,18 +244,17 @@ std::string fetch_cifar100(const std::string& target_dir, const FetchOptions& op
   PARTRAIN_CHECK(!ec, UsageError, "cannot create ", target_dir, ": ", ec.message());
   // Staging next to the target keeps the final renames on one file system; concurrent
   // fetches (one per rank) each use their own and the renames leave whole files.
-  ScratchDir staging{
-      fs::path(temp_path_for(fs::path(target_dir).lexically_normal().string() + ".download"))};
-  fs::create_directories(staging.path, ec);
-  PARTRAIN_CHECK(!ec, UsageError, "cannot create ", staging.path.string(), ": ", ec.message());
+  fs::path target = fs::path(target_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "data/" -> "data"
+  const TempDir staging(target.filename().string() + ".download", target.parent_path());
 
-  const std::string archive_file = (staging.path / "cifar-100-binary.tar.gz").string();
+  const std::string archive_file = (staging.path() / "cifar-100-binary.tar.gz").string();
   download_file(url, archive_file, options.download);
   const std::string actual = md5_file(archive_file);
   PARTRAIN_CHECK(actual == expected, UsageError, "checksum mismatch for ", url, ": MD5 ", actual,
                  ", expected ", expected, " (corrupt or wrong download)");
 
-  const fs::path unpacked = staging.path / "unpacked";
+  const fs::path unpacked = staging.path() / "unpacked";
   extract_archive(archive_file, unpacked.string());
   const fs::path source = unpacked / "cifar-100-binary";
   for (const char* name : {"train.bin", "test.bin"}) {

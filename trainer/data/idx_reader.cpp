@@ -9,7 +9,7 @@
 #include <system_error>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::data {
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/data/counter_rng.h"
 
 namespace partrain::data {

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/data/counter_rng.h"
 
 namespace partrain::data {

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "trainer/data/counter_rng.h"
 
 namespace partrain::data {

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <set>
 
-#include "comm_backends/errors.h"
-#include "trainer/data/atomic_file.h"
+#include "common/errors.h"
+#include "common/atomic_file.h"
 #include "trainer/parity/figure_format.h"
 
 namespace partrain::parity {
@@ -353,8 +353,8 @@ int exit_code(const ParityResult& result) {
 
 void write_parity_outputs(const ParityResult& result, const std::string& markdown_path,
                           const std::string& svg_path) {
-  if (!markdown_path.empty()) data::write_file_atomically(markdown_path, to_markdown(result));
-  if (!svg_path.empty()) data::write_file_atomically(svg_path, to_svg(result));
+  if (!markdown_path.empty()) write_file_atomically(markdown_path, to_markdown(result));
+  if (!svg_path.empty()) write_file_atomically(svg_path, to_svg(result));
 }
 
 }  // namespace partrain::parity

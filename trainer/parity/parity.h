@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "trainer/parity/reference.h"
-#include "trainer/parity/run_report.h"
+#include "trainer/parity/report_reader.h"
 
 namespace partrain::parity {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::parity {
 namespace {

@@ -21,9 +21,8 @@
 #include <sstream>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
-#include "trainer/data/atomic_file.h"
-#include "trainer/train/platform.h"
+#include "common/errors.h"
+#include "common/atomic_file.h"
 
 namespace partrain {
 namespace {
@@ -37,18 +36,6 @@ std::string checkpoint_name(int epoch) {
   char name[32];
   std::snprintf(name, sizeof(name), "epoch-%04d.pt", epoch);
   return name;
-}
-
-void write_synced(const std::string& path, const std::string& bytes) {
-  std::string temp = data::temp_path_for(path);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw Error("cannot write checkpoint file " + temp);
-  }
-  sync_file(temp);
-  data::commit_file(temp, path);
 }
 
 std::string read_file(const std::string& path) {
@@ -67,30 +54,13 @@ std::string read_file(const std::string& path) {
 
 Json epochs_to_json(const std::vector<EpochRecord>& epochs) {
   Json list = Json::array();
-  for (const auto& e : epochs) {
-    list.push_back({{"epoch", e.epoch}, {"seconds", e.seconds}, {"train_seconds", e.train_seconds},
-                    {"train_images_per_s", e.train_images_per_s}, {"images", e.images},
-                    {"steps", e.steps}, {"train_loss", e.train_loss}, {"test_loss", e.test_loss},
-                    {"test_accuracy", e.test_accuracy}});
-  }
+  for (const auto& e : epochs) list.push_back(Json(epoch_to_json(e)));
   return list;
 }
 
 std::vector<EpochRecord> epochs_from_json(const Json& list) {
   std::vector<EpochRecord> epochs;
-  for (const auto& j : list) {
-    EpochRecord e;
-    e.epoch = j.at("epoch").get<int>();
-    e.seconds = j.at("seconds").get<double>();
-    e.train_seconds = j.at("train_seconds").get<double>();
-    e.train_images_per_s = j.at("train_images_per_s").get<double>();
-    e.images = j.at("images").get<std::int64_t>();
-    e.steps = j.at("steps").get<std::int64_t>();
-    e.train_loss = j.at("train_loss").get<double>();
-    e.test_loss = j.at("test_loss").get<double>();
-    e.test_accuracy = j.at("test_accuracy").get<double>();
-    epochs.push_back(e);
-  }
+  for (const auto& j : list) epochs.push_back(epoch_from_json(j));
   return epochs;
 }
 
@@ -143,10 +113,10 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
     std::vector<char> bytes = torch::pickle_save(c10::IValue(top));
 
     std::string name = checkpoint_name(epoch);
-    write_synced(dir_ + "/" + name, std::string(bytes.begin(), bytes.end()));
+    write_file_atomically(dir_ + "/" + name, std::string(bytes.begin(), bytes.end()));
     Json manifest = {{"format", kFormat}, {"file", name}, {"epoch", epoch}, {"step", step},
                      {"bytes", bytes.size()}};
-    write_synced(dir_ + "/latest.json", manifest.dump(2) + "\n");
+    write_file_atomically(dir_ + "/latest.json", manifest.dump(2) + "\n");
 
     // Keep the newest `keep` checkpoints; leftover temp files from a crash go too.
     std::vector<fs::path> files;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "trainer/config/config.h"
-#include "trainer/train/run_report.h"
+#include "trainer/train/report_writer.h"
 #include "trainer/train/train_loop.h"
 
 namespace torch {

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {

@@ -1,6 +1,6 @@
 #include "trainer/train/device_memory.h"
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 #ifdef PARTRAIN_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -2,7 +2,7 @@
 
 #include <torch/nn.h>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {

@@ -26,16 +26,11 @@
 #include <algorithm>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
+#include "common/stopwatch.h"
 #include "trainer/train/tensor_buffer.h"
 
 namespace partrain {
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-}  // namespace
 
 Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
                  ReducerOptions options)

@@ -6,7 +6,7 @@
 #include <ATen/Tensor.h>
 
 #include "comm_backends/buffer.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain {
 

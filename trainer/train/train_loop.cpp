@@ -26,27 +26,26 @@
 #include <thread>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/errors.h"
+#include "common/errors.h"
+#include "common/stopwatch.h"
+#include "common/temp_dir.h"
 #include "comm_backends/store/store.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/download.h"
 #include "trainer/data/loader.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/cpu_allocator.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/models.h"
-#include "trainer/train/platform.h"
+#include "trainer/train/process_memory.h"
+#include "trainer/train/progress.h"
 #include "trainer/train/reducer.h"
-#include "trainer/train/run_report.h"
+#include "trainer/train/report_writer.h"
 #include "trainer/train/tensor_buffer.h"
 #include "trainer/train/torch_info.h"
 
 namespace partrain {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 torch::Device pick_device(const Config& cfg, const WorkerEnv& env) {
   int gpus = cuda_device_count();
@@ -91,35 +90,6 @@ std::vector<torch::Tensor> state_tensors(const torch::nn::Module& model) {
   return tensors;
 }
 
-// Prints one status line: on a terminal it redraws in place, elsewhere it is a plain line.
-class Progress {
- public:
-  explicit Progress(bool enabled) : enabled_(enabled), terminal_(stdout_is_terminal()) {}
-  // fraction: how much of the epoch is done, drawn as a bar on a terminal.
-  void update(const std::string& line, double fraction, bool force_line) {
-    if (!enabled_) return;
-    if (terminal_) {
-      constexpr int kWidth = 24;
-      int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * kWidth);
-      std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] ";
-      std::printf("\r%-110s", (bar + line).c_str());
-      std::fflush(stdout);
-    } else if (force_line) {
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    }
-  }
-  void finish(const std::string& line) {
-    if (!enabled_) return;
-    std::printf(terminal_ ? "\r%-110s\n" : "%s\n", line.c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  bool enabled_;
-  bool terminal_;
-};
-
 std::string format(const char* fmt, auto... args) {
   char buf[512];
   std::snprintf(buf, sizeof(buf), fmt, args...);
@@ -140,29 +110,6 @@ torch::Tensor forward(torch::nn::Sequential& model, const torch::Tensor& input,
   throw UsageError("strategy dp needs a LibTorch built with CUDA");
 #endif
 }
-
-// A directory of its own under the system temp directory, removed with this object.
-class TemporaryDirectory {
- public:
-  explicit TemporaryDirectory(const std::string& stem) {
-    std::random_device random;
-    for (int attempt = 0; attempt < 100 && path_.empty(); ++attempt) {
-      auto candidate = std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(random()));
-      if (std::filesystem::create_directory(candidate)) path_ = candidate.string();
-    }
-    PARTRAIN_CHECK(!path_.empty(), Error, "cannot create a temporary directory for ", stem);
-  }
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TemporaryDirectory(const TemporaryDirectory&) = delete;
-  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct EvalResult {
   double loss = 0;
@@ -212,7 +159,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   // Rendezvous. strategy ddp always has a communicator — with one rank too, so that a
   // one-rank run exercises the backend it names (and a rendezvous of its own, in a temporary
   // directory, when none is given); single and dp need none.
-  std::optional<TemporaryDirectory> own_rendezvous;  // declared first: outlives the store
+  std::optional<TempDir> own_rendezvous;  // declared first: outlives the store
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
@@ -222,7 +169,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     std::string rendezvous = env.rendezvous;
     if (rendezvous.empty() && env.world_size == 1) {
       own_rendezvous.emplace("partrain-rdzv");
-      rendezvous = "file://" + own_rendezvous->path();
+      rendezvous = "file://" + own_rendezvous->path().generic_string();
     }
     PARTRAIN_CHECK(!rendezvous.empty(), UsageError,
                    "no rendezvous: set launch.rendezvous or start ranks with partrain run");
@@ -244,16 +191,40 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   }
 
   // Data: the first local rank loads (and, if asked, downloads) first, the others after it,
-  // so a download happens once per machine.
-  const bool loads_first = env.local_rank == 0;
+  // so a download happens once per machine. They wait for it through the store, not a
+  // collective: a download may take far longer than comm.timeout_s, and is bounded by its
+  // own timeouts (DownloadOptions), which the wait adds to the usual bound.
   std::shared_ptr<const data::ImageDataset> train_set, test_set;
   auto load = [&] {
     train_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, true, cfg.seed));
     test_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, false, cfg.seed));
   };
-  if (loads_first) load();
-  if (comm) comm->barrier();
-  if (!loads_first) load();
+  if (store && env.local_world_size > 1) {
+    const std::string loaded_key = "data-loaded/" + std::to_string(env.rank - env.local_rank);
+    if (env.local_rank == 0) {
+      try {
+        load();
+      } catch (const std::exception&) {
+        store->set(loaded_key, {'f', 'a', 'i', 'l', 'e', 'd'});  // the others stop waiting
+        throw;
+      }
+      store->set(loaded_key, {'o', 'k'});
+    } else {
+      const data::DownloadOptions download;
+      const auto bound =
+          timeout + (cfg.data.download ? std::chrono::milliseconds(static_cast<int64_t>(
+                                             1000 * (download.connect_timeout_s +
+                                                     download.total_timeout_s)))
+                                       : std::chrono::milliseconds(0));
+      store->wait({loaded_key}, bound);
+      const std::vector<std::uint8_t> outcome = store->get(loaded_key);
+      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), CommError, "rank ",
+                     env.rank - env.local_rank, " could not load the data set (see its error)");
+      load();
+    }
+  } else {
+    load();
+  }
 
   data::LoaderOptions lo;
   lo.batch_size = cfg.data.batch_size;
@@ -304,8 +275,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   }
 
   std::unique_ptr<MetricsLog> metrics;
-  if (is_rank0) metrics = std::make_unique<MetricsLog>(cfg.output_dir);
   std::vector<EpochRecord> epochs = checkpointer.previous_epochs();
+  if (is_rank0) metrics = std::make_unique<MetricsLog>(cfg.output_dir, epochs);
   Progress progress(is_rank0);
 
   double compute_seconds = 0;
@@ -333,10 +304,14 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
       auto images_t = batch->images.to(device, true);
       auto labels_t = batch->labels.to(device, true);
       const bool sync = (batch_index + 1) % accumulate == 0 || batch_index + 1 == batches;
+      // The gradient of a step is the mean over its group of batches; the last group of an
+      // epoch may hold fewer than accumulate_steps of them.
+      const int64_t group_start = batch_index - batch_index % accumulate;
+      const int64_t group_size = std::min<int64_t>(accumulate, batches - group_start);
       torch::Tensor out = forward(model, images_t, dp_devices, device);
       auto loss = torch::nn::functional::cross_entropy(out, labels_t);
       if (reducer) reducer->prepare_for_backward(sync);
-      (accumulate > 1 ? loss / accumulate : loss).backward();
+      (group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();
       if (sync) {
         if (reducer) reducer->finish_backward();
         optimizer.step();
@@ -350,7 +325,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
       compute_seconds += seconds_since(step_start) - ((reducer ? reducer->comm_wait_seconds() : 0) - wait_before);
 
       const bool log_now = sync && (step % cfg.train.log_every == 0 || batch_index == batches);
-      if (is_rank0 && (log_now || stdout_is_terminal())) {
+      if (is_rank0 && (log_now || progress.on_terminal())) {
         double rate = window_images * env.world_size / std::max(1e-9, seconds_since(window_start));
         double current = loss.item<double>();
         progress.update(format("epoch %d/%d step %lld/%lld loss %.4f %.0f img/s", epoch,
@@ -423,7 +398,6 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   if (is_rank0) {
     RunSummary summary;
     summary.config_json = config_to_json(cfg);
-    summary.env.os = os_name();
     summary.env.libtorch = torch_version();
     summary.env.backend = comm ? comm->name() : "none";
     summary.env.world_size = env.world_size;

@@ -1,10 +1,10 @@
 // read_run_report(): a good report reads back its figures; bad JSON, a wrong schema, missing
 // and ill-typed fields are UsageErrors naming the file and the JSON path.
-#include "trainer/parity/run_report.h"
+#include "trainer/parity/report_reader.h"
 
 #include <gtest/gtest.h>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 #include "tests/parity/synthetic_reports.h"
 
 namespace partrain::parity {

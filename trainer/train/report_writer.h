@@ -1,9 +1,12 @@
-// defines: EpochRecord, RankRecord, RunEnv, MetricsLog (metrics.jsonl + metrics.csv) and
-// write_report() (report.json, DESIGN.md "Run report"). LibTorch-free.
+// defines: EpochRecord (and its JSON form, shared by the report and the checkpoints),
+// RankRecord, RunEnv, MetricsLog (metrics.jsonl + metrics.csv), RunSummary and write_report()
+// (report.json, DESIGN.md "Run report"), os_name(). LibTorch-free. The reading side of
+// report.json is trainer/parity/report_reader.h.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +25,11 @@ struct EpochRecord {
   double test_accuracy = 0;
 };
 
+// The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch
+// line of metrics.jsonl; epoch_from_json() throws nlohmann's exceptions on a missing field.
+nlohmann::ordered_json epoch_to_json(const EpochRecord& record);
+EpochRecord epoch_from_json(const nlohmann::json& j);
+
 struct RankRecord {
   int rank = 0;
   std::string device;
@@ -35,7 +43,6 @@ struct RankRecord {
 };
 
 struct RunEnv {
-  std::string os;
   std::string libtorch;
   std::string backend;  // "none" for a single process
   int world_size = 1;
@@ -45,10 +52,16 @@ struct RunEnv {
 };
 
 // metrics.jsonl gets one line per logged step and per epoch, appended and flushed as they
-// happen; metrics.csv (one row per epoch) is rewritten whole, through a temp file.
+// happen; metrics.csv (one row per epoch) is rewritten whole, atomically.
+//
+// `resumed` holds the epochs a resumed run already has (from its checkpoint). A fresh run
+// (none) starts both files anew, so an old run in the same folder never mixes in. A resumed
+// run keeps metrics.jsonl's lines up to the end of its last resumed epoch and drops the rest
+// (the interrupted epoch, which is trained again), and metrics.csv holds every epoch, as
+// report.json does.
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::string& output_dir);
+  MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed);
   void log_step(int epoch, std::int64_t step, double loss, double images_per_s, double lr);
   void log_epoch(const EpochRecord& record);
 
@@ -68,5 +81,7 @@ struct RunSummary {
 };
 
 void write_report(const std::string& output_dir, const RunSummary& summary);
+
+std::string os_name();  // "linux", "windows", "macos": what this binary was built for
 
 }  // namespace partrain

@@ -1,10 +1,10 @@
-#include "trainer/parity/run_report.h"
+#include "trainer/parity/report_reader.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "comm_backends/errors.h"
+#include "common/errors.h"
 
 namespace partrain::parity {
 namespace {

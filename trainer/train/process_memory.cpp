@@ -1,20 +1,13 @@
-#include "trainer/train/platform.h"
-
-#include <cstdio>
-
-#include "comm_backends/errors.h"
+#include "trainer/train/process_memory.h"
 
 #if defined(_WIN32)
-#include <fcntl.h>
-#include <io.h>
 #include <windows.h>
 #include <psapi.h>
 #else
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <fstream>
+#include <string>
 #endif
 
 namespace partrain {
@@ -41,37 +34,6 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 #endif
 #endif
-}
-
-bool stdout_is_terminal() {
-#if defined(_WIN32)
-  return _isatty(_fileno(stdout)) != 0;
-#else
-  return isatty(fileno(stdout)) != 0;
-#endif
-}
-
-std::string os_name() {
-#if defined(_WIN32)
-  return "windows";
-#elif defined(__APPLE__)
-  return "macos";
-#else
-  return "linux";
-#endif
-}
-
-void sync_file(const std::string& path) {
-#if defined(_WIN32)
-  int fd = _open(path.c_str(), _O_RDWR | _O_BINARY);
-  bool ok = fd >= 0 && _commit(fd) == 0;
-  if (fd >= 0) _close(fd);
-#else
-  int fd = ::open(path.c_str(), O_RDONLY);
-  bool ok = fd >= 0 && ::fsync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-#endif
-  if (!ok) throw Error("cannot sync " + path + " to disk");
 }
 
 }  // namespace partrain

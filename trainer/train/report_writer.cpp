@@ -1,0 +1,152 @@
+#include "trainer/train/report_writer.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/errors.h"
+#include "common/atomic_file.h"
+
+namespace partrain {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json optional_number(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+void write_csv(const std::string& path, const std::vector<EpochRecord>& epochs) {
+  std::ostringstream csv;
+  csv << "epoch,seconds,train_seconds,train_images_per_s,images,steps,train_loss,test_loss,"
+         "test_accuracy\n";
+  for (const auto& e : epochs) {
+    csv << e.epoch << "," << e.seconds << "," << e.train_seconds << "," << e.train_images_per_s
+        << "," << e.images << "," << e.steps << "," << e.train_loss << "," << e.test_loss << ","
+        << e.test_accuracy << "\n";
+  }
+  write_file_atomically(path, csv.str());
+}
+
+// The lines of an earlier metrics.jsonl that belong to epochs up to `last_epoch`. A line cut
+// short by a killed run, or one that is not ours, is dropped.
+std::string lines_up_to_epoch(const std::string& path, int last_epoch) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("epoch") || !j["epoch"].is_number_integer()) continue;
+    if (j["epoch"].get<int>() > last_epoch) continue;
+    kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
+Json epoch_to_json(const EpochRecord& e) {
+  return Json{{"epoch", e.epoch},
+              {"seconds", e.seconds},
+              {"train_seconds", e.train_seconds},
+              {"train_images_per_s", e.train_images_per_s},
+              {"images", e.images},
+              {"steps", e.steps},
+              {"train_loss", e.train_loss},
+              {"test_loss", e.test_loss},
+              {"test_accuracy", e.test_accuracy}};
+}
+
+EpochRecord epoch_from_json(const nlohmann::json& j) {
+  EpochRecord e;
+  e.epoch = j.at("epoch").get<int>();
+  e.seconds = j.at("seconds").get<double>();
+  e.train_seconds = j.at("train_seconds").get<double>();
+  e.train_images_per_s = j.at("train_images_per_s").get<double>();
+  e.images = j.at("images").get<std::int64_t>();
+  e.steps = j.at("steps").get<std::int64_t>();
+  e.train_loss = j.at("train_loss").get<double>();
+  e.test_loss = j.at("test_loss").get<double>();
+  e.test_accuracy = j.at("test_accuracy").get<double>();
+  return e;
+}
+
+MetricsLog::MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed)
+    : dir_(output_dir), epochs_(resumed) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", dir_, ": ",
+                 ec.message());
+  const std::string jsonl = dir_ + "/metrics.jsonl";
+  write_file_atomically(jsonl, resumed.empty() ? std::string()
+                                               : lines_up_to_epoch(jsonl, resumed.back().epoch));
+  if (!resumed.empty()) write_csv(dir_ + "/metrics.csv", epochs_);
+  jsonl_.open(jsonl, std::ios::app);
+  PARTRAIN_CHECK(jsonl_.good(), UsageError, "cannot write ", jsonl);
+}
+
+void MetricsLog::log_step(int epoch, std::int64_t step, double loss, double images_per_s,
+                          double lr) {
+  jsonl_ << Json{{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss},
+                 {"images_per_s", images_per_s}, {"lr", lr}}.dump()
+         << "\n";
+  jsonl_.flush();
+}
+
+void MetricsLog::log_epoch(const EpochRecord& record) {
+  Json line = epoch_to_json(record);
+  line["type"] = "epoch";
+  jsonl_ << line.dump() << "\n";
+  jsonl_.flush();
+  PARTRAIN_CHECK(jsonl_.good(), UsageError, "writing ", dir_, "/metrics.jsonl failed (disk full?)");
+  epochs_.push_back(record);
+  write_csv(dir_ + "/metrics.csv", epochs_);
+}
+
+void write_report(const std::string& output_dir, const RunSummary& s) {
+  Json report;
+  report["schema"] = "partrain.report/1";
+  report["config"] = Json::parse(s.config_json);
+  report["env"] = {{"os", os_name()},
+                   {"libtorch", s.env.libtorch},
+                   {"backend", s.env.backend},
+                   {"world_size", s.env.world_size},
+                   {"strategy", s.env.strategy},
+                   {"devices", s.env.devices},
+                   {"cuda", s.env.cuda ? Json(*s.env.cuda) : Json(nullptr)}};
+  Json epochs = Json::array();
+  for (const auto& e : s.epochs) epochs.push_back(epoch_to_json(e));
+  report["epochs"] = epochs;
+  report["total_seconds"] = s.total_seconds;
+  report["images_per_s"] = s.images_per_s;
+  Json ranks = Json::array();
+  for (const auto& r : s.ranks) {
+    ranks.push_back(Json{{"rank", r.rank},
+                         {"device", r.device},
+                         {"peak_rss_mb", r.peak_rss_mb},
+                         {"cuda_peak_allocated_mb", optional_number(r.cuda_peak_allocated_mb)},
+                         {"cuda_peak_reserved_mb", optional_number(r.cuda_peak_reserved_mb)},
+                         {"cuda_driver_used_mb", optional_number(r.cuda_driver_used_mb)},
+                         {"compute_seconds", r.compute_seconds},
+                         {"comm_wait_seconds", r.comm_wait_seconds},
+                         {"comm_busy_seconds", r.comm_busy_seconds}});
+  }
+  report["ranks"] = ranks;
+  if (!s.epochs.empty()) {
+    report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
+                       {"test_loss", s.epochs.back().test_loss}};
+  } else {
+    report["final"] = {{"test_accuracy", nullptr}, {"test_loss", nullptr}};
+  }
+  std::filesystem::create_directories(output_dir);
+  write_file_atomically(output_dir + "/report.json", report.dump(2) + "\n");
+}
+
+std::string os_name() {
+#if defined(_WIN32)
+  return "windows";
+#elif defined(__APPLE__)
+  return "macos";
+#else
+  return "linux";
+#endif
+}
+
+}  // namespace partrain
