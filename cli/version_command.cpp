@@ -1,4 +1,4 @@
-// defines: `partrain version` — LibTorch version, CUDA, and the backends compiled in.
+// defines: `partrain version` — LibTorch version, CUDA, the backends compiled in, the malloc.
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -27,6 +27,7 @@ void add_version_command(CLI::App& app, int& exit_code) {
       separator = ", ";
     }
     std::cout << "\n";
+    std::cout << "malloc: " << PARTRAIN_MALLOC << "\n";
     exit_code = 0;
   });
 }

@@ -23,7 +23,7 @@ configure() {  # build folder, sanitizer flags
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
     -DCMAKE_CXX_FLAGS="-fno-omit-frame-pointer $2" \
     -DCMAKE_EXE_LINKER_FLAGS="$2" -DPARTRAIN_WITH_TORCH="$torch" \
-    -DPARTRAIN_WITH_NCCL=OFF >/dev/null
+    -DPARTRAIN_WITH_NCCL=OFF -DPARTRAIN_MALLOC=system >/dev/null  # the sanitizers bring their own
 }
 
 if [[ $mode == asan || $mode == all ]]; then

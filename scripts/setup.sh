@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   clang-format                      # scripts/lint.sh checks the C++ formatting
-  libjemalloc2 libtcmalloc-minimal4 # bench/ddp/allocators.sh compares them with ours
+  libgoogle-perftools-dev           # tcmalloc, partrain's malloc (cli/CMakeLists.txt)
+  libjemalloc2                      # bench/ddp/allocators.sh compares it with tcmalloc
   libtorch-dev                      # LibTorch 1.13 (CPU)
   libboost-dev                      # Boost.Asio, Boost.Process (header-only)
   libgloo-dev                       # the gloo backend

@@ -417,7 +417,7 @@ TEST(LauncherTest, InvalidPlansAreUsageErrors) {
   };
   LaunchPlan plan = fake_plan(1, {});
   plan.nproc_per_node = 0;
-  expect_usage(plan, "nproc_per_node must be at least 1");
+  expect_usage(plan, "nproc_per_node is too small (got 0, expected >= 1)");
   plan = fake_plan(1, {});
   plan.nnodes = 2;
   plan.node_rank = 2;

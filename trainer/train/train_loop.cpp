@@ -34,7 +34,6 @@
 #include "trainer/data/download.h"
 #include "trainer/data/loader.h"
 #include "trainer/train/checkpoint.h"
-#include "trainer/train/cpu_allocator.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/models.h"
 #include "trainer/train/process_memory.h"
@@ -151,7 +150,6 @@ EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Co
 
 int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
-  install_cpu_allocator();
   const bool is_rank0 = env.rank == 0;
   set_threads(cfg, env);
   torch::Device device = pick_device(cfg, env);
