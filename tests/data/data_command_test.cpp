@@ -42,6 +42,21 @@ RunResult run_partrain(const std::string& args) {
   return result;
 }
 
+// The official archive's layout with 8 synthetic records per split, written to DIR/a.tgz too.
+std::vector<std::uint8_t> small_cifar100_archive(const ScratchDir& dir) {
+  SyntheticOptions o;
+  o.size = 8;
+  write_cifar100_bin(generate_synthetic(o), dir / "train.bin");
+  write_cifar100_bin(generate_synthetic(o), dir / "test.bin");
+  const auto archive = test_files::make_tar_gz(
+      {test_files::TarEntry::file("cifar-100-binary/train.bin",
+                                  test_files::read_bytes(dir / "train.bin")),
+       test_files::TarEntry::file("cifar-100-binary/test.bin",
+                                  test_files::read_bytes(dir / "test.bin"))});
+  test_files::write_bytes(dir / "a.tgz", archive);
+  return archive;
+}
+
 class DataCommand : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -82,16 +97,7 @@ TEST_F(DataCommand, BadArgumentsExitTwoWithOneLine) {
 }
 
 TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
-  SyntheticOptions o;
-  o.size = 8;
-  write_cifar100_bin(generate_synthetic(o), dir_ / "train.bin");
-  write_cifar100_bin(generate_synthetic(o), dir_ / "test.bin");
-  const auto archive = test_files::make_tar_gz(
-      {test_files::TarEntry::file("cifar-100-binary/train.bin",
-                                  test_files::read_bytes(dir_ / "train.bin")),
-       test_files::TarEntry::file("cifar-100-binary/test.bin",
-                                  test_files::read_bytes(dir_ / "test.bin"))});
-  test_files::write_bytes(dir_ / "a.tgz", archive);
+  const auto archive = small_cifar100_archive(dir_);
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}});
 
@@ -117,16 +123,7 @@ TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
 // The ranks that wait for the first local rank's download wait as long as the download may
 // take, not comm.timeout_s: here the server answers 4 s late and the timeout is 2 s.
 TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
-  SyntheticOptions o;
-  o.size = 8;
-  write_cifar100_bin(generate_synthetic(o), dir_ / "train.bin");
-  write_cifar100_bin(generate_synthetic(o), dir_ / "test.bin");
-  const auto archive = test_files::make_tar_gz(
-      {test_files::TarEntry::file("cifar-100-binary/train.bin",
-                                  test_files::read_bytes(dir_ / "train.bin")),
-       test_files::TarEntry::file("cifar-100-binary/test.bin",
-                                  test_files::read_bytes(dir_ / "test.bin"))});
-  test_files::write_bytes(dir_ / "a.tgz", archive);
+  const auto archive = small_cifar100_archive(dir_);
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(4));
   const std::string config = dir_.path() + "/slow.yaml";
