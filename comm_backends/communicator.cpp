@@ -9,7 +9,8 @@ namespace partrain::comm {
 const std::vector<Backend>& backends() {
   // The first usable one wins for `auto`; gloo is never usable for auto (asio-ring does
   // what it does on CPU, faster) but stays available by name.
-  static const std::vector<Backend> list = {nccl_backend(), asio_ring_backend(), gloo_backend()};
+  static const std::vector<Backend> list = {nccl_backend(), asio_ring_backend(), shm_backend(),
+                                            gloo_backend()};
   return list;
 }
 

@@ -25,6 +25,7 @@ struct Backend {
 
 Backend nccl_backend();
 Backend asio_ring_backend();
+Backend shm_backend();
 Backend gloo_backend();
 
 // In the order `auto` tries them.

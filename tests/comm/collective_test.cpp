@@ -238,6 +238,11 @@ std::vector<BackendSetup> setups() {
     list.push_back({"asio-ring", world, DType::bf16, 0});
   }
   list.push_back({"asio-ring", 3, DType::f16, 0});
+  for (int world : {1, 2, 3, 4, 7}) {
+    list.push_back({"shm", world, DType::f32, 0});
+    list.push_back({"shm", world, DType::bf16, 0});
+  }
+  list.push_back({"shm", 3, DType::f16, 0});
 #ifdef PARTRAIN_WITH_GLOO
   for (int world : {1, 2, 3, 4, 7}) list.push_back({"gloo", world, DType::f32, 0});
 #endif

@@ -119,6 +119,12 @@ TEST(ProcessFailure, FrozenRankIsNamedWithinTwiceTheTimeout) {
   expect_victim_named("asio-ring", 4, 2, SIGSTOP);
 }
 
+TEST(ProcessFailure, ShmKilledRankIsNamedByTheOthers) { expect_victim_named("shm", 3, 1, SIGKILL); }
+
+TEST(ProcessFailure, ShmFrozenRankIsNamedWithinTwiceTheTimeout) {
+  expect_victim_named("shm", 4, 2, SIGSTOP);
+}
+
 #ifdef PARTRAIN_WITH_GLOO
 TEST(ProcessFailure, GlooKilledPeerIsNamed) { expect_victim_named("gloo", 2, 1, SIGKILL); }
 #endif

@@ -93,7 +93,7 @@ TEST_F(ConfigTest, DuplicateKey) {
 
 TEST_F(ConfigTest, BadEnumValue) {
   EXPECT_EQ(error_of("comm: {backend: mpi}\n"),
-            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | nccl | auto");
+            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | shm | nccl | auto");
 }
 
 TEST_F(ConfigTest, NotYaml) {

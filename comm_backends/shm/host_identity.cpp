@@ -1,0 +1,29 @@
+#include "comm_backends/shm/host_identity.h"
+
+#include <boost/asio/ip/host_name.hpp>
+#include <fstream>
+#include <system_error>
+
+#if !defined(_WIN32)
+#include <sys/stat.h>
+#endif
+
+namespace partrain::comm {
+
+std::string host_identity() {
+  boost::system::error_code ec;
+  std::string identity = boost::asio::ip::host_name(ec);
+  if (ec) identity = "unknown-host";
+#if !defined(_WIN32)
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (boot >> boot_id) identity += " boot " + boot_id;
+  struct stat net {};
+  if (::stat("/proc/self/ns/net", &net) == 0) {
+    identity += " netns " + std::to_string(static_cast<unsigned long long>(net.st_ino));
+  }
+#endif
+  return identity;
+}
+
+}  // namespace partrain::comm

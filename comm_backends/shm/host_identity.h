@@ -1,0 +1,14 @@
+// defines: host_identity() — a text that two processes share exactly when they run on one
+// host and may map the same shared memory.
+#pragma once
+
+#include <string>
+
+namespace partrain::comm {
+
+// The host name, and on Linux the kernel's boot id and the network namespace: two network
+// namespaces of one kernel are two hosts to partrain (as the multi-node tests make them),
+// even though they could share memory.
+std::string host_identity();
+
+}  // namespace partrain::comm

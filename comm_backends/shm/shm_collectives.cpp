@@ -1,0 +1,408 @@
+#include "comm_backends/shm/shm_collectives.h"
+
+// Note [Shared-memory collectives]
+// Ranks of one host map the same region:
+//
+//   [header | one control block per rank | half 0: W slots + words | half 1: same]
+//
+// A *slot* holds one rank's piece of data (kShmSlotBytes); *words* holds the wire words of a
+// piece when the wire is narrower than the data. Every collective runs in pieces of at most
+// a slot, each on the other half than the piece before, and ranks meet at *syncs*: each rank
+// counts the syncs it has entered and publishes the count in its control block; a sync ends
+// when every rank's count has reached it.
+//
+//   allreduce piece:  write my data into my slot -> sync -> reduce my share of the piece,
+//                     in place across the slots -> sync -> read the results
+//   broadcast piece:  the root writes its slot -> sync -> the others read it
+//   allgather piece:  write my slot -> sync -> read everyone's
+//
+// Two halves make one sync per phase enough: a rank writes a half again only after a later
+// sync, which every rank reaches only once it has finished reading that half.
+//
+// Same bits as asio-ring. The ring cuts the buffer into W segments; segment k starts at rank
+// k and travels around the ring, each rank reducing its own values with what arrived
+// (acc = op(own, arrived)), so rank k-1 ends with op(x[k-1], op(..., op(x[k+1], x[k]))).
+// Here the rank whose share holds an element applies exactly that sequence, in place:
+// slot k+j <- op(slot k+j, slot k+j-1) for j = 1 .. W-1, and the result stands in slot k-1.
+// With a reduced-precision wire the ring sends wire words and rounds at every hop; here the
+// words area takes their place: words = narrow(slot k), then reduce_from_wire() into each
+// next slot, the same kernel the ring runs on arrival, so the rounding is the same.
+//
+// Waits are bounded by the timeout. A rank that never arrives is named; on Linux a rank
+// whose process has exited is named at once, and a rank that fails marks the rank it blames
+// in its control block so that the others stop waiting too.
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#if defined(_WIN32)
+#include <process.h>
+#else
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#endif
+
+#include "comm_backends/reduction.h"
+#include "common/errors.h"
+
+namespace partrain::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kRegionMagic = 0x314d485354524150ull;  // "PARTSHM1"
+constexpr std::size_t kHeaderBytes = 64;
+constexpr std::size_t kPage = 4096;
+
+enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, barrier = 4 };
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::allreduce: return "allreduce";
+    case Kind::broadcast: return "broadcast";
+    case Kind::allgather: return "allgather";
+    case Kind::barrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+struct CallWords {
+  std::uint64_t sequence;
+  std::uint64_t size;  // elements for allreduce, bytes for broadcast and allgather
+  std::int32_t root;
+  std::uint8_t kind, dtype, wire, op;
+};
+
+// One per rank, on a cache line pair of its own so that ranks polling one another's counts
+// do not also fight over the line being written.
+struct alignas(128) RankState {
+  std::atomic<std::uint64_t> arrived;  // syncs entered
+  std::atomic<std::int64_t> pid;
+  std::atomic<std::int32_t> blamed;  // 0: none; r + 1: this rank failed, and names rank r
+  // What the rank called, published with `arrived` of the call's first sync; two, by the
+  // call's sequence number, because a rank may enter its next call while a slower one still
+  // compares this one (a one-sync call lets it).
+  CallWords call[2];
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "shared-memory syncs need address-free atomics");
+
+struct RegionHeader {
+  std::uint64_t magic;
+  std::uint32_t world;
+};
+
+std::size_t control_bytes(int world) {
+  const std::size_t end = kHeaderBytes + sizeof(RankState) * static_cast<std::size_t>(world);
+  return (end + kPage - 1) / kPage * kPage;
+}
+
+std::size_t half_bytes(int world) {
+  return static_cast<std::size_t>(world) * kShmSlotBytes + kShmSlotBytes / 2;
+}
+
+RankState& state_of(std::uint8_t* region, int rank) {
+  return *reinterpret_cast<RankState*>(region + kHeaderBytes + sizeof(RankState) * rank);
+}
+
+std::int64_t process_id() {
+#if defined(_WIN32)
+  return _getpid();
+#else
+  return ::getpid();
+#endif
+}
+
+// Whether the process is gone (exited, or a zombie nobody has reaped yet). Only where the
+// system says so for sure; elsewhere the timeout decides.
+bool process_gone(std::int64_t pid) {
+#if defined(_WIN32)
+  (void)pid;
+  return false;
+#else
+  if (pid <= 0 || pid == process_id()) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string ignored_pid, comm, state;
+  return (stat >> ignored_pid >> comm >> state) && state == "Z";
+#endif
+}
+
+// Ring segment k of `count` elements: [segment_begin(k), segment_begin(k + 1)), as the
+// ring's equal_segments() cuts them.
+std::size_t segment_begin(std::size_t count, int world, int k) {
+  return count * static_cast<std::size_t>(k) / static_cast<std::size_t>(world);
+}
+
+// Calls f(k, begin, end) for each ring segment k that meets [begin, end), with the part
+// that lies inside.
+template <typename F>
+void for_each_segment(std::size_t count, int world, std::size_t begin, std::size_t end, F&& f) {
+  for (int k = 0; k < world && begin < end; ++k) {
+    const std::size_t lo = std::max(begin, segment_begin(count, world, k));
+    const std::size_t hi = std::min(end, segment_begin(count, world, k + 1));
+    if (lo < hi) f(k, lo, hi);
+  }
+}
+
+std::string describe(const CallWords& c) {
+  const auto kind = static_cast<Kind>(c.kind);
+  std::string text = std::string(kind_name(kind)) + " #" + std::to_string(c.sequence);
+  if (kind == Kind::allreduce) {
+    text += " of " + std::to_string(c.size) + " " +
+            std::string(dtype_name(static_cast<DType>(c.dtype))) + " (" +
+            std::string(reduce_op_name(static_cast<ReduceOp>(c.op))) + ", wire " +
+            std::string(dtype_name(static_cast<DType>(c.wire))) + ")";
+  } else if (kind != Kind::barrier) {
+    text += " of " + std::to_string(c.size) + " bytes";
+  }
+  if (kind == Kind::broadcast) text += " from root " + std::to_string(c.root);
+  return text;
+}
+
+}  // namespace
+
+struct ShmCollectives::Call {
+  CallWords words{};
+};
+
+std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
+
+ShmCollectives::ShmCollectives(void* region, int rank, int world,
+                               std::chrono::milliseconds timeout)
+    : region_(static_cast<std::uint8_t*>(region)), rank_(rank), world_(world), timeout_(timeout) {
+  PARTRAIN_CHECK(world >= 1 && rank >= 0 && rank < world, UsageError, "shm: rank ", rank,
+                 " is outside a world of ", world);
+  auto* header = reinterpret_cast<RegionHeader*>(region_);
+  if (rank == 0) {
+    // The creator lays out the control blocks in the zero-filled region before anyone else
+    // maps it (the backend publishes the region's name only afterwards).
+    for (int r = 0; r < world; ++r) new (&state_of(region_, r)) RankState{};
+    header->world = static_cast<std::uint32_t>(world);
+    header->magic = kRegionMagic;
+  }
+  PARTRAIN_CHECK(header->magic == kRegionMagic && header->world == static_cast<std::uint32_t>(world),
+                 CommError, "shm: the shared region is not one of this run's (", world,
+                 " ranks expected)");
+  state_of(region_, rank).pid.store(process_id(), std::memory_order_release);
+}
+
+std::uint8_t* ShmCollectives::slot(int half, int rank) const {
+  return region_ + control_bytes(world_) + half * half_bytes(world_) +
+         static_cast<std::size_t>(rank) * kShmSlotBytes;
+}
+
+std::uint16_t* ShmCollectives::words(int half) const {
+  return reinterpret_cast<std::uint16_t*>(slot(half, world_));
+}
+
+void ShmCollectives::sync(const Call& call, int phase) {
+  RankState& me = state_of(region_, rank_);
+  if (phase == 0) me.call[call.words.sequence % 2] = call.words;
+  const std::uint64_t target = ++syncs_;
+  me.arrived.store(target, std::memory_order_release);
+
+  // Spin briefly (a peer on another core arrives within microseconds), then yield, then
+  // sleep, so that more ranks than cores still make progress; the deadline bounds it all.
+  constexpr int kSpins = 2000, kYields = 4000;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout_;
+  auto next_pid_check = start + std::chrono::milliseconds(1);
+  for (std::uint64_t round = 0;; ++round) {
+    int missing = -1;
+    for (int r = 0; r < world_ && missing < 0; ++r) {
+      if (state_of(region_, r).arrived.load(std::memory_order_acquire) < target) missing = r;
+    }
+    if (missing < 0) break;
+    if (round % 256 == 255) {
+      for (int r = 0; r < world_; ++r) {
+        const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
+        if (blamed > 0 && r != rank_) {
+          broken_ = true;
+          throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) +
+                                          " failed (rank " + std::to_string(r) + " saw it) during " +
+                                          describe(call.words));
+        }
+      }
+      const auto now = Clock::now();
+      const std::int64_t pid = state_of(region_, missing).pid.load(std::memory_order_acquire);
+      bool gone = false;
+      if (now >= next_pid_check) {  // a system call: not on every round
+        gone = process_gone(pid);
+        next_pid_check = now + std::chrono::milliseconds(1);
+      }
+      if (gone || now >= deadline) {
+        broken_ = true;
+        me.blamed.store(missing + 1, std::memory_order_release);
+        throw PeerError(missing, "shm: rank " + std::to_string(missing) +
+                                     (gone ? " (pid " + std::to_string(pid) + ") exited"
+                                           : " did not arrive within " +
+                                                 std::to_string(timeout_.count()) + " ms") +
+                                     " during " + describe(call.words) +
+                                     (gone ? "" : " (dead, hung, or not calling the same collective)"));
+      }
+    }
+    if (round < kSpins) {
+      continue;
+    } else if (round < kYields) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  if (phase == 0) check_peers(call, phase);
+}
+
+void ShmCollectives::check_peers(const Call& call, int) {
+  for (int r = 0; r < world_; ++r) {
+    const CallWords& theirs = state_of(region_, r).call[call.words.sequence % 2];
+    if (std::memcmp(&theirs, &call.words, sizeof theirs) != 0) {
+      broken_ = true;
+      throw CommError("shm: ranks disagree: rank " + std::to_string(r) + " called " +
+                      describe(theirs) + " while rank " + std::to_string(rank_) + " called " +
+                      describe(call.words));
+    }
+  }
+}
+
+void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
+                               DType wire) {
+  PARTRAIN_CHECK(!broken_, CommError,
+                 "shm: broken by an earlier failure; create a new communicator");
+  if (world_ == 1) return;
+  PARTRAIN_CHECK(count == 0 || data != nullptr, UsageError, "allreduce: null buffer");
+  const DType acc = accumulator_type(dtype);
+  if (acc != DType::f32 || (wire != DType::f16 && wire != DType::bf16)) wire = acc;
+  const bool narrow = acc != wire;
+  const std::size_t work_elem = dtype_size(acc), data_elem = dtype_size(dtype);
+  const int divisor = op == ReduceOp::avg ? world_ : 1;
+  const int W = world_;
+
+  Call call;
+  call.words = {++sequence_, count, 0, static_cast<std::uint8_t>(Kind::allreduce),
+                static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(wire),
+                static_cast<std::uint8_t>(op)};
+  if (count == 0) return sync(call, 0);
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  const std::size_t piece_elems = kShmSlotBytes / work_elem;
+  for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
+    const std::size_t n = std::min(piece_elems, count - p0);
+    const int h = half_;
+    half_ ^= 1;
+    // 1. My values, in the type the ring reduces in.
+    if (acc != dtype) {
+      convert_elements(bytes + p0 * data_elem, dtype, slot(h, rank_), acc, n);
+    } else {
+      std::memcpy(slot(h, rank_), bytes + p0 * data_elem, n * data_elem);
+    }
+    sync(call, p0 == 0 ? 0 : 1);
+    // 2. My share of the piece, in the ring's order for each element's segment.
+    const std::size_t share_begin = p0 + n * rank_ / W, share_end = p0 + n * (rank_ + 1) / W;
+    for_each_segment(count, W, share_begin, share_end, [&](int k, std::size_t lo, std::size_t hi) {
+      const std::size_t at = lo - p0, len = hi - lo;
+      if (narrow) {
+        std::uint16_t* w = words(h) + at;
+        narrow_to_wire(reinterpret_cast<const float*>(slot(h, k)) + at, w, wire, len);
+        for (int j = 1; j < W; ++j) {
+          reduce_from_wire(reinterpret_cast<float*>(slot(h, (k + j) % W)) + at, w, wire, len, op,
+                           j == W - 1, divisor);
+        }
+      } else {
+        for (int j = 1; j < W; ++j) {
+          std::uint8_t* own = slot(h, (k + j) % W) + at * work_elem;
+          reduce_into(own, acc, slot(h, (k + j - 1) % W) + at * work_elem, acc, len, op);
+          if (j == W - 1 && divisor != 1) divide_elements(own, acc, len, divisor);
+        }
+      }
+    });
+    sync(call, 1);
+    // 3. Everyone's results: segment k's stand in slot k-1 (or, narrowed, in the words).
+    for_each_segment(count, W, p0, p0 + n, [&](int k, std::size_t lo, std::size_t hi) {
+      const std::size_t at = lo - p0, len = hi - lo;
+      std::uint8_t* out = bytes + lo * data_elem;
+      if (narrow) {
+        if (dtype == DType::f32) {
+          widen_from_wire(words(h) + at, reinterpret_cast<float*>(out), wire, len);
+        } else {
+          // f16/bf16 data on a narrow wire: widen as the ring does, then back to the data's type.
+          float widened[1024];
+          for (std::size_t done = 0; done < len; done += std::size(widened)) {
+            const std::size_t m = std::min(std::size(widened), len - done);
+            widen_from_wire(words(h) + at + done, widened, wire, m);
+            convert_elements(widened, DType::f32, out + done * data_elem, dtype, m);
+          }
+        }
+      } else {
+        const std::uint8_t* result = slot(h, (k + W - 1) % W) + at * work_elem;
+        if (acc != dtype) {
+          convert_elements(result, acc, out, dtype, len);
+        } else {
+          std::memcpy(out, result, len * data_elem);
+        }
+      }
+    });
+  }
+}
+
+void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
+  PARTRAIN_CHECK(!broken_, CommError,
+                 "shm: broken by an earlier failure; create a new communicator");
+  PARTRAIN_CHECK(root >= 0 && root < world_, UsageError, "broadcast: root ", root,
+                 " is outside a world of ", world_);
+  if (world_ == 1) return;
+  Call call;
+  call.words = {++sequence_, bytes, root, static_cast<std::uint8_t>(Kind::broadcast), 0, 0, 0};
+  if (bytes == 0) return sync(call, 0);
+  auto* out = static_cast<std::uint8_t*>(data);
+  for (std::size_t p0 = 0; p0 < bytes; p0 += kShmSlotBytes) {
+    const std::size_t n = std::min(kShmSlotBytes, bytes - p0);
+    const int h = half_;
+    half_ ^= 1;
+    if (rank_ == root) std::memcpy(slot(h, root), out + p0, n);
+    sync(call, p0 == 0 ? 0 : 1);
+    if (rank_ != root) std::memcpy(out + p0, slot(h, root), n);
+  }
+}
+
+void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_rank) {
+  PARTRAIN_CHECK(!broken_, CommError,
+                 "shm: broken by an earlier failure; create a new communicator");
+  auto* target = static_cast<std::uint8_t*>(out);
+  const auto* source = static_cast<const std::uint8_t*>(in);
+  std::uint8_t* mine = target + rank_ * bytes_per_rank;
+  if (world_ == 1) {
+    if (bytes_per_rank > 0 && mine != source) std::memmove(mine, source, bytes_per_rank);
+    return;
+  }
+  Call call;
+  call.words = {++sequence_, bytes_per_rank, 0, static_cast<std::uint8_t>(Kind::allgather), 0, 0,
+                0};
+  if (bytes_per_rank == 0) return sync(call, 0);
+  for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kShmSlotBytes) {
+    const std::size_t n = std::min(kShmSlotBytes, bytes_per_rank - p0);
+    const int h = half_;
+    half_ ^= 1;
+    std::memcpy(slot(h, rank_), source + p0, n);
+    sync(call, p0 == 0 ? 0 : 1);
+    for (int r = 0; r < world_; ++r) {
+      if (r != rank_) std::memcpy(target + r * bytes_per_rank + p0, slot(h, r), n);
+    }
+  }
+  if (mine != source) std::memmove(mine, source, bytes_per_rank);
+}
+
+void ShmCollectives::barrier() {
+  PARTRAIN_CHECK(!broken_, CommError,
+                 "shm: broken by an earlier failure; create a new communicator");
+  if (world_ == 1) return;
+  Call call;
+  call.words = {++sequence_, 0, 0, static_cast<std::uint8_t>(Kind::barrier), 0, 0, 0};
+  sync(call, 0);
+}
+
+}  // namespace partrain::comm

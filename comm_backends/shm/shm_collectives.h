@@ -1,0 +1,59 @@
+// defines: ShmCollectives — allreduce, broadcast, allgather and barrier among the ranks of
+// one host through a shared memory region; shm_region_bytes(). The algorithm and the
+// region's layout: Note [Shared-memory collectives] in shm_collectives.cpp.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm_backends/buffer.h"
+
+namespace partrain::comm {
+
+// Bytes of one rank's slot in each of the region's two halves: collectives larger than a
+// slot run in pieces of at most this much.
+inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
+
+// The size of the region for `world` ranks (control blocks, then two halves of `world`
+// slots and one wire-word area each).
+std::size_t shm_region_bytes(int world);
+
+class ShmCollectives {
+ public:
+  // `region` is a mapping of shm_region_bytes(world) bytes, the same region in every rank,
+  // zero-filled when created. Every rank constructs its ShmCollectives before any calls a
+  // collective (the backend's setup makes sure of it through the store).
+  ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout);
+
+  int rank() const { return rank_; }
+  int size() const { return world_; }
+
+  // The same arguments and results as RingCollectives (asio-ring), to the bit: each element
+  // is reduced in the order the ring reduces it (see the note), and a reduced-precision wire
+  // rounds where the ring's does.
+  void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, DType wire);
+  void broadcast(void* data, std::size_t bytes, int root);
+  void allgather(const void* in, void* out, std::size_t bytes_per_rank);
+  void barrier();
+
+ private:
+  struct Call;  // what a collective is, so that ranks that disagree fail with a message
+  void sync(const Call& call, int phase);
+  void check_peers(const Call& call, int phase);
+  std::uint8_t* slot(int half, int rank) const;
+  std::uint16_t* words(int half) const;
+
+  std::uint8_t* region_;
+  int rank_;
+  int world_;
+  std::chrono::milliseconds timeout_;
+  std::uint64_t syncs_ = 0;     // syncs this rank has entered
+  std::uint64_t sequence_ = 0;  // collectives called
+  int half_ = 0;                // the half the next piece uses
+  bool broken_ = false;
+};
+
+}  // namespace partrain::comm

@@ -1,0 +1,199 @@
+// The shm backend against asio-ring: the same inputs give the same bits, for every dtype,
+// op and wire, at world sizes 2-4 and at sizes that take several pieces; ranks that call
+// different collectives fail with a message; nothing stays in /dev/shm.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/shm/shm_collectives.h"
+#include "comm_backends/store/store.h"
+#include "common/errors.h"
+#include "common/hash.h"
+#include "tests/comm/rank_threads.h"
+
+namespace partrain::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Values that make the order of the reduction show: random magnitudes over many binades,
+// so that a sum in another order rounds differently.
+std::vector<std::uint8_t> random_input(DType dtype, std::size_t count, int rank) {
+  std::mt19937_64 random(1000 + rank * 7919 + static_cast<int>(dtype));
+  std::uniform_real_distribution<double> mantissa(-1.0, 1.0);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<double> values(count);
+  for (auto& v : values) v = std::ldexp(mantissa(random), exponent(random));
+  std::vector<std::uint8_t> bytes(count * dtype_size(dtype));
+  if (dtype == DType::i32 || dtype == DType::i64) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto v = static_cast<std::int64_t>(values[i] * 1000);
+      if (dtype == DType::i32) {
+        const auto v32 = static_cast<std::int32_t>(v);
+        std::memcpy(bytes.data() + 4 * i, &v32, 4);
+      } else {
+        std::memcpy(bytes.data() + 8 * i, &v, 8);
+      }
+    }
+  } else {
+    convert_elements(values.data(), DType::f64, bytes.data(), dtype, count);
+  }
+  return bytes;
+}
+
+// Each rank's allreduce result with `backend`.
+std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend, int world,
+                                                      DType dtype, ReduceOp op, DType wire,
+                                                      std::size_t count,
+                                                      const std::string& token = "") {
+  testing::TempDir dir;
+  std::vector<std::vector<std::uint8_t>> results(world);
+  testing::run_ranks(world, [&](int rank) {
+    StoreOptions so;
+    so.rank = rank;
+    so.world_size = world;
+    so.timeout = milliseconds(20000);
+    auto store = open_store(dir.url(), so);
+    CommOptions options;
+    options.backend = backend;
+    options.timeout = milliseconds(20000);
+    options.wire_dtype = wire;
+    options.token = token;
+    auto comm = make_communicator(options, *store, rank, world);
+    results[rank] = random_input(dtype, count, rank);
+    comm->allreduce({results[rank].data(), count, dtype}, op);
+  });
+  return results;
+}
+
+struct Case {
+  DType dtype;
+  ReduceOp op;
+  DType wire;
+};
+
+TEST(Shm, AllreduceHasTheRingsBitsForEveryDtypeOpAndWire) {
+  std::vector<Case> cases;
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
+      cases.push_back({dtype, op, DType::f32});
+    }
+  }
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (DType wire : {DType::bf16, DType::f16}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        cases.push_back({dtype, op, wire});
+      }
+    }
+  }
+  for (int world : {2, 3, 4}) {
+    for (const Case& c : cases) {
+      const std::size_t count = 1237;  // segments of unequal length
+      const auto ring = allreduce_with("asio-ring", world, c.dtype, c.op, c.wire, count);
+      const auto shm = allreduce_with("shm", world, c.dtype, c.op, c.wire, count);
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(shm[r], ring[r]) << "world " << world << " rank " << r << " "
+                                   << dtype_name(c.dtype) << " " << reduce_op_name(c.op)
+                                   << " wire " << dtype_name(c.wire);
+      }
+      EXPECT_EQ(shm[0], shm[world - 1]) << "ranks differ";
+    }
+  }
+}
+
+TEST(Shm, LargeAllreduceRunsInPiecesWithTheSameBits) {
+  // 3 slots' worth of f32 and a ragged end: pieces cut across the ring's segments.
+  const std::size_t count = 3 * kShmSlotBytes / 4 + 12345;
+  for (DType wire : {DType::f32, DType::bf16}) {
+    const auto ring = allreduce_with("asio-ring", 3, DType::f32, ReduceOp::sum, wire, count);
+    const auto shm = allreduce_with("shm", 3, DType::f32, ReduceOp::sum, wire, count);
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(shm[r] == ring[r]) << "rank " << r;
+  }
+}
+
+TEST(Shm, LargeBroadcastAndAllgather) {
+  const int world = 3;
+  const std::size_t bytes = kShmSlotBytes * 2 + 77;
+  testing::TempDir dir;
+  testing::run_ranks(world, [&](int rank) {
+    StoreOptions so;
+    so.rank = rank;
+    so.world_size = world;
+    auto store = open_store(dir.url(), so);
+    CommOptions options;
+    options.backend = "shm";
+    options.timeout = milliseconds(20000);
+    auto comm = make_communicator(options, *store, rank, world);
+    std::vector<std::uint8_t> data(bytes, static_cast<std::uint8_t>(rank));
+    if (rank == 1) {
+      for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 31);
+    }
+    comm->broadcast({data.data(), bytes / 4, DType::i32}, 1);
+    for (std::size_t i = 0; i < bytes / 4 * 4; ++i) {
+      ASSERT_EQ(data[i], static_cast<std::uint8_t>(i * 31)) << "rank " << rank << " byte " << i;
+    }
+    std::vector<std::int64_t> mine(kShmSlotBytes / 8 + 3, rank + 1);
+    std::vector<std::int64_t> all(mine.size() * world, -1);
+    comm->allgather({mine.data(), mine.size(), DType::i64}, {all.data(), all.size(), DType::i64});
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(all[r * mine.size()], r + 1);
+      EXPECT_EQ(all[(r + 1) * mine.size() - 1], r + 1);
+    }
+  });
+}
+
+TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
+  const int world = 2;
+  testing::TempDir dir;
+  std::vector<std::string> errors(world);
+  testing::run_ranks(world, [&](int rank) {
+    StoreOptions so;
+    so.rank = rank;
+    so.world_size = world;
+    auto store = open_store(dir.url(), so);
+    CommOptions options;
+    options.backend = "shm";
+    options.timeout = milliseconds(3000);
+    auto comm = make_communicator(options, *store, rank, world);
+    float value = 1;
+    try {
+      if (rank == 0) {
+        comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum);
+      } else {
+        comm->broadcast({&value, 1, DType::f32}, 0);
+      }
+    } catch (const Error& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_NE(errors[r].find("ranks disagree"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(Shm, LeavesNothingInDevShm) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
+  // Regions are named partrain-shm-<hash of the run token>-...: count this run's only.
+  const std::string token = "shm-leak-test-" + std::to_string(::getpid());
+  std::ostringstream stem;
+  stem << "partrain-shm-" << std::hex << fnv1a_64(token) << "-";
+  auto ours = [&] {
+    int n = 0;
+    for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+      n += entry.path().filename().string().rfind(stem.str(), 0) == 0;
+    }
+    return n;
+  };
+  allreduce_with("shm", 3, DType::f32, ReduceOp::sum, DType::f32, 100, token);
+  EXPECT_EQ(ours(), 0);
+}
+
+}  // namespace
+}  // namespace partrain::comm
