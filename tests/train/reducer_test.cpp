@@ -4,14 +4,18 @@
 // several buckets, and with gradient accumulation. Built a second time for tests/gpu with
 // PARTRAIN_REDUCER_ON_CUDA: the same property with the parameters on CUDA devices, where the
 // buckets are ordered against the compute stream by events and the host backends stage
-// through pinned memory.
+// through pinned memory. Also, with a communicator that fails or hangs: the error names the
+// bucket (and keeps the dead peer's rank), and the wait after backward ends at its bound.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/errors.h"
 #include "comm_backends/store/store.h"
 #include "trainer/train/models.h"
 #include "trainer/train/reducer.h"
@@ -202,8 +206,7 @@ std::vector<Case> cases() {
   }
   out.push_back({"nccl", 1, 0.004, 1, true});
   out.push_back({"nccl", 2, 0.004, 1, true});
-  return out;
-#endif
+#else
   std::vector<std::string> backends = {"asio-ring"};
   if (comm::backend_compiled_in("gloo")) backends.push_back("gloo");
   for (const auto& b : backends) {
@@ -211,8 +214,81 @@ std::vector<Case> cases() {
     out.push_back({b, 3, 0.004, 1});  // many small buckets
     out.push_back({b, 2, 0.004, 2});  // accumulation
   }
+#endif
   return out;
 }
+
+#ifndef PARTRAIN_REDUCER_ON_CUDA
+// A communicator of one rank whose allreduce fails as a dead peer would, or hangs until
+// released (bounded), standing in for a real backend.
+class FaultyCommunicator : public comm::Communicator {
+ public:
+  enum class Fault { peer_dies, hangs };
+  explicit FaultyCommunicator(Fault fault) : fault_(fault) {}
+  ~FaultyCommunicator() override { release(); }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "faulty"; }
+  void allreduce(comm::Buffer, comm::ReduceOp) override {
+    if (fault_ == Fault::peer_dies) throw PeerError(1, "rank 1 closed the connection");
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return released_; });
+  }
+  void broadcast(comm::Buffer, int) override {}
+  void allgather(const comm::Buffer&, comm::Buffer) override {}
+  void barrier() override {}
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  Fault fault_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+void backward_one_step(torch::nn::Sequential& net, Reducer& reducer) {
+  auto [x, y] = step_data(0, kBatch);
+  reducer.prepare_for_backward(true);
+  torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+}
+
+TEST(ReducerFailure, APeerErrorNamesTheBucketAndKeepsThePeer) {
+  auto net = make_net();
+  FaultyCommunicator comm(FaultyCommunicator::Fault::peer_dies);
+  Reducer reducer(net->parameters(), comm, ReducerOptions{});
+  backward_one_step(net, reducer);
+  try {
+    reducer.finish_backward();
+    FAIL() << "finish_backward() returned after a failed allreduce";
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.peer_rank(), 1);
+    EXPECT_NE(std::string(e.what()).find("gradient bucket 0 of 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 closed"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReducerFailure, AHungAllreduceEndsTheWaitAfterItsBound) {
+  auto net = make_net();
+  FaultyCommunicator comm(FaultyCommunicator::Fault::hangs);
+  ReducerOptions ro;
+  ro.timeout = std::chrono::milliseconds(100);  // bound: 2 x 100 ms + 5 s
+  Reducer reducer(net->parameters(), comm, ro);
+  backward_one_step(net, reducer);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    reducer.finish_backward();
+    FAIL() << "finish_backward() returned while the allreduce hung";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient bucket 0 of 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  comm.release();  // lets the communication thread finish before the reducer goes
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
