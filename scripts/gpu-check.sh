@@ -95,7 +95,7 @@ for backend in gloo asio-ring; do
     --set train.max_steps=30 > "$OUT/overlap-$backend.log" 2>&1 \
     || { tail -5 "$OUT/overlap-$backend.log"; test_rc=1; }
 done
-$PY - "$OUT/bare-allreduce.json" "$RUNS" <<'PYEOF' | tee -a "$OUT/summary.txt"
+$PY - "$OUT/bare-allreduce.json" "$RUNS" <<'PYEOF' | tee -a "$OUT/summary.txt" || test_rc=1
 import json, sys
 from pathlib import Path
 bare = {r["backend"]: r["median_us"] / 1000 for r in json.loads(Path(sys.argv[1]).read_text())["results"]}
