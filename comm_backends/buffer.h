@@ -23,12 +23,13 @@ ReduceOp parse_reduce_op(std::string_view name);
 // holding it.
 //
 // On CUDA, `stream` is the caller's cudaStream_t (nullptr: the legacy default stream, where
-// LibTorch computes unless told otherwise). A collective does not run on it: it runs on a
-// stream of its own, after `ready_event` (a cudaEvent_t the caller recorded on `stream` when
-// the data was complete) or, without one, after all the work queued on `stream` so far, and
-// it returns once the result is in device memory, so that whatever the caller queues next
-// sees it. With a ready event, work queued on `stream` after it neither delays the
-// collective nor waits for it.
+// LibTorch computes unless told otherwise). nccl does not run on it: it runs on a stream of
+// its own, after `ready_event` (a cudaEvent_t the caller recorded on `stream` when the data
+// was complete) or, without one, after all the work queued on `stream` so far, and returns
+// once the result is in device memory, so that whatever the caller queues next sees it.
+// With a ready event, work queued on `stream` after it neither delays the collective nor
+// waits for it. The host backends take host buffers only; HostStaging (cuda_stream.h)
+// brings CUDA data to them with the same ordering.
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;  // elements, never bytes
