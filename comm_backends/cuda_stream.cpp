@@ -15,8 +15,8 @@ namespace partrain::comm {
 namespace {
 
 void check_cuda(cudaError_t status, const char* what) {
-  PARTRAIN_CHECK(status == cudaSuccess, CommError, "cuda: ", what, " failed: ",
-                 cudaGetErrorString(status));
+  PARTRAIN_CHECK(status == cudaSuccess, CommError, "cuda: ", what,
+                 " failed: ", cudaGetErrorString(status));
 }
 
 cudaStream_t stream_of(void* stream) {
@@ -177,9 +177,9 @@ Buffer HostStaging::to_host(const Buffer& device, std::size_t slot, const CudaEv
   }
   auto stream = static_cast<cudaStream_t>(stream_.handle());
   if (device.bytes() > 0) {
-    check_cuda(cudaMemcpyAsync(host.data, device.data, device.bytes(), cudaMemcpyDeviceToHost,
-                               stream),
-               "cudaMemcpyAsync (device to host)");
+    check_cuda(
+        cudaMemcpyAsync(host.data, device.data, device.bytes(), cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (device to host)");
   }
   done_.record(stream_.handle());
   done_.wait(timeout_, "copy of " + what + " from the device to the host");
@@ -192,9 +192,9 @@ void HostStaging::to_device(const Buffer& host, const Buffer& device, const std:
   DeviceScope scope(device_);
   auto stream = static_cast<cudaStream_t>(stream_.handle());
   if (device.bytes() > 0) {
-    check_cuda(cudaMemcpyAsync(device.data, host.data, device.bytes(), cudaMemcpyHostToDevice,
-                               stream),
-               "cudaMemcpyAsync (host to device)");
+    check_cuda(
+        cudaMemcpyAsync(device.data, host.data, device.bytes(), cudaMemcpyHostToDevice, stream),
+        "cudaMemcpyAsync (host to device)");
   }
   done_.record(stream_.handle());
   done_.wait(timeout_, "copy of " + what + " from the host to the device");

@@ -232,7 +232,9 @@ class NcclCommunicator : public Communicator {
     }
     // Already reached, so this costs the caller's stream nothing; it keeps the ordering
     // explicit on the device as well.
-    if (data != nullptr) check_cuda(cudaStreamWaitEvent(caller, done_, 0), "cudaStreamWaitEvent");
+    if (data != nullptr) {
+      check_cuda(cudaStreamWaitEvent(caller, done_, 0), "cudaStreamWaitEvent");
+    }
   }
 
   int rank_;

@@ -157,8 +157,8 @@ TEST(GpuComm, NcclWithoutReadyEventWaitsForWorkQueuedBefore) {
   {
     StreamGate gate;
     // Written on the compute stream only once the gate opens.
-    check(cudaMemcpyAsync(in.buffer().data, pinned, kCount * sizeof(float),
-                          cudaMemcpyHostToDevice, cudaStreamLegacy));
+    check(cudaMemcpyAsync(in.buffer().data, pinned, kCount * sizeof(float), cudaMemcpyHostToDevice,
+                          cudaStreamLegacy));
     std::thread collective([&] {
       try {
         comm->allgather(in.buffer(), out.buffer());
@@ -231,8 +231,8 @@ TEST(GpuComm, StagingWithoutReadyEventCopiesWhatWasQueuedBefore) {
   std::exception_ptr error;
   {
     StreamGate gate;
-    check(cudaMemcpyAsync(in.buffer().data, pinned, kCount * sizeof(float),
-                          cudaMemcpyHostToDevice, cudaStreamLegacy));
+    check(cudaMemcpyAsync(in.buffer().data, pinned, kCount * sizeof(float), cudaMemcpyHostToDevice,
+                          cudaStreamLegacy));
     std::thread copy([&] {
       try {
         Buffer host = staging.to_host(in.buffer(), 0, nullptr, "the test buffer");

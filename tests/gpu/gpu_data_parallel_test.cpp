@@ -8,13 +8,14 @@ namespace {
 
 using namespace dp_checks;
 
-
 std::vector<std::vector<torch::Device>> device_lists() {
-  std::vector<std::vector<torch::Device>> lists{{torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 0)}};
+  std::vector<std::vector<torch::Device>> lists{
+      {torch::Device(torch::kCUDA, 0), torch::Device(torch::kCUDA, 0)}};
   const auto count = static_cast<int>(torch::cuda::device_count());
   if (count > 1) {
     std::vector<torch::Device> all;
-    for (int i = 0; i < count; ++i) all.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    for (int i = 0; i < count; ++i)
+      all.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
     lists.push_back(all);
   }
   return lists;
@@ -41,7 +42,8 @@ TEST_F(GpuDataParallel, GradientsOfEveryReplicaReachTheModel) {
 }
 
 TEST_F(GpuDataParallel, EvaluationMatchesTheModel) {
-  for (const auto& devices : device_lists()) expect_evaluation_matches_the_model(devices, kTolerance);
+  for (const auto& devices : device_lists())
+    expect_evaluation_matches_the_model(devices, kTolerance);
 }
 
 }  // namespace

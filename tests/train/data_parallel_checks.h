@@ -38,8 +38,10 @@ inline torch::Tensor images(int64_t n, const torch::Device& device) {
 
 inline bool close(const torch::Tensor& a, const torch::Tensor& b, double tolerance) {
   return a.sizes() == b.sizes() &&
-         (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).abs().max().item<double>() <=
-             tolerance;
+         (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble))
+                 .abs()
+                 .max()
+                 .item<double>() <= tolerance;
 }
 
 // A training forward leaves in the model the buffers of device 0's piece, and returns what
@@ -86,7 +88,8 @@ inline void expect_gradients_of_every_replica(const std::vector<torch::Device>& 
   auto twin = copy_of(net);
   const int64_t n = 2 * static_cast<int64_t>(devices.size()) + 1;  // pieces of unequal size
   const auto x = images(n, devices[0]);
-  const auto y = torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(devices[0])) % 10;
+  const auto y =
+      torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(devices[0])) % 10;
 
   torch::nn::functional::cross_entropy(data_parallel_forward(*net, x, devices, devices[0]), y)
       .backward();
@@ -113,7 +116,8 @@ inline void expect_evaluation_matches_the_model(const std::vector<torch::Device>
   net->eval();
   torch::NoGradGuard no_grad;
   const auto x = images(6, devices[0]) * 2 + 1;
-  EXPECT_TRUE(close(data_parallel_forward(*net, x, devices, devices[0]), net->forward(x), tolerance));
+  EXPECT_TRUE(
+      close(data_parallel_forward(*net, x, devices, devices[0]), net->forward(x), tolerance));
 }
 
 }  // namespace partrain::dp_checks

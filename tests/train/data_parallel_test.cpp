@@ -1,9 +1,8 @@
 // DataParallel on CPU "devices": the replica scheme does not depend on the device type, so
 // what it keeps, computes and sends back is checked here; tests/gpu runs the same checks
 // on CUDA devices.
-#include "tests/train/data_parallel_checks.h"
-
 #include "comm_backends/errors.h"
+#include "tests/train/data_parallel_checks.h"
 
 namespace partrain {
 namespace {
@@ -23,13 +22,16 @@ TEST(DataParallel, GradientsOfEveryReplicaReachTheModel) {
   expect_gradients_of_every_replica(kThreeCpus, 1e-5);
 }
 
-TEST(DataParallel, EvaluationMatchesTheModel) { expect_evaluation_matches_the_model(kTwoCpus, 1e-6); }
+TEST(DataParallel, EvaluationMatchesTheModel) {
+  expect_evaluation_matches_the_model(kTwoCpus, 1e-6);
+}
 
 TEST(DataParallel, OneDeviceIsThePlainForward) {
   auto net = make_net("batch", torch::kCPU);
   auto twin = copy_of(net);
   const auto x = images(4, torch::kCPU);
-  EXPECT_TRUE(close(data_parallel_forward(*net, x, {torch::kCPU}, torch::kCPU), twin->forward(x), 0));
+  EXPECT_TRUE(
+      close(data_parallel_forward(*net, x, {torch::kCPU}, torch::kCPU), twin->forward(x), 0));
   // The copy numbers its children, so its buffers are compared by position.
   const auto kept = net->buffers();
   const auto want = twin->buffers();

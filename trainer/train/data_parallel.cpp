@@ -57,7 +57,8 @@ class SumReplicaGradients : public torch::autograd::Node {
 std::shared_ptr<torch::nn::SequentialImpl> replicate(const torch::nn::SequentialImpl& module,
                                                      const c10::Device& device) {
   auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
-  PARTRAIN_CHECK(replica != nullptr, Error, "DataParallel: the model did not clone as a Sequential");
+  PARTRAIN_CHECK(replica != nullptr, Error,
+                 "DataParallel: the model did not clone as a Sequential");
   replica->train(module.is_training());
   return replica;
 }

@@ -208,7 +208,8 @@ void Reducer::run_comm_thread() {
     try {
       allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum, order);
     } catch (const PeerError& e) {
-      error = std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
+      error = std::make_exception_ptr(
+          PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
     } catch (const CommError& e) {
       error = std::make_exception_ptr(CommError(describe_bucket(b) + ": " + e.what()));
     } catch (...) {

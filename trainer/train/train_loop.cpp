@@ -99,8 +99,9 @@ class Progress {
     if (terminal_) {
       constexpr int kWidth = 24;
       int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * kWidth);
-      std::string bar = "[" + std::string(filled, '#') + std::string(kWidth - filled, '.') + "] ";
-      std::printf("\r%-110s", (bar + line).c_str());
+      std::string text(1, '[');
+      text.append(filled, '#').append(kWidth - filled, '.').append("] ").append(line);
+      std::printf("\r%-110s", text.c_str());
       std::fflush(stdout);
     } else if (force_line) {
       std::printf("%s\n", line.c_str());
