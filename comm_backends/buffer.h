@@ -19,8 +19,17 @@ DType parse_dtype(std::string_view name);  // throws UsageError naming the accep
 std::string_view reduce_op_name(ReduceOp op);
 ReduceOp parse_reduce_op(std::string_view name);
 
-// A view of `count` elements of `dtype` at `data`. On CUDA, `stream` is the caller's
-// cudaStream_t (nullptr: the default stream) and `device_index` the device holding data.
+// A view of `count` elements of `dtype` at `data`; on CUDA, `device_index` is the device
+// holding it.
+//
+// On CUDA, `stream` is the caller's cudaStream_t (nullptr: the legacy default stream, where
+// LibTorch computes unless told otherwise). nccl does not run on it: it runs on a stream of
+// its own, after `ready_event` (a cudaEvent_t the caller recorded on `stream` when the data
+// was complete) or, without one, after all the work queued on `stream` so far, and returns
+// once the result is in device memory, so that whatever the caller queues next sees it.
+// With a ready event, work queued on `stream` after it neither delays the collective nor
+// waits for it. The host backends take host buffers only; HostStaging (cuda_stream.h)
+// brings CUDA data to them with the same ordering.
 struct Buffer {
   void* data = nullptr;
   std::size_t count = 0;  // elements, never bytes
@@ -28,6 +37,7 @@ struct Buffer {
   DeviceKind device = DeviceKind::cpu;
   int device_index = 0;
   void* stream = nullptr;
+  void* ready_event = nullptr;
 
   std::size_t bytes() const { return count * dtype_size(dtype); }
 };

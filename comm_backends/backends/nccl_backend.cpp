@@ -1,9 +1,17 @@
-// The nccl backend: NCCL on CUDA buffers, on the caller's stream.
+// The nccl backend: NCCL on CUDA buffers, on a stream of its own.
 //
-// The communicator is created non-blocking so that nothing NCCL does can hang us: init and
-// every collective are polled (ncclCommGetAsyncError, cudaStreamQuery) until done or until
-// the timeout, and on timeout the communicator is aborted (ncclCommAbort) before we throw.
-// A collective returns when its work on the caller's stream has completed.
+// Ordering, as c10d does it: the caller's data is ready -> an event on the caller's stream
+// (the caller's own ready event, or one recorded here at the call) -> the communication
+// stream waits for that event on the device -> the collective -> an event on the
+// communication stream, which the host polls and the caller's stream is made to wait for.
+// The communication stream is non-blocking, so it never waits implicitly for the legacy
+// default stream where LibTorch computes: a gradient bucket goes on the wire as soon as
+// its own gradients are written, not when the rest of backward has drained.
+//
+// The communicator is created non-blocking so that nothing NCCL does can hang us: init, the
+// enqueueing of every collective and its completion are polled (ncclCommGetAsyncError,
+// cudaEventQuery) until done or until the timeout, and on timeout the communicator is
+// aborted (ncclCommAbort) before we throw.
 #include "comm_backends/backends/backend.h"
 #include "common/errors.h"
 
@@ -89,7 +97,9 @@ class NcclCommunicator : public Communicator {
       throw CommError("nccl: communicator setup did not finish within " +
                       std::to_string(timeout_.count()) + " ms");
     }
-    check_cuda(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     check_cuda(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
   }
 
@@ -99,7 +109,9 @@ class NcclCommunicator : public Communicator {
       else ncclCommDestroy(comm_);
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
-    if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (ready_ != nullptr) cudaEventDestroy(ready_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
@@ -109,10 +121,9 @@ class NcclCommunicator : public Communicator {
   void allreduce(Buffer buffer, ReduceOp op) override {
     check_device_buffer(buffer);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto stream = static_cast<cudaStream_t>(buffer.stream);
-    run("allreduce", stream, [&] {
+    run("allreduce", &buffer, [&] {
       return ncclAllReduce(buffer.data, buffer.data, buffer.count, nccl_type(buffer.dtype),
-                           nccl_op(op), comm_, stream);
+                           nccl_op(op), comm_, stream_);
     });
   }
 
@@ -121,10 +132,9 @@ class NcclCommunicator : public Communicator {
     PARTRAIN_CHECK(root >= 0 && root < size_, UsageError, "broadcast: root ", root,
                    " is outside a world of ", size_);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto stream = static_cast<cudaStream_t>(buffer.stream);
-    run("broadcast", stream, [&] {
+    run("broadcast", &buffer, [&] {
       return ncclBroadcast(buffer.data, buffer.data, buffer.count, nccl_type(buffer.dtype), root,
-                           comm_, stream);
+                           comm_, stream_);
     });
   }
 
@@ -133,16 +143,15 @@ class NcclCommunicator : public Communicator {
     check_device_buffer(out);
     check_allgather_buffers(in, out, size_);
     std::lock_guard<std::mutex> lock(mutex_);
-    auto stream = static_cast<cudaStream_t>(out.stream);
-    run("allgather", stream, [&] {
-      return ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_, stream);
+    run("allgather", &in, [&] {
+      return ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_, stream_);
     });
   }
 
   void barrier() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    run("barrier", own_stream_, [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, own_stream_);
+    run("barrier", nullptr, [&] {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
 
@@ -152,14 +161,17 @@ class NcclCommunicator : public Communicator {
                    "comm backend 'nccl' works on CUDA buffers; use asio-ring or gloo for CPU");
     PARTRAIN_CHECK(buffer.count == 0 || buffer.data != nullptr, UsageError,
                    "collective on a null buffer");
+    PARTRAIN_CHECK(buffer.device_index == device_, UsageError, "nccl: a buffer on cuda:",
+                   buffer.device_index, " for a communicator on cuda:", device_);
     PARTRAIN_CHECK(!broken_, CommError,
                    "nccl: communicator aborted after an earlier failure; create a new one");
   }
 
-  // Polls until NCCL has no operation in flight on comm_ (and, with a stream, the stream
-  // has drained); false on timeout. Throws on an asynchronous NCCL error.
-  bool wait_comm(Clock::time_point deadline, cudaStream_t* stream) {
+  // Polls until NCCL has no operation in flight on comm_ (and, with an event, the event has
+  // been reached); false on timeout. Throws on an asynchronous NCCL or CUDA error.
+  bool wait_comm(Clock::time_point deadline, cudaEvent_t event) {
     auto pause = std::chrono::microseconds(5);
+    // Bounded by `deadline`: neither query blocks.
     while (true) {
       ncclResult_t state = ncclSuccess;
       ncclCommGetAsyncError(comm_, &state);
@@ -168,12 +180,12 @@ class NcclCommunicator : public Communicator {
         throw CommError(std::string("nccl: asynchronous error: ") + ncclGetErrorString(state));
       }
       if (state == ncclSuccess) {
-        if (stream == nullptr) return true;
-        const cudaError_t query = cudaStreamQuery(*stream);
+        if (event == nullptr) return true;
+        const cudaError_t query = cudaEventQuery(event);
         if (query == cudaSuccess) return true;
         if (query != cudaErrorNotReady) {
           broken_ = true;
-          check_cuda(query, "cudaStreamQuery");
+          check_cuda(query, "cudaEventQuery");
         }
       }
       if (Clock::now() >= deadline) return false;
@@ -182,21 +194,46 @@ class NcclCommunicator : public Communicator {
     }
   }
 
+  // Issues one collective on stream_, ordered after `data` is ready on the caller's stream
+  // (no data: the barrier, which orders against nothing), and returns once it has finished.
   template <typename Issue>
-  void run(const char* what, cudaStream_t stream, Issue&& issue) {
+  void run(const char* what, const Buffer* data, Issue&& issue) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    cudaStream_t caller = cudaStreamLegacy;
+    if (data != nullptr) {
+      if (data->stream != nullptr) caller = static_cast<cudaStream_t>(data->stream);
+      cudaEvent_t ready = static_cast<cudaEvent_t>(data->ready_event);
+      if (ready == nullptr) {
+        check_cuda(cudaEventRecord(ready_, caller), "cudaEventRecord");
+        ready = ready_;
+      }
+      check_cuda(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
+    }
     const ncclResult_t issued = issue();
     if (issued != ncclSuccess && issued != ncclInProgress) {
       broken_ = true;
       throw CommError(std::string("nccl: ") + what + " failed: " + ncclGetErrorString(issued));
     }
-    if (!wait_comm(Clock::now() + timeout_, &stream)) {
+    const auto deadline = Clock::now() + timeout_;
+    // A non-blocking communicator may still be enqueueing the kernel when the call returns
+    // (ncclInProgress); an event recorded before that would not cover it.
+    bool finished = wait_comm(deadline, nullptr);
+    if (finished) {
+      check_cuda(cudaEventRecord(done_, stream_), "cudaEventRecord");
+      finished = wait_comm(deadline, done_);
+    }
+    if (!finished) {
       broken_ = true;
       ncclCommAbort(comm_);
       comm_ = nullptr;
       throw CommError(std::string("nccl: ") + what + " did not finish within " +
                       std::to_string(timeout_.count()) +
                       " ms; communicator aborted (a peer died or is hung)");
+    }
+    // Already reached, so this costs the caller's stream nothing; it keeps the ordering
+    // explicit on the device as well.
+    if (data != nullptr) {
+      check_cuda(cudaStreamWaitEvent(caller, done_, 0), "cudaStreamWaitEvent");
     }
   }
 
@@ -207,7 +244,9 @@ class NcclCommunicator : public Communicator {
   bool broken_ = false;
   std::mutex mutex_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // non-blocking: no implicit sync with the legacy stream
+  cudaEvent_t ready_ = nullptr;    // recorded on the caller's stream when it gives no event
+  cudaEvent_t done_ = nullptr;     // recorded on stream_ after each collective
   void* scratch_ = nullptr;
 };
 

@@ -1,14 +1,21 @@
 // DDP's defining property, checked in one process with ranks as threads: W ranks at batch b,
 // each step's gradients averaged by the Reducer, end with the same parameters as one
 // process at batch W*b — for every CPU backend, with SGD momentum and weight decay, with
-// several buckets, and with gradient accumulation.
+// several buckets, and with gradient accumulation. Built a second time for tests/gpu with
+// PARTRAIN_REDUCER_ON_CUDA: the same property with the parameters on CUDA devices, where the
+// buckets are ordered against the compute stream by events and the host backends stage
+// through pinned memory. Also, with a communicator that fails or hangs: the error names the
+// bucket (and keeps the dead peer's rank), and the wait after backward ends at its bound.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "comm_backends/communicator.h"
+#include "common/errors.h"
 #include "comm_backends/store/store.h"
 #include "trainer/train/models.h"
 #include "trainer/train/reducer.h"
@@ -23,7 +30,16 @@ struct Case {
   int world;
   double bucket_mb;
   int accumulate;
+  bool cuda = false;
 };
+
+// Rank r trains on cuda:(r mod devices) in the CUDA cases; the single-process reference on
+// cuda:0.
+torch::Device device_of(const Case& c, int rank) {
+  if (!c.cuda) return torch::kCPU;
+  const int devices = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rank % devices));
+}
 
 constexpr int kBatch = 6;  // per rank, per micro-step
 constexpr int kSteps = 4;
@@ -51,11 +67,15 @@ std::pair<torch::Tensor, torch::Tensor> step_data(int step, int total) {
 }
 
 std::vector<torch::Tensor> train_single(const Case& c) {
+  const torch::Device device = device_of(c, 0);
   auto net = make_net();
+  net->to(device);
   auto opt = make_optimizer(net);
   const int total = c.world * c.accumulate * kBatch;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = step_data(s, total);
+    x = x.to(device);
+    y = y.to(device);
     torch::nn::functional::cross_entropy(net->forward(x), y).backward();
     opt.step();
     opt.zero_grad();
@@ -77,7 +97,11 @@ std::vector<torch::Tensor> train_rank(const Case& c, const std::string& dir, int
   co.backend = c.backend;
   co.timeout = std::chrono::seconds(30);
   co.token = so.token;
+  const torch::Device device = device_of(c, rank);
+  co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
+  co.device_index = device.is_cuda() ? device.index() : 0;
   auto comm = comm::make_communicator(co, *store, rank, c.world);
+  net->to(device);
 
   // As in a real run: rank 0's initial state wins. Perturb the others first, so the
   // broadcast has something to fix.
@@ -99,6 +123,8 @@ std::vector<torch::Tensor> train_rank(const Case& c, const std::string& dir, int
   const int total = c.world * c.accumulate * kBatch;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = step_data(s, total);
+    x = x.to(device);
+    y = y.to(device);
     for (int m = 0; m < c.accumulate; ++m) {
       // Any split of the step's samples into equal parts gives the same mean gradient.
       int64_t first = (static_cast<int64_t>(rank) * c.accumulate + m) * kBatch;
@@ -119,6 +145,17 @@ class ReducerEquivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ReducerEquivalence, RanksMatchOneProcess) {
   const Case c = GetParam();
+  if (c.cuda && !torch::cuda::is_available()) GTEST_SKIP() << "LibTorch sees no CUDA device here";
+  if (c.backend == "nccl" && c.world > static_cast<int>(torch::cuda::device_count())) {
+    GTEST_SKIP() << "nccl needs a GPU per rank";
+  }
+  if (!comm::backend_compiled_in(c.backend)) GTEST_SKIP() << c.backend << " is not compiled in";
+  if (c.cuda) {
+    // TF32 would round differently at the two batch sizes compared here.
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  const double tolerance = c.cuda ? 1e-4 : 2e-5;
   torch::set_num_threads(1);
   auto expected = train_single(c);
 
@@ -148,16 +185,28 @@ TEST_P(ReducerEquivalence, RanksMatchOneProcess) {
     ASSERT_EQ(errors[r], "") << "rank " << r;
     ASSERT_EQ(results[r].size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
-      double diff = (results[r][i] - expected[i]).abs().max().item<double>();
-      EXPECT_LT(diff, 2e-5) << "rank " << r << " parameter " << i;
+      double diff = (results[r][i].cpu() - expected[i].cpu()).abs().max().item<double>();
+      EXPECT_LT(diff, tolerance) << "rank " << r << " parameter " << i;
       // Every rank holds bit-identical parameters: they applied identical averaged gradients.
-      EXPECT_TRUE(torch::equal(results[r][i], results[0][i])) << "rank " << r << " parameter " << i;
+      EXPECT_TRUE(torch::equal(results[r][i].cpu(), results[0][i].cpu()))
+          << "rank " << r << " parameter " << i;
     }
   }
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
+#ifdef PARTRAIN_REDUCER_ON_CUDA
+  // Every case is listed wherever this is built and skips where it cannot run, so that the
+  // test names do not depend on the machine. Two ranks may share one GPU on the host
+  // backends; nccl needs one GPU per rank.
+  for (const std::string b : {"asio-ring", "gloo"}) {
+    out.push_back({b, 2, 25.0, 1, true});
+    out.push_back({b, 2, 0.004, 2, true});  // many small buckets, accumulation
+  }
+  out.push_back({"nccl", 1, 0.004, 1, true});
+  out.push_back({"nccl", 2, 0.004, 1, true});
+#else
   std::vector<std::string> backends = {"asio-ring"};
   if (comm::backend_compiled_in("gloo")) backends.push_back("gloo");
   for (const auto& b : backends) {
@@ -165,8 +214,81 @@ std::vector<Case> cases() {
     out.push_back({b, 3, 0.004, 1});  // many small buckets
     out.push_back({b, 2, 0.004, 2});  // accumulation
   }
+#endif
   return out;
 }
+
+#ifndef PARTRAIN_REDUCER_ON_CUDA
+// A communicator of one rank whose allreduce fails as a dead peer would, or hangs until
+// released (bounded), standing in for a real backend.
+class FaultyCommunicator : public comm::Communicator {
+ public:
+  enum class Fault { peer_dies, hangs };
+  explicit FaultyCommunicator(Fault fault) : fault_(fault) {}
+  ~FaultyCommunicator() override { release(); }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "faulty"; }
+  void allreduce(comm::Buffer, comm::ReduceOp) override {
+    if (fault_ == Fault::peer_dies) throw PeerError(1, "rank 1 closed the connection");
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return released_; });
+  }
+  void broadcast(comm::Buffer, int) override {}
+  void allgather(const comm::Buffer&, comm::Buffer) override {}
+  void barrier() override {}
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  Fault fault_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+void backward_one_step(torch::nn::Sequential& net, Reducer& reducer) {
+  auto [x, y] = step_data(0, kBatch);
+  reducer.prepare_for_backward(true);
+  torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+}
+
+TEST(ReducerFailure, APeerErrorNamesTheBucketAndKeepsThePeer) {
+  auto net = make_net();
+  FaultyCommunicator comm(FaultyCommunicator::Fault::peer_dies);
+  Reducer reducer(net->parameters(), comm, ReducerOptions{});
+  backward_one_step(net, reducer);
+  try {
+    reducer.finish_backward();
+    FAIL() << "finish_backward() returned after a failed allreduce";
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.peer_rank(), 1);
+    EXPECT_NE(std::string(e.what()).find("gradient bucket 0 of 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 closed"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReducerFailure, AHungAllreduceEndsTheWaitAfterItsBound) {
+  auto net = make_net();
+  FaultyCommunicator comm(FaultyCommunicator::Fault::hangs);
+  ReducerOptions ro;
+  ro.timeout = std::chrono::milliseconds(100);  // bound: 2 x 100 ms + 5 s
+  Reducer reducer(net->parameters(), comm, ro);
+  backward_one_step(net, reducer);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    reducer.finish_backward();
+    FAIL() << "finish_backward() returned while the allreduce hung";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient bucket 0 of 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  comm.release();  // lets the communication thread finish before the reducer goes
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) {

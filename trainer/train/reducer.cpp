@@ -19,6 +19,24 @@
 // sums into .grad as usual; on the sync step the hook adds what .grad already holds, so the
 // bucket carries the whole accumulated gradient. Parameters that received no gradient this
 // step contribute their .grad (or zero) when finish_backward() closes the step.
+//
+// Note [Reducer streams]
+// ----------------------
+// On CUDA the hooks write buckets on the compute stream (the legacy default stream, where
+// LibTorch computes unless told otherwise), and the host cannot see when those writes land.
+// So when a bucket's last slot is written, the hook records an event on the compute stream,
+// and the collective orders itself after that event alone:
+//
+//   compute stream: ..grads of bucket 0.. [ev0] ..grads of bucket 1.. [ev1] ..rest of backward..
+//   comm stream:                           wait ev0, allreduce 0     wait ev1, allreduce 1
+//
+// nccl runs the allreduce on its own non-blocking stream; the host backends copy the bucket
+// to pinned host memory on a copy stream of their own (HostStaging), reduce it there and
+// copy it back the same way. Neither waits for the rest of backward, and the compute stream
+// never waits for them. The comm thread sees each collective finish (it polls an event,
+// bounded by the communication timeout), so once finish_backward() has seen every bucket
+// done, the copies into .grad that it queues on the compute stream, and the optimizer step
+// after them, read reduced values.
 #include "trainer/train/reducer.h"
 
 #include <ATen/ATen.h>
@@ -80,6 +98,22 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
     hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
   }
   ready_.assign(buckets_.size(), false);
+  // A build without the CUDA runtime in partrain_comm keeps the plain path: the collective
+  // then waits for the whole compute stream, which is slower but still correct.
+  if (!params_.empty() && params_[0].is_cuda() && comm::cuda_runtime_compiled_in()) {
+    const int device = params_[0].get_device();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) ready_events_.emplace_back(device);
+    if (!collective_reads_device_memory(comm_)) {
+      staging_ = std::make_unique<comm::HostStaging>(device, options_.timeout);
+      // Pinned memory for the largest bucket now: allocating it may synchronise with the
+      // device, which must not happen in the middle of backward.
+      const Bucket* largest = &buckets_[0];
+      for (const auto& b : buckets_) {
+        if (b.flat.numel() > largest->flat.numel()) largest = &b;
+      }
+      staging_->host_buffer(as_buffer(largest->flat), 0);
+    }
+  }
   next_ = buckets_.size();  // idle until the first sync step
   comm_thread_ = std::thread([this] { run_comm_thread(); });
 }
@@ -141,8 +175,15 @@ void Reducer::on_gradient(std::size_t k, const at::Tensor& grad) {
 }
 
 void Reducer::mark_bucket_ready(std::size_t b) {
+  // Every write into the bucket was queued before this, on the stream it is recorded on.
+  if (!ready_events_.empty()) ready_events_[b].record(nullptr);
   ready_[b] = true;
   cv_.notify_all();
+}
+
+std::string Reducer::describe_bucket(std::size_t b) const {
+  return detail::concat("gradient bucket ", b, " of ", buckets_.size(), " (",
+                        buckets_[b].flat.numel(), " elements)");
 }
 
 void Reducer::run_comm_thread() {
@@ -154,8 +195,18 @@ void Reducer::run_comm_thread() {
     lock.unlock();
     auto start = Clock::now();
     std::exception_ptr error;
+    StreamOrder order;
+    if (!ready_events_.empty()) {
+      order.ready = &ready_events_[b];
+      order.staging = staging_.get();
+    }
     try {
-      allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum);
+      allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum, order);
+    } catch (const PeerError& e) {
+      error = std::make_exception_ptr(
+          PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
+    } catch (const CommError& e) {
+      error = std::make_exception_ptr(CommError(describe_bucket(b) + ": " + e.what()));
     } catch (...) {
       error = std::current_exception();
     }
@@ -195,7 +246,8 @@ void Reducer::finish_backward() {
     auto bound = options_.timeout * static_cast<int>(buckets_.size() + 1) + std::chrono::seconds(5);
     bool finished = cv_.wait_for(lock, bound, [&] { return next_ == buckets_.size(); });
     if (!finished) {
-      throw CommError("gradient allreduce did not finish within the communication timeout");
+      throw CommError("gradient allreduce did not finish within the communication timeout; " +
+                      describe_bucket(next_) + " was still in flight");
     }
     if (error_) std::rethrow_exception(error_);
   }

@@ -7,9 +7,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <memory>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "comm_backends/cuda_stream.h"
 
 namespace partrain {
 
@@ -56,6 +60,7 @@ class Reducer {
   void on_gradient(std::size_t param, const at::Tensor& grad);
   void mark_bucket_ready(std::size_t bucket);  // caller holds mutex_
   void run_comm_thread();
+  std::string describe_bucket(std::size_t bucket) const;
 
   std::vector<at::Tensor> params_;
   comm::Communicator& comm_;
@@ -64,6 +69,10 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<unsigned> hooks_;  // hook handles, removed on destruction
   std::vector<bool> ready_;      // per bucket: all its gradients are in
+  // CUDA only: per bucket, the point on the compute stream where its gradients are written
+  // (see Note [Reducer streams]); and the pinned memory and copy stream of the host backends.
+  std::vector<comm::CudaEvent> ready_events_;
+  std::unique_ptr<comm::HostStaging> staging_;
   std::size_t next_ = 0;         // next bucket the comm thread reduces; == size: idle
   float scale_ = 1.0f;
 

@@ -23,7 +23,7 @@ inline comm::DType to_comm_dtype(c10::ScalarType type) {
 }
 
 // The tensor must be contiguous: collectives see flat memory. The CUDA stream is left at
-// the default (nullptr), which is the stream LibTorch itself uses unless told otherwise.
+// nullptr, the legacy default stream, which is where LibTorch computes unless told otherwise.
 inline comm::Buffer as_buffer(const at::Tensor& t) {
   PARTRAIN_CHECK(t.is_contiguous(), Error, "collective on a non-contiguous tensor");
   comm::Buffer b;
@@ -37,14 +37,35 @@ inline comm::Buffer as_buffer(const at::Tensor& t) {
 
 namespace comm {
 class Communicator;
-}
+class CudaEvent;
+class HostStaging;
+}  // namespace comm
+
+// True where the backend reads device memory itself (nccl); the others stage CUDA tensors
+// through host memory.
+bool collective_reads_device_memory(const comm::Communicator& comm);
+
+// How a collective on a CUDA tensor meets the compute stream. Both empty (the default): the
+// collective waits for everything queued on the compute stream so far, and the host
+// backends stage through plain synchronous copies, which is right for occasional calls.
+struct StreamOrder {
+  // Recorded on the compute stream when the tensor was complete: the collective waits for
+  // that point only, not for the work queued after it.
+  const comm::CudaEvent* ready = nullptr;
+  // For the host backends: pinned memory and a copy stream of their own (see HostStaging).
+  comm::HostStaging* staging = nullptr;
+};
 
 // Collectives on a tensor. A CUDA tensor goes to the communicator as it is when the backend
 // reads device memory (nccl); for the host backends (gloo, asio-ring) it is staged through
-// a host copy: device -> host, collective, host -> device.
-void allreduce_tensor(comm::Communicator& comm, const at::Tensor& tensor, comm::ReduceOp op);
-void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int root);
+// a host copy: device -> host, collective, host -> device. Each returns once the result is
+// in the tensor.
+void allreduce_tensor(comm::Communicator& comm, const at::Tensor& tensor, comm::ReduceOp op,
+                      const StreamOrder& order = {});
+void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int root,
+                      const StreamOrder& order = {});
 // out holds comm.size() * in.numel() elements, rank order.
-void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out);
+void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                      const StreamOrder& order = {});
 
 }  // namespace partrain

@@ -9,9 +9,6 @@
 #include "trainer/train/train_loop.h"
 
 #include <torch/nn/functional/loss.h>
-#ifdef PARTRAIN_TORCH_CUDA
-#include <torch/nn/parallel/data_parallel.h>
-#endif
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
@@ -34,6 +31,7 @@
 #include "trainer/data/download.h"
 #include "trainer/data/loader.h"
 #include "trainer/train/checkpoint.h"
+#include "trainer/train/data_parallel.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/models.h"
 #include "trainer/train/process_memory.h"
@@ -95,19 +93,12 @@ std::string format(const char* fmt, auto... args) {
   return buf;
 }
 
-// strategy dp: LibTorch's DataParallel replicates the model on every device, splits the
-// batch, and gathers the outputs on `device`; gradients flow back to the original module.
+// strategy dp: the model replicated over the visible GPUs for each forward, the batch split
+// between them, the outputs gathered on `device` (Note [DataParallel]).
 torch::Tensor forward(torch::nn::Sequential& model, const torch::Tensor& input,
-                      const std::vector<int64_t>& dp_devices, const torch::Device& device) {
+                      const std::vector<torch::Device>& dp_devices, const torch::Device& device) {
   if (dp_devices.empty()) return model->forward(input);
-#ifdef PARTRAIN_TORCH_CUDA
-  std::vector<torch::Device> devices;
-  for (auto d : dp_devices) devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(d));
-  return torch::nn::parallel::data_parallel(model, input, devices, device);
-#else
-  (void)device;
-  throw UsageError("strategy dp needs a LibTorch built with CUDA");
-#endif
+  return data_parallel_forward(*model, input, dp_devices, device);
 }
 
 struct EvalResult {
@@ -118,7 +109,7 @@ struct EvalResult {
 // Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
 // last round with repeats, which are cut off here so every test sample counts exactly once.
 EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Communicator* comm,
-                    const torch::Device& device, const std::vector<int64_t>& dp_devices) {
+                    const torch::Device& device, const std::vector<torch::Device>& dp_devices) {
   torch::NoGradGuard no_grad;
   model->eval();
   const auto& sampler = loader.sampler();
@@ -252,9 +243,11 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                                   .momentum(cfg.train.optimizer.momentum)
                                   .weight_decay(cfg.train.optimizer.weight_decay));
 
-  std::vector<int64_t> dp_devices;
+  std::vector<torch::Device> dp_devices;
   if (cfg.strategy == "dp") {
-    for (int i = 0; i < cuda_device_count(); ++i) dp_devices.push_back(i);
+    for (int i = 0; i < cuda_device_count(); ++i) {
+      dp_devices.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    }
   }
 
   Checkpointer checkpointer(cfg, env);
@@ -419,7 +412,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     }
     if (!dp_devices.empty()) {
       summary.env.devices.clear();
-      for (auto d : dp_devices) summary.env.devices.push_back("cuda:" + std::to_string(d));
+      for (const auto& d : dp_devices) summary.env.devices.push_back(d.str());
     }
     summary.epochs = epochs;
     double train_seconds = 0, images = 0;
