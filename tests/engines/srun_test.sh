@@ -41,4 +41,9 @@ timeout -k 5 120 env PARTRAIN="$exe" sbatch --wait --nodes=1 --ntasks=2 --ntasks
   > "$work/sbatch.submit" 2>&1 ||
   { cat "$work/sbatch.submit" "$work/sbatch.log" 2> /dev/null || true; echo "FAIL: sbatch job failed"; exit 1; }
 compare_losses "$work/ref" "$work/sbatch" --epochs 1
-echo "PASS: srun and sbatch (2 ranks) trained as partrain run did"
+echo "== srun -n 2 partrain bench allreduce"
+timeout -k 5 120 srun -n 2 --overcommit --kill-on-bad-exit=1 \
+  "$exe" bench allreduce --backend asio-ring --sizes 4K,1M --iters 3 --json "$work/bench.json" \
+  > "$work/bench.log" 2>&1 || { cat "$work/bench.log"; echo "FAIL: srun bench exited non-zero"; exit 1; }
+"$python" "$here/check_bench.py" "$work/bench.json" 2 asio-ring 2
+echo "PASS: srun and sbatch (2 ranks) trained as partrain run did; bench under srun: wrong = 0"
