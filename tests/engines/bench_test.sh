@@ -46,8 +46,11 @@ rc=0
 node 0 --json "$work/nodes.json" > "$work/node0.log" 2>&1 || rc=$?
 rc1=0
 wait "$node1" || rc1=$?  # bounded by its timeout
-[ "$rc" = 0 ] && [ "$rc1" = 0 ] ||
-  { cat "$work/node0.log" "$work/node1.log"; echo "FAIL: node 0 exited $rc, node 1 $rc1"; exit 1; }
+if [ "$rc" != 0 ] || [ "$rc1" != 0 ]; then
+  cat "$work/node0.log" "$work/node1.log"
+  echo "FAIL: node 0 exited $rc, node 1 $rc1"
+  exit 1
+fi
 check "$work/nodes.json" 4 "$backends" 1
 grep -q "node 0 prints the results" "$work/node1.log" || { cat "$work/node1.log"; exit 1; }
 echo "PASS: bench allreduce under mpirun and across two launcher nodes: wrong = 0"
