@@ -76,10 +76,10 @@ std::string hex128(const std::string& text) {
 // Who this process is; the engine decides which variables count.
 void read_ranks(const EnvLookup& env, EngineRank& r) {
   if (env("RANK") || env("WORLD_SIZE")) {
-    r.engine = env("PARTRAIN_RENDEZVOUS") || env("PARTRAIN_RUN_TOKEN") ? Engine::partrain
-               : env("TORCHELASTIC_RUN_ID") || env("TORCHELASTIC_RESTART_COUNT")
-                   ? Engine::torchrun
-                   : Engine::env;
+    // torchrun first: a PARTRAIN_RUN_TOKEN exported for every node is no sign of partrain run.
+    r.engine = env("TORCHELASTIC_RUN_ID") || env("TORCHELASTIC_RESTART_COUNT") ? Engine::torchrun
+               : env("PARTRAIN_RENDEZVOUS") || env("PARTRAIN_RUN_TOKEN")     ? Engine::partrain
+                                                                              : Engine::env;
     r.rank = env_int_or(env, "RANK", 0);
     r.world_size = env_int_or(env, "WORLD_SIZE", 1);
     r.local_rank = env_int_or(env, "LOCAL_RANK", r.rank);
@@ -250,11 +250,11 @@ EngineRank read_engine_rank(const EnvLookup& env, const std::string& configured_
     r.rendezvous = slurm_rendezvous(env, resolve, r);
   }
 
-  r.restart = env("PARTRAIN_RESTART")              ? env_int_or(env, "PARTRAIN_RESTART", 0)
-              : r.engine == Engine::torchrun       ? env_int_or(env, "TORCHELASTIC_RESTART_COUNT", 0)
-              : env("SLURM_RESTART_COUNT") && r.engine == Engine::slurm
-                  ? env_int_or(env, "SLURM_RESTART_COUNT", 0)
-                  : 0;
+  switch (r.engine) {
+    case Engine::torchrun: r.restart = env_int_or(env, "TORCHELASTIC_RESTART_COUNT", 0); break;
+    case Engine::slurm: r.restart = env_int_or(env, "SLURM_RESTART_COUNT", 0); break;
+    default: r.restart = env_int_or(env, "PARTRAIN_RESTART", 0); break;
+  }
   PARTRAIN_CHECK(r.restart >= 0, UsageError, "a negative restart count (", r.restart, ")");
   if (const auto token = env("PARTRAIN_RUN_TOKEN")) {
     r.token = *token;

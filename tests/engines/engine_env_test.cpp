@@ -120,6 +120,12 @@ TEST(EngineEnv, TorchrunRestartIsAFreshRun) {
   const EngineRank again = read(torchrun_vars(1, "1"));
   EXPECT_EQ(again.restart, 1);
   EXPECT_EQ(again.token, first.token + ".restart1");
+  // A secret exported on every node keeps torchrun's restarts apart too.
+  Vars vars = torchrun_vars(0, "2");
+  vars["PARTRAIN_RUN_TOKEN"] = "secret";
+  const EngineRank secret = read(vars);
+  EXPECT_EQ(secret.engine, Engine::torchrun);
+  EXPECT_EQ(secret.token, "secret.restart2");
 }
 
 TEST(EngineEnv, MpirunReadsOpenMpiVariablesBeforeSlurms) {
