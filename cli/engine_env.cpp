@@ -78,8 +78,8 @@ void read_ranks(const EnvLookup& env, EngineRank& r) {
   if (env("RANK") || env("WORLD_SIZE")) {
     // torchrun first: a PARTRAIN_RUN_TOKEN exported for every node is no sign of partrain run.
     r.engine = env("TORCHELASTIC_RUN_ID") || env("TORCHELASTIC_RESTART_COUNT") ? Engine::torchrun
-               : env("PARTRAIN_RENDEZVOUS") || env("PARTRAIN_RUN_TOKEN")     ? Engine::partrain
-                                                                              : Engine::env;
+               : env("PARTRAIN_RENDEZVOUS") || env("PARTRAIN_RUN_TOKEN")       ? Engine::partrain
+                                                                               : Engine::env;
     r.rank = env_int_or(env, "RANK", 0);
     r.world_size = env_int_or(env, "WORLD_SIZE", 1);
     r.local_rank = env_int_or(env, "LOCAL_RANK", r.rank);
@@ -93,11 +93,11 @@ void read_ranks(const EnvLookup& env, EngineRank& r) {
   } else if (env("SLURM_PROCID") && env("SLURM_STEP_ID")) {
     r.engine = Engine::slurm;
     r.rank = *env_int(env, "SLURM_PROCID");
-    r.world_size = env_int(env, "SLURM_STEP_NUM_TASKS")
-                       .value_or(env_int_or(env, "SLURM_NTASKS", 1));
+    r.world_size =
+        env_int(env, "SLURM_STEP_NUM_TASKS").value_or(env_int_or(env, "SLURM_NTASKS", 1));
     r.local_rank = env_int_or(env, "SLURM_LOCALID", 0);
-    const char* per_node_name = env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
-                                                                 : "SLURM_TASKS_PER_NODE";
+    const char* per_node_name =
+        env("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
     if (const auto per_node = env(per_node_name)) {
       const auto counts = expand_slurm_tasks_per_node(*per_node, per_node_name);
       const int node = env_int_or(env, "SLURM_NODEID", 0);
@@ -112,8 +112,7 @@ void read_ranks(const EnvLookup& env, EngineRank& r) {
   PARTRAIN_CHECK(r.world_size >= 1 && r.rank >= 0 && r.rank < r.world_size, UsageError, "rank ",
                  r.rank, " is outside a world of size ", r.world_size, " (from ",
                  engine_name(r.engine), "'s variables)");
-  PARTRAIN_CHECK(r.local_world_size >= 1 && r.local_rank >= 0 &&
-                     r.local_rank < r.local_world_size,
+  PARTRAIN_CHECK(r.local_world_size >= 1 && r.local_rank >= 0 && r.local_rank < r.local_world_size,
                  UsageError, "local rank ", r.local_rank, " is outside a node of ",
                  r.local_world_size, " ranks (from ", engine_name(r.engine), "'s variables)");
 }
@@ -135,7 +134,7 @@ std::optional<std::string> master_rendezvous(const EnvLookup& env, EngineRank& r
 
 // Rule 4 of engine_env.h.
 std::string slurm_rendezvous(const EnvLookup& env, const HostResolver& resolve, EngineRank& r) {
-  const char* list_name = env("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST"
+  const char* list_name = env("SLURM_STEP_NODELIST")  ? "SLURM_STEP_NODELIST"
                           : env("SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
                                                       : "SLURM_NODELIST";
   std::string host;
@@ -174,14 +173,17 @@ std::string slurm_rendezvous(const EnvLookup& env, const HostResolver& resolve, 
 std::string derive_token(const EnvLookup& env, const EngineRank& r) {
   std::string run_id;
   switch (r.engine) {
-    case Engine::torchrun: run_id = env("TORCHELASTIC_RUN_ID").value_or(""); break;
+    case Engine::torchrun:
+      run_id = env("TORCHELASTIC_RUN_ID").value_or("");
+      break;
     case Engine::mpirun:
       run_id = env("OMPI_MCA_ess_base_jobid").value_or(env("PMIX_NAMESPACE").value_or(""));
       break;
     case Engine::slurm:
       run_id = env("SLURM_JOB_ID").value_or("") + "." + env("SLURM_STEP_ID").value_or("");
       break;
-    default: break;
+    default:
+      break;
   }
   // Fields separated by a byte none of them contains, so ("ab","c") and ("a","bc") differ.
   std::string shared = "partrain-engine-token";
@@ -197,12 +199,18 @@ std::string derive_token(const EnvLookup& env, const EngineRank& r) {
 
 std::string engine_name(Engine engine) {
   switch (engine) {
-    case Engine::none: return "no engine";
-    case Engine::partrain: return "partrain run";
-    case Engine::torchrun: return "torchrun";
-    case Engine::env: return "RANK/WORLD_SIZE";
-    case Engine::mpirun: return "mpirun";
-    case Engine::slurm: return "srun";
+    case Engine::none:
+      return "no engine";
+    case Engine::partrain:
+      return "partrain run";
+    case Engine::torchrun:
+      return "torchrun";
+    case Engine::env:
+      return "RANK/WORLD_SIZE";
+    case Engine::mpirun:
+      return "mpirun";
+    case Engine::slurm:
+      return "srun";
   }
   return "?";
 }
@@ -222,8 +230,8 @@ std::string resolve_host(const std::string& host, const std::string& what) {
   boost::asio::io_context io;
   boost::asio::ip::tcp::resolver resolver(io);
   const auto results = resolver.resolve(host, "", ec);
-  PARTRAIN_CHECK(!ec && !results.empty(), UsageError, what, " does not resolve to an address: ",
-                 ec ? ec.message() : "no addresses");
+  PARTRAIN_CHECK(!ec && !results.empty(), UsageError, what,
+                 " does not resolve to an address: ", ec ? ec.message() : "no addresses");
   for (const auto& entry : results) {
     if (entry.endpoint().address().is_v4()) return entry.endpoint().address().to_string();
   }
@@ -251,9 +259,15 @@ EngineRank read_engine_rank(const EnvLookup& env, const std::string& configured_
   }
 
   switch (r.engine) {
-    case Engine::torchrun: r.restart = env_int_or(env, "TORCHELASTIC_RESTART_COUNT", 0); break;
-    case Engine::slurm: r.restart = env_int_or(env, "SLURM_RESTART_COUNT", 0); break;
-    default: r.restart = env_int_or(env, "PARTRAIN_RESTART", 0); break;
+    case Engine::torchrun:
+      r.restart = env_int_or(env, "TORCHELASTIC_RESTART_COUNT", 0);
+      break;
+    case Engine::slurm:
+      r.restart = env_int_or(env, "SLURM_RESTART_COUNT", 0);
+      break;
+    default:
+      r.restart = env_int_or(env, "PARTRAIN_RESTART", 0);
+      break;
   }
   PARTRAIN_CHECK(r.restart >= 0, UsageError, "a negative restart count (", r.restart, ")");
   if (const auto token = env("PARTRAIN_RUN_TOKEN")) {
@@ -348,7 +362,8 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& list, const st
         grown.reserve(names.size() * count);
         for (const auto& prefix : names) {
           for (const auto& p : pieces) {
-            for (std::uint64_t v = p.low; v <= p.high; ++v) grown.push_back(prefix + padded(v, p.width));
+            for (std::uint64_t v = p.low; v <= p.high; ++v)
+              grown.push_back(prefix + padded(v, p.width));
           }
         }
         names = std::move(grown);

@@ -53,10 +53,10 @@ struct EngineRank {
   int local_rank = 0;
   int world_size = 1;
   int local_world_size = 1;
-  int restart = 0;          // how many times the engine restarted the group
-  std::string rendezvous;   // store url; "" when nothing names one
+  int restart = 0;              // how many times the engine restarted the group
+  std::string rendezvous;       // store url; "" when nothing names one
   std::string rendezvous_from;  // where the url came from, for messages
-  std::string token;        // run token shared by every rank, fresh per restart
+  std::string token;            // run token shared by every rank, fresh per restart
 };
 
 // Looks a variable up; nullopt when unset or empty. Tests pass a map.

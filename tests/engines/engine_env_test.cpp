@@ -30,7 +30,8 @@ struct FakeResolver {
   HostResolver get() {
     return [this](const std::string& host, const std::string&) {
       asked.push_back(host);
-      return host == "loop" ? std::string("127.0.1.1") : "10.1." + std::to_string(host.size()) + ".1";
+      return host == "loop" ? std::string("127.0.1.1")
+                            : "10.1." + std::to_string(host.size()) + ".1";
     };
   }
 };
@@ -50,10 +51,14 @@ void expect_usage(const Vars& vars, const std::string& part, const std::string& 
 }
 
 Vars torchrun_vars(int rank, const std::string& restart = "0", const std::string& agent = "True") {
-  return {{"RANK", std::to_string(rank)},         {"LOCAL_RANK", std::to_string(rank)},
-          {"WORLD_SIZE", "2"},                    {"LOCAL_WORLD_SIZE", "2"},
-          {"MASTER_ADDR", "127.0.0.1"},           {"MASTER_PORT", "29533"},
-          {"TORCHELASTIC_RUN_ID", "none"},        {"TORCHELASTIC_RESTART_COUNT", restart},
+  return {{"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"WORLD_SIZE", "2"},
+          {"LOCAL_WORLD_SIZE", "2"},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", "29533"},
+          {"TORCHELASTIC_RUN_ID", "none"},
+          {"TORCHELASTIC_RESTART_COUNT", restart},
           {"TORCHELASTIC_USE_AGENT_STORE", agent}};
 }
 
@@ -108,11 +113,13 @@ TEST(EngineEnv, TorchrunStaticRendezvousLeavesMasterPortToTorchrun) {
   EXPECT_EQ(read(torchrun_vars(0, "0", "False")).rendezvous, "tcp://127.0.0.1:29533");
   // env:// in the config means the same.
   EXPECT_EQ(read(torchrun_vars(0), "env://").rendezvous, "tcp://127.0.0.1:29534");
-  expect_usage([] {
-    Vars v = torchrun_vars(0);
-    v["MASTER_PORT"] = "65535";
-    return v;
-  }(), "MASTER_PORT + 1");
+  expect_usage(
+      [] {
+        Vars v = torchrun_vars(0);
+        v["MASTER_PORT"] = "65535";
+        return v;
+      }(),
+      "MASTER_PORT + 1");
 }
 
 TEST(EngineEnv, TorchrunRestartIsAFreshRun) {
@@ -159,9 +166,10 @@ TEST(EngineEnv, SrunDerivesTheRendezvousFromTheNodeListAndJob) {
   EXPECT_EQ(r.rank, 2);
   EXPECT_EQ(r.world_size, 3);
   EXPECT_EQ(r.local_rank, 0);
-  EXPECT_EQ(r.local_world_size, 1);  // node 1 of "2,1"
+  EXPECT_EQ(r.local_world_size, 1);                              // node 1 of "2,1"
   ASSERT_EQ(resolver.asked, std::vector<std::string>{"gpu07"});  // the step's list, not the job's
-  EXPECT_EQ(r.rendezvous, "tcp://10.1.5.1:" + std::to_string(kSlurmPortBase + 123456 % kSlurmPortSpan));
+  EXPECT_EQ(r.rendezvous,
+            "tcp://10.1.5.1:" + std::to_string(kSlurmPortBase + 123456 % kSlurmPortSpan));
   EXPECT_EQ(read(slurm_vars(0)).token, r.token);
   EXPECT_EQ(read(slurm_vars(0)).local_world_size, 2);
 
