@@ -1,12 +1,17 @@
-// defines: add_bench_command() — `partrain bench allreduce`: W ranks as separate processes on
-// loopback, per message size the median time, algbw, busbw and a count of wrong elements,
-// for one or several backends in one run (nccl-tests is the model).
+// defines: add_bench_command() — `partrain bench allreduce`: per message size the median
+// time, algbw, busbw and a count of wrong elements, for one or several backends in one run,
+// each rank a separate process (nccl-tests is the model).
 //
-// The command re-executes its own binary W times with hidden --rank/--store/--results
-// arguments; the ranks rendezvous through a file store in a fresh temp directory, rank 0
-// writes the results there, and this process prints them. Each iteration refills the buffer,
-// passes a barrier, times one allreduce and checks every element; an iteration's time is the
-// slowest rank's.
+// Two ways to get the ranks:
+//   * started here: the launcher (cli/launcher.h, as partrain run uses it) starts --world
+//     ranks as `partrain bench allreduce ...` processes on this host, or world / --nnodes on
+//     each of several hosts given the same --nnodes --node-rank --master-addr --master-port
+//     flags as partrain run. Rank 0 writes its results to PARTRAIN_BENCH_RESULTS; the
+//     process that started it (node 0's) prints the table and writes --json.
+//   * started by mpirun, srun or torchrun: each process is one rank, found and rendezvoused
+//     as partrain worker does (cli/engine_env.h); rank 0 prints and writes --json.
+// Each iteration refills the buffer, passes a barrier, times one allreduce and checks every
+// element; an iteration's time is the slowest rank's.
 #include <CLI/CLI.hpp>
 
 #include <cstring>
@@ -19,26 +24,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <optional>
 #include <random>
 #include <sstream>
-#include <thread>
+#include <system_error>
 
-#ifdef _WIN32
-#include <process.h>
-#include <stdlib.h>
-#else
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-extern char** environ;
-#endif
-
+#include "cli/bench_memory.h"
 #include "cli/commands.h"
+#include "cli/engine_env.h"
+#include "cli/launcher.h"
+#include "cli/platform_process.h"
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/atomic_file.h"
+#include "common/temp_dir.h"
 
 namespace partrain::cli {
 
@@ -48,20 +47,25 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+constexpr const char* kResultsVariable = "PARTRAIN_BENCH_RESULTS";
+
 struct BenchArgs {
   std::string backends = "asio-ring";
-  int world = 2;
+  int world = 0;  // 0: not given
   std::string sizes = "4K,64K,1M,16M";
   std::string dtype = "f32";
   std::string wire_dtype = "f32";
-  int iters = 0;     // 0: by size
+  int iters = 0;  // 0: by size
   int warmup = 3;
   double timeout_s = 120;
   std::string json_path;
-  // Hidden: set when this process is one of the ranks.
-  int rank = -1;
-  std::string store;
-  std::string results;
+  // Across hosts.
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string host = "127.0.0.1";  // where this host's ranks listen
+  std::string rendezvous;          // under mpirun/srun/torchrun
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -153,138 +157,107 @@ std::int64_t count_wrong(const void* data, std::size_t bytes, std::size_t elemen
 
 // ---- one rank -------------------------------------------------------------------------------
 
-void run_rank(const BenchArgs& args) {
+struct RankResults {
+  json results = json::array();
+  bool all_right = true;
+};
+
+// Reduces a few host values over `comm`, through device memory where the backend needs it.
+void reduce_host_values(comm::Communicator& comm, comm::DeviceKind kind, int device, void* values,
+                        std::size_t count, comm::DType dtype, comm::ReduceOp op) {
+  const std::size_t bytes = count * comm::dtype_size(dtype);
+  BenchMemory memory(bytes, kind, device);
+  std::memcpy(memory.host(), values, bytes);
+  memory.to_collective(bytes);
+  comm.allreduce(memory.buffer(count, dtype), op);
+  memory.from_collective(bytes);
+  std::memcpy(values, memory.host(), bytes);
+}
+
+RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   const comm::DType dtype = comm::parse_dtype(args.dtype);
   const comm::DType wire = comm::parse_dtype(args.wire_dtype);
   const bool narrow = comm::dtype_size(dtype) == 2 || comm::dtype_size(wire) == 2;
   const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
+  PARTRAIN_CHECK(!me.rendezvous.empty(), UsageError, "bench: no rendezvous for ", me.world_size,
+                 " ranks started by ", engine_name(me.engine),
+                 ": set MASTER_ADDR and MASTER_PORT, --rendezvous or PARTRAIN_RENDEZVOUS");
   comm::StoreOptions store_options;
-  store_options.token = "bench";
+  store_options.token = me.token;
   store_options.timeout = timeout;
-  store_options.rank = args.rank;
-  store_options.world_size = args.world;
-  auto store = comm::open_store("file://" + args.store, store_options);
+  store_options.rank = me.rank;
+  store_options.world_size = me.world_size;
+  store_options.host_server = me.rank == 0;
+  auto store = comm::open_store(me.rendezvous, store_options);
 
   std::vector<std::size_t> sizes;
   for (const auto& s : split(args.sizes)) sizes.push_back(parse_size(s));
   const std::size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<std::uint8_t> buffer(max_bytes + 64);
-  json results = json::array();
+  const int devices = cuda_devices();
+  RankResults out;
 
   for (const auto& backend : split(args.backends)) {
+    // NCCL reduces device memory only: its ranks get a device each, the others host memory.
+    const bool on_device = backend == "nccl";
+    const int device = on_device ? me.local_rank % devices : 0;
+    const auto memory_kind = on_device ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
+    BenchMemory memory(max_bytes + 64, memory_kind, device);
     comm::CommOptions options;
     options.backend = backend;
     options.timeout = timeout;
     options.wire_dtype = wire;
-    options.token = "bench";
-    auto comm = comm::make_communicator(options, *store, args.rank, args.world);
+    options.token = me.token;
+    options.bind_host = args.host;
+    options.device = memory_kind;
+    options.device_index = device;
+    auto comm = comm::make_communicator(options, *store, me.rank, me.world_size);
     for (std::size_t bytes : sizes) {
       const std::size_t count = bytes / comm::dtype_size(dtype);
       const int iters = args.iters > 0 ? args.iters : iterations_for(bytes);
       std::vector<double> seconds;
       std::int64_t wrong = 0;
       const std::size_t period = pattern_period(narrow);
-      const auto mine = encode_period(dtype, period, args.rank + 1, 1.0);
-      const auto expected = encode_period(dtype, period, args.world * (args.world + 1) / 2.0, args.world);
+      const auto mine = encode_period(dtype, period, me.rank + 1, 1.0);
+      const auto expected =
+          encode_period(dtype, period, me.world_size * (me.world_size + 1) / 2.0, me.world_size);
       const std::size_t used = count * comm::dtype_size(dtype);
       for (int it = 0; it < args.warmup + iters; ++it) {
-        fill(buffer.data(), used, mine);
+        fill(memory.host(), used, mine);
+        memory.to_collective(used);
         comm->barrier();
         const auto start = Clock::now();
-        comm->allreduce(comm::Buffer{buffer.data(), count, dtype}, comm::ReduceOp::sum);
+        comm->allreduce(memory.buffer(count, dtype), comm::ReduceOp::sum);
         const auto stop = Clock::now();
-        wrong += count_wrong(buffer.data(), used, comm::dtype_size(dtype), expected);
+        memory.from_collective(used);
+        wrong += count_wrong(memory.host(), used, comm::dtype_size(dtype), expected);
         if (it >= args.warmup) seconds.push_back(std::chrono::duration<double>(stop - start).count());
       }
-      comm->allreduce(comm::Buffer{seconds.data(), seconds.size(), comm::DType::f64},
-                      comm::ReduceOp::max);
-      comm->allreduce(comm::Buffer{&wrong, 1, comm::DType::i64}, comm::ReduceOp::sum);
+      reduce_host_values(*comm, memory_kind, device, seconds.data(), seconds.size(),
+                         comm::DType::f64, comm::ReduceOp::max);
+      reduce_host_values(*comm, memory_kind, device, &wrong, 1, comm::DType::i64,
+                         comm::ReduceOp::sum);
       std::sort(seconds.begin(), seconds.end());
       const double median = seconds[seconds.size() / 2];
       const double algbw = static_cast<double>(bytes) / median / 1e9;
-      results.push_back({{"backend", backend},
-                         {"bytes", bytes},
-                         {"iters", iters},
-                         {"median_us", median * 1e6},
-                         {"min_us", seconds.front() * 1e6},
-                         {"algbw_gbps", algbw},
-                         {"busbw_gbps", algbw * 2.0 * (args.world - 1) / args.world},
-                         {"wrong", wrong}});
+      out.all_right &= wrong == 0;
+      out.results.push_back({{"backend", backend},
+                             {"bytes", bytes},
+                             {"iters", iters},
+                             {"median_us", median * 1e6},
+                             {"min_us", seconds.front() * 1e6},
+                             {"algbw_gbps", algbw},
+                             {"busbw_gbps", algbw * 2.0 * (me.world_size - 1) / me.world_size},
+                             {"wrong", wrong}});
     }
   }
-  if (args.rank == 0) {
-    const std::string temp = args.results + ".tmp";
-    std::ofstream(temp) << results.dump();
-    fs::rename(temp, args.results);
-  }
+  return out;
 }
 
-// ---- the launching side ---------------------------------------------------------------------
+// ---- reporting ------------------------------------------------------------------------------
 
-std::string own_executable() {
-#ifdef _WIN32
-  return _pgmptr;
-#else
-  return fs::read_symlink("/proc/self/exe").string();
-#endif
-}
-
-class RankProcess {
- public:
-  explicit RankProcess(const std::vector<std::string>& args) {
-    std::vector<char*> argv;
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-#ifdef _WIN32
-    handle_ = _spawnv(_P_NOWAIT, argv[0], argv.data());
-    PARTRAIN_CHECK(handle_ != -1, Error, "bench: cannot start ", args[0]);
-#else
-    PARTRAIN_CHECK(posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) == 0, Error,
-                   "bench: cannot start ", args[0]);
-#endif
-  }
-
-  // -1 while running, else the exit code (128 + signal for a signal).
-  int poll() {
-    if (code_ >= 0) return code_;
-#ifdef _WIN32
-    // _cwait blocks; ranks are bounded by their own timeouts, so this ends.
-    int code = 0;
-    _cwait(&code, handle_, 0);
-    code_ = code;
-#else
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-#endif
-    return code_;
-  }
-
-  void kill() {
-#ifndef _WIN32
-    if (code_ < 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      code_ = 128 + SIGKILL;
-    }
-#endif
-  }
-
- private:
-#ifdef _WIN32
-  intptr_t handle_ = -1;
-#else
-  pid_t pid_ = -1;
-#endif
-  int code_ = -1;
-};
-
-void print_table(const json& results, const BenchArgs& args) {
-  std::printf("# partrain bench allreduce  world=%d  dtype=%s  wire=%s  sum, loopback, %d processes\n",
-              args.world, args.dtype.c_str(), args.wire_dtype.c_str(), args.world);
+void print_table(const json& results, const BenchArgs& args, int world, const std::string& where) {
+  std::printf("# partrain bench allreduce  world=%d  dtype=%s  wire=%s  sum, %d processes, %s\n",
+              world, args.dtype.c_str(), args.wire_dtype.c_str(), world, where.c_str());
   std::printf("%-10s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "bytes", "size", "iters",
               "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {
@@ -297,11 +270,30 @@ void print_table(const json& results, const BenchArgs& args) {
   std::fflush(stdout);
 }
 
-int run_bench(const BenchArgs& args) {
-  PARTRAIN_CHECK(args.world >= 1 && args.world <= 64, UsageError, "bench: --world must be 1..64");
+// The table, the --json report, and exit code 1 when any element was wrong.
+int report(const json& results, const BenchArgs& args, int world, const std::string& where) {
+  print_table(results, args, world, where);
+  bool all_right = true;
+  for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
+  if (!args.json_path.empty()) {
+    const json report = {{"schema", "partrain.bench/1"}, {"collective", "allreduce"},
+                         {"world", world},               {"dtype", args.dtype},
+                         {"wire_dtype", args.wire_dtype}, {"results", results}};
+    write_file_atomically(args.json_path, report.dump(2) + "\n");
+  }
+  PARTRAIN_CHECK(all_right, Error, "bench: some results were wrong (see the wrong column)");
+  return 0;
+}
+
+// ---- checks and the two ways to run ---------------------------------------------------------
+
+void check_args(const BenchArgs& args, int world) {
+  PARTRAIN_CHECK(world >= 1 && world <= 1024, UsageError, "bench: --world must be 1..1024");
   const comm::DType dtype = comm::parse_dtype(args.dtype);
   comm::parse_dtype(args.wire_dtype);
   PARTRAIN_CHECK(args.timeout_s > 0, UsageError, "bench: --timeout-s must be positive");
+  PARTRAIN_CHECK(args.warmup >= 0 && args.iters >= 0, UsageError,
+                 "bench: --iters and --warmup must be 0 or more");
   const auto backends = split(args.backends);
   PARTRAIN_CHECK(!backends.empty(), UsageError, "bench: --backend names no backend");
   for (const auto& b : backends) {
@@ -310,6 +302,11 @@ int run_bench(const BenchArgs& args) {
                    "bench: unknown backend '", b, "'");
     PARTRAIN_CHECK(comm::backend_compiled_in(b), UsageError, "bench: backend '", b,
                    "' is not compiled into this build");
+    // auto would pick a backend by where the buffer lives, which the bench decides itself.
+    PARTRAIN_CHECK(b != "auto", UsageError, "bench: name the backend to measure, not auto");
+    PARTRAIN_CHECK(b != "nccl" || cuda_devices() > 0, UsageError,
+                   "bench: --backend nccl needs a CUDA device (NCCL reduces device memory only) "
+                   "and this machine has none; measure gloo or asio-ring here");
   }
   const auto sizes = split(args.sizes);
   PARTRAIN_CHECK(!sizes.empty(), UsageError, "bench: --sizes names no size");
@@ -318,76 +315,64 @@ int run_bench(const BenchArgs& args) {
     PARTRAIN_CHECK(bytes > 0 && bytes % comm::dtype_size(dtype) == 0, UsageError, "bench: size ", s,
                    " is not a positive multiple of the ", args.dtype, " element size");
   }
+}
 
-  std::random_device random;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("partrain-bench-" + std::to_string(random()) + std::to_string(random()));
-  fs::create_directories(dir);
-  struct RemoveDir {
-    fs::path path;
-    ~RemoveDir() {
-      std::error_code ignored;
-      fs::remove_all(path, ignored);
-    }
-  } remove_dir{dir};
-  const fs::path results_path = dir / "results.json";
+// A rank under an engine (or under our own launcher, which passes the results file).
+int run_as_rank(const BenchArgs& args, const EngineRank& me) {
+  PARTRAIN_CHECK(args.world == 0 || args.world == me.world_size, UsageError, "bench: --world ",
+                 args.world, " but ", engine_name(me.engine), " started ", me.world_size,
+                 " ranks; leave --world out under an engine");
+  PARTRAIN_CHECK(args.nnodes == 1 && args.node_rank == 0, UsageError,
+                 "bench: --nnodes/--node-rank start ranks; under ", engine_name(me.engine),
+                 " each process is already one rank");
+  check_args(args, me.world_size);
+  const RankResults mine = run_rank(args, me);
+  if (me.rank != 0) return mine.all_right ? 0 : 1;  // rank 0 says why
+  const char* results_file = std::getenv(kResultsVariable);
+  if (me.engine == Engine::partrain && results_file != nullptr && *results_file != '\0') {
+    write_file_atomically(results_file, mine.results.dump());
+    return 0;  // the process that started us checks and reports
+  }
+  return report(mine.results, args, me.world_size, "started by " + engine_name(me.engine));
+}
 
-  std::vector<RankProcess> ranks;
-  ranks.reserve(args.world);
-  for (int r = 0; r < args.world; ++r) {
-    std::vector<std::string> argv = {
-        own_executable(), "bench", "allreduce", "--backend", args.backends,
-        "--world", std::to_string(args.world), "--sizes", args.sizes, "--dtype", args.dtype,
-        "--wire-dtype", args.wire_dtype, "--iters", std::to_string(args.iters), "--warmup",
-        std::to_string(args.warmup), "--timeout-s", std::to_string(args.timeout_s), "--rank",
-        std::to_string(r), "--store", (dir / "store").string(), "--results",
-        results_path.string()};
-    ranks.emplace_back(argv);
+int start_ranks(const BenchArgs& args) {
+  PARTRAIN_CHECK(args.world > 0, UsageError,
+                 "bench: --world is required (unless mpirun, srun or torchrun started this process)");
+  PARTRAIN_CHECK(args.nnodes >= 1 && args.world % args.nnodes == 0, UsageError, "bench: --world ",
+                 args.world, " is not a multiple of --nnodes ", args.nnodes);
+  check_args(args, args.world);
+  const TempDir dir("partrain-bench");
+  const fs::path results_path = dir.path() / "results.json";
+
+  LaunchPlan plan;
+  plan.executable = platform::executable_path();
+  // Every node passes the same arguments: with several nodes the run token is derived from
+  // them (launcher.h), so per-node paths travel in the environment instead.
+  plan.worker_args = {"bench", "allreduce", "--backend", args.backends, "--world",
+                      std::to_string(args.world), "--sizes", args.sizes, "--dtype", args.dtype,
+                      "--wire-dtype", args.wire_dtype, "--iters", std::to_string(args.iters),
+                      "--warmup", std::to_string(args.warmup), "--timeout-s",
+                      std::to_string(args.timeout_s), "--host", args.host};
+  plan.nproc_per_node = args.world / args.nnodes;
+  plan.nnodes = args.nnodes;
+  plan.node_rank = args.node_rank;
+  plan.master_addr = args.master_addr;
+  plan.master_port = args.master_port;
+  plan.extra_env[kResultsVariable] = results_path.string();
+  // launch() stops every rank it started when one fails, or cannot be started at all.
+  const int code = launch(plan);
+  if (code != 0) return code;
+  if (args.node_rank != 0) {
+    std::printf("bench: the %d ranks of node %d finished; node 0 prints the results\n",
+                plan.nproc_per_node, args.node_rank);
+    return 0;
   }
-  // Wait for all; once one fails, the others get one timeout to notice before being stopped.
-  std::optional<Clock::time_point> stop_by;
-  int failed_rank = -1, failed_code = 0;
-  while (true) {
-    bool running = false;
-    for (int r = 0; r < args.world; ++r) {
-      const int code = ranks[r].poll();
-      if (code < 0) running = true;
-      else if (code != 0 && failed_rank < 0) {
-        failed_rank = r;
-        failed_code = code;
-        stop_by = Clock::now() + std::chrono::milliseconds(static_cast<int>(args.timeout_s * 1000) + 5000);
-      }
-    }
-    if (!running) break;
-    if (stop_by && Clock::now() > *stop_by) {
-      for (auto& rank : ranks) rank.kill();
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  PARTRAIN_CHECK(failed_rank < 0, Error, "bench: rank ", failed_rank, " failed (exit code ",
-                 failed_code, "); see its message above");
   std::ifstream in(results_path);
   PARTRAIN_CHECK(in.good(), Error, "bench: rank 0 wrote no results");
   const json results = json::parse(in);
-  print_table(results, args);
-
-  bool all_right = true;
-  for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
-  if (!args.json_path.empty()) {
-    json report = {{"schema", "partrain.bench/1"}, {"collective", "allreduce"},
-                   {"world", args.world}, {"dtype", args.dtype}, {"wire_dtype", args.wire_dtype},
-                   {"results", results}};
-    const std::string temp = args.json_path + ".tmp";
-    {
-      std::ofstream out(temp);
-      PARTRAIN_CHECK(out.good(), UsageError, "bench: cannot write ", args.json_path);
-      out << report.dump(2) << "\n";
-    }
-    fs::rename(temp, args.json_path);
-  }
-  PARTRAIN_CHECK(all_right, Error, "bench: some results were wrong (see the wrong column)");
-  return 0;
+  const std::string where = args.nnodes == 1 ? "one host" : std::to_string(args.nnodes) + " hosts";
+  return report(results, args, args.world, where);
 }
 
 }  // namespace
@@ -396,11 +381,20 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* bench = app.add_subcommand("bench", "Collective benchmarks");
   bench->require_subcommand(1);
   auto* allreduce = bench->add_subcommand(
-      "allreduce", "Time allreduce across W local processes: median, algbw, busbw, wrong");
+      "allreduce",
+      "Time allreduce across W processes: median, algbw, busbw, wrong. Starts the ranks itself "
+      "(on one host, or with --nnodes on several), or runs as one rank under mpirun, srun or "
+      "torchrun");
   auto args = std::make_shared<BenchArgs>();
-  allreduce->add_option("--backend", args->backends, "Backends, comma-separated (gloo,asio-ring,nccl)")
-      ->required();
-  allreduce->add_option("--world", args->world, "Number of ranks (processes)")->required();
+  std::string backend_help = "Backends, comma-separated; compiled in here:";
+  for (const auto& name : comm::backend_names()) {
+    if (name != "auto" && comm::backend_compiled_in(name)) backend_help += " " + name;
+  }
+  // Not a device query here: that would start CUDA for every partrain command line.
+  if (comm::backend_compiled_in("nccl")) backend_help += " (nccl: on CUDA device memory, so it needs a CUDA device)";
+  allreduce->add_option("--backend", args->backends, backend_help)->required();
+  allreduce->add_option("--world", args->world,
+                        "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");
   allreduce->add_option("--dtype", args->dtype, "f32 | f64 | f16 | bf16 | i32 | i64");
   allreduce->add_option("--wire-dtype", args->wire_dtype, "asio-ring wire format: f32 | f16 | bf16");
@@ -408,16 +402,26 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--warmup", args->warmup, "Untimed iterations per size");
   allreduce->add_option("--timeout-s", args->timeout_s, "Collective timeout in seconds");
   allreduce->add_option("--json", args->json_path, "Write the partrain.bench/1 report here");
-  allreduce->add_option("--rank", args->rank)->group("");
-  allreduce->add_option("--store", args->store)->group("");
-  allreduce->add_option("--results", args->results)->group("");
+  allreduce->add_option("--nnodes", args->nnodes, "Hosts in the run; each starts world/nnodes ranks")
+      ->check(CLI::Range(1, 1024));
+  allreduce->add_option("--node-rank", args->node_rank, "This host's index, 0-based")
+      ->check(CLI::Range(0, 1023));
+  allreduce->add_option("--master-addr", args->master_addr, "Address of the host with rank 0");
+  allreduce->add_option("--master-port", args->master_port,
+                        "Port of the rendezvous store on that host (0: pick one; one host only)")
+      ->check(CLI::Range(0, 65535));
+  allreduce->add_option("--host", args->host,
+                        "Address this host's ranks listen on and advertise to the others "
+                        "(default 127.0.0.1; across hosts: this host's address on the network)");
+  allreduce->add_option("--rendezvous", args->rendezvous,
+                        "Store url under mpirun/srun/torchrun (default: PARTRAIN_RENDEZVOUS, "
+                        "MASTER_ADDR/MASTER_PORT, or Slurm's node list)");
   allreduce->callback([args, &exit_code] {
-    if (args->rank >= 0) {
-      run_rank(*args);
-      exit_code = 0;
-    } else {
-      exit_code = run_bench(*args);
-    }
+    const EngineRank me = read_engine_rank(process_environment(), args->rendezvous);
+    // A one-rank engine (srun -n 1) may still start a local group, as nccl-tests' -g does.
+    const bool is_rank = me.engine == Engine::partrain ||
+                         (me.engine != Engine::none && (me.world_size > 1 || args->world <= 1));
+    exit_code = is_rank ? run_as_rank(*args, me) : start_ranks(*args);
   });
 }
 

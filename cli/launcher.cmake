@@ -4,4 +4,7 @@ add_library(partrain_launcher STATIC
   ${CMAKE_CURRENT_LIST_DIR}/launcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/platform_process.cpp)
 target_include_directories(partrain_launcher PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(partrain_launcher PUBLIC partrain_common Boost::headers Threads::Threads)
+target_link_libraries(partrain_launcher PUBLIC partrain_common Boost::headers Threads::Threads
+                      ${CMAKE_DL_LIBS})
+# Boost.DLL (this executable's path) header-only, on std::filesystem instead of Boost's.
+target_compile_definitions(partrain_launcher PUBLIC BOOST_DLL_USE_STD_FS)

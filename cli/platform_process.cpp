@@ -16,6 +16,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <boost/dll/runtime_symbol_info.hpp>
+
 #include "common/errors.h"
 
 namespace partrain::cli::platform {
@@ -116,14 +118,12 @@ bool process_running(int pid) {
 int current_process_id() { return static_cast<int>(::getpid()); }
 
 std::string executable_path() {
-#if defined(__linux__)
+  // Boost.DLL knows each system's way (/proc/self/exe, _NSGetExecutablePath,
+  // GetModuleFileName), so this is the one place that asks.
   std::error_code ec;
-  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto path = boost::dll::program_location(ec);
   PARTRAIN_CHECK(!ec, Error, "cannot find this executable's path: ", ec.message());
   return path.string();
-#else
-  throw Error("cannot find this executable's path on this system");
-#endif
 }
 
 void set_close_on_exec(int native_handle) {

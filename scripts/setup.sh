@@ -22,6 +22,8 @@ packages=(
   python3 python3-torch python3-torchvision  # torch.load of checkpoints; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
   librsvg2-bin                      # renders the parity chart in tests
+  openmpi-bin                       # mpirun: the engines tests start ranks with it
+  slurmctld slurmd slurm-client munge  # a one-node Slurm cluster the srun test starts itself
 )
 
 if [ "${SKIP_APT:-0}" != 1 ]; then

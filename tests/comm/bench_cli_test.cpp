@@ -2,11 +2,18 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
 
 #include "tests/comm/rank_threads.h"
 
@@ -68,6 +75,108 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   }
+}
+
+// Exits 2 with one line instead of leaving a temp file beside a report it could not write.
+TEST(BenchCommand, ReportIsWrittenAtomicallyOrNotAtAll) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  testing::TempDir dir;
+  const auto target = dir.path() / "report";  // a non-empty directory: the rename must fail
+  std::filesystem::create_directories(target / "inside");
+  std::string output;
+  const int code = run(exe + " bench allreduce --backend asio-ring --world 2 --sizes 4K --iters 2"
+                             " --json " + target.string(),
+                       output);
+  EXPECT_EQ(code, 2) << output;
+  std::istringstream lines(output);
+  int errors = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("partrain:", 0) != 0) continue;
+    ++errors;
+    EXPECT_NE(line.find(target.string()), std::string::npos) << line;
+  }
+  EXPECT_EQ(errors, 1) << output;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"report"}) << "a temp file was left behind";
+}
+
+// nccl reduces device memory only: without a CUDA device the bench says so before starting
+// any rank (exit 2, one line), instead of each rank failing on host memory.
+TEST(BenchCommand, NcclWithoutACudaDeviceIsRefused) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  std::string version;
+  run(exe + " version", version);
+  if (version.find("cuda: not available") == std::string::npos)
+    GTEST_SKIP() << "this machine has a CUDA device";
+  std::string output;
+  EXPECT_EQ(run(exe + " bench allreduce --backend asio-ring,nccl --world 2 --sizes 4K", output), 2)
+      << output;
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  const bool compiled_in = version.find("nccl") != std::string::npos;
+  EXPECT_NE(output.find(compiled_in ? "needs a CUDA device" : "not compiled"), std::string::npos)
+      << output;
+}
+
+// Live (not zombie) processes whose real user is `uid`, from /proc.
+std::vector<int> live_processes_of(int uid) {
+  std::vector<int> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream status(entry.path() / "status");
+    std::string line, state;
+    int real_uid = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("State:", 0) == 0) state = line.substr(6);
+      if (line.rfind("Uid:", 0) == 0) std::istringstream(line.substr(4)) >> real_uid;
+    }
+    if (real_uid == uid && state.find('Z') == std::string::npos) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+// A rank that cannot be started (here: the user's process limit is reached) stops the ranks
+// started before it. The bench runs as a user of its own under RLIMIT_NPROC, raised one by
+// one, so that some run starts the first ranks and then cannot start the next.
+TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the bench as a user of its own";
+  if (std::system("command -v setpriv > /dev/null && command -v prlimit > /dev/null") != 0)
+    GTEST_SKIP() << "needs setpriv and prlimit (util-linux)";
+  const int uid = 54000 + static_cast<int>(::getpid() % 1000);
+  testing::TempDir dir;
+  const auto log = dir.path() / "bench.log";
+  bool saw_partial_start = false;
+  for (int limit = 2; limit <= 8 && !saw_partial_start; ++limit) {
+    // Output to a file, not a pipe: ranks left behind would hold a pipe open and make this
+    // wait for them.
+    const std::string command = "setpriv --reuid=" + std::to_string(uid) + " --regid=" +
+                                std::to_string(uid) + " --clear-groups prlimit --nproc=" +
+                                std::to_string(limit) + " " + exe +
+                                " bench allreduce --backend asio-ring --world 4 --sizes 4K"
+                                " --iters 2 --timeout-s 60 > " + log.string() + " 2>&1";
+    const int status = std::system(command.c_str());
+    std::ifstream in(log);
+    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;  // the limit allowed every rank
+    saw_partial_start = output.find("stopped rank") != std::string::npos;
+    // The bench has returned: whatever it started must be gone already (a short bound for
+    // the kernel to finish reaping).
+    std::vector<int> left = live_processes_of(uid);
+    for (int i = 0; i < 50 && !left.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      left = live_processes_of(uid);
+    }
+    EXPECT_TRUE(left.empty()) << left.size() << " ranks still running with limit " << limit
+                              << ":\n" << output;
+    for (const int pid : left) ::kill(pid, SIGKILL);
+  }
+  EXPECT_TRUE(saw_partial_start) << "no process limit started some ranks but not all";
 }
 #endif
 

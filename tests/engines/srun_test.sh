@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# partrain worker under Slurm: a one-node cluster started here, `srun -n 2` with nothing but
+# Slurm's own variables (the rendezvous comes from the step's node list and the job id), then
+# docs/partrain.sbatch through sbatch: both give the same losses as partrain run.
+#   srun_test.sh PARTRAIN_EXE
+# shellcheck source=tests/engines/engine_common.sh
+. "$(dirname "$0")/engine_common.sh" "$1"
+# shellcheck source=tests/engines/slurm_cluster.sh
+. "$here/slurm_cluster.sh"
+
+# The port partrain derives from the job id (10000 + id % 20000) must be free: start the
+# job ids where the derived port is one that was free a moment ago.
+port=$("$python" - <<'PY'
+import random, socket
+for _ in range(100):
+    port = random.randrange(10000, 30000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port)); s.close()
+        t = socket.socket(); t.bind(("127.0.0.1", port + 1)); t.close()
+    except OSError:
+        continue
+    print(port)
+    break
+PY
+)
+start_slurm_cluster "$work/slurm" $((port - 10000 + 20000))
+
+reference_run "$work/ref"
+
+echo "== srun -n 2 (rendezvous from SLURM_STEP_NODELIST and SLURM_JOB_ID)"
+timeout -k 5 120 srun -n 2 --overcommit --kill-on-bad-exit=1 \
+  "$exe" worker "$work/tiny.yaml" --set output.dir="$work/srun" > "$work/srun.log" 2>&1 ||
+  { cat "$work/srun.log"; echo "FAIL: srun exited non-zero"; exit 1; }
+compare_losses "$work/ref" "$work/srun" --epochs 1
+
+echo "== sbatch docs/partrain.sbatch"
+sbatch_script=$here/../../docs/partrain.sbatch
+timeout -k 5 120 env PARTRAIN="$exe" sbatch --wait --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --overcommit \
+  --output="$work/sbatch.log" "$sbatch_script" "$work/tiny.yaml" --set output.dir="$work/sbatch" \
+  > "$work/sbatch.submit" 2>&1 ||
+  { cat "$work/sbatch.submit" "$work/sbatch.log" 2> /dev/null || true; echo "FAIL: sbatch job failed"; exit 1; }
+compare_losses "$work/ref" "$work/sbatch" --epochs 1
+echo "== srun -n 2 partrain bench allreduce"
+timeout -k 5 120 srun -n 2 --overcommit --kill-on-bad-exit=1 \
+  "$exe" bench allreduce --backend asio-ring --sizes 4K,1M --iters 3 --json "$work/bench.json" \
+  > "$work/bench.log" 2>&1 || { cat "$work/bench.log"; echo "FAIL: srun bench exited non-zero"; exit 1; }
+"$python" "$here/check_bench.py" "$work/bench.json" 2 asio-ring 2
+echo "PASS: srun and sbatch (2 ranks) trained as partrain run did; bench under srun: wrong = 0"
