@@ -13,6 +13,7 @@ packages=(
   clang-format                      # scripts/lint.sh checks the C++ formatting
   libgoogle-perftools-dev           # tcmalloc, partrain's malloc (cli/CMakeLists.txt)
   libjemalloc2                      # bench/ddp/allocators.sh compares it with tcmalloc
+  libopenmpi-dev                    # bench/allreduce/shm.sh builds the Open MPI peer
   libtorch-dev                      # LibTorch 1.13 (CPU)
   libboost-dev                      # Boost.Asio, Boost.Process (header-only)
   libgloo-dev                       # the gloo backend

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The shm backend against its peers in one run: `partrain bench allreduce` with shm,
+# asio-ring (loopback TCP) and gloo, and Open MPI's MPI_Allreduce over its shared-memory
+# transport (btl vader, peers/collectives/mpi_bench.cc built with Debian's mpicxx), for W=2 and
+# W=4; prints busbw per size and the ratios of shm to each. Each contender keeps its best
+# median over ROUNDS rounds, as the peer figures do.
+#
+#   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")
+# Env: PEERS_DIR (default /work/shared/peers/collectives), OUT (default BUILD_DIR/bench-shm),
+#      ROUNDS (default 2)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=$(cd "${1:-$ROOT/build}" && pwd)
+SIZES=${2:-4K,64K,1M,16M,64M}
+WORLDS=${3:-"2 4"}
+PEERS_DIR=${PEERS_DIR:-/work/shared/peers/collectives}
+OUT=${OUT:-$BUILD/bench-shm}
+ROUNDS=${ROUNDS:-2}
+mkdir -p "$OUT"
+command -v mpicxx > /dev/null || { echo "shm.sh: mpicxx is missing (scripts/setup.sh installs libopenmpi-dev)" >&2; exit 1; }
+MPI_BENCH=$OUT/mpi_bench
+[[ -x $MPI_BENCH ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
+BYTES=$(python3 -c '
+import sys
+units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$SIZES")
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -srm), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "sizes: $SIZES  worlds: $WORLDS  rounds: $ROUNDS (best median of each kept)"
+} > "$OUT/machine.txt"
+
+for ((R=1; R<=ROUNDS; R++)); do
+  for W in $WORLDS; do
+    echo "== round $R W=$W partrain (shm, asio-ring, gloo)" >&2
+    "$BUILD/partrain" bench allreduce --backend shm,asio-ring,gloo --world "$W" --sizes "$SIZES" \
+      --json "$OUT/partrain_w${W}_r$R.json" >&2
+    echo "== round $R W=$W Open MPI, shared memory (vader)" >&2
+    mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -np "$W" \
+      --mca pml ob1 --mca btl self,vader "$MPI_BENCH" "$BYTES" shm > "$OUT/mpi_w${W}_r$R.txt"
+    cat "$OUT/mpi_w${W}_r$R.txt" >&2
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+
+python3 - "$OUT" "$WORLDS" "$ROUNDS" <<'PY'
+import glob, json, sys
+out, worlds, rounds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+print(open(f"{out}/machine.txt").read().strip())
+def size_name(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+for w in worlds:
+    best = {}  # (contender, bytes) -> (median_us, busbw)
+    def keep(name, b, us, bw, wrong):
+        assert wrong == 0, f"{name} {b}: wrong results"
+        if (name, b) not in best or us < best[(name, b)][0]:
+            best[(name, b)] = (us, bw)
+    for r in range(1, rounds + 1):
+        for row in json.load(open(f"{out}/partrain_w{w}_r{r}.json"))["results"]:
+            keep(row["backend"], row["bytes"], row["median_us"], row["busbw_gbps"], row["wrong"])
+        for line in open(f"{out}/mpi_w{w}_r{r}.txt"):
+            f = line.split()
+            if line.startswith("#") or len(f) < 8:
+                continue
+            keep("mpi-shm", int(f[0]), float(f[3]), float(f[6]), 0 if f[7] == "OK" else 1)
+    sizes = sorted({b for (_, b) in best})
+    print(f"\nW={w}: median us / busbw GB/s (best of {rounds}); ratios are shm's busbw over the other's")
+    print("| size | shm | asio-ring | gloo | Open MPI shm | shm / asio-ring | shm / gloo | shm / Open MPI |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    for b in sizes:
+        cell = lambda n: f"{best[(n, b)][0]:.1f} us / {best[(n, b)][1]:.2f}" if (n, b) in best else "-"
+        ratio = lambda n: f"{best[('shm', b)][1] / best[(n, b)][1]:.2f}x" if (n, b) in best and best[(n, b)][1] > 0 else "-"
+        print(f"| {size_name(b)} | {cell('shm')} | {cell('asio-ring')} | {cell('gloo')} | {cell('mpi-shm')} | "
+              f"{ratio('asio-ring')} | {ratio('gloo')} | {ratio('mpi-shm')} |")
+PY
