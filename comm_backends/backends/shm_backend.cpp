@@ -100,24 +100,30 @@ class ShmCommunicator : public Communicator {
     try {
       if (rank == 0) {
         name_ = region_name(options, prefix);
-        bip::permissions owner_only(0600);
 #if defined(_WIN32)
-        memory_ = SharedMemory(bip::create_only, name_.c_str(), bip::read_write, bytes,
-                               owner_only);
+        // The creating user's default security: Windows grants it, SYSTEM and administrators.
+        bip::permissions owner_only;
 #else
-        memory_ = SharedMemory(bip::create_only, name_.c_str(), bip::read_write, owner_only);
-        owned_name_.own(name_);
-        memory_.truncate(static_cast<bip::offset_t>(bytes));
+        bip::permissions owner_only(0600);
 #endif
-        region_ = bip::mapped_region(memory_, bip::read_write, 0, bytes);
-        collectives_ = std::make_unique<ShmCollectives>(region_.get_address(), rank, size,
+#if defined(_WIN32)
+        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(),
+                                                 bip::read_write, bytes, owner_only);
+#else
+        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(),
+                                                 bip::read_write, owner_only);
+        owned_name_.own(name_);
+        memory_->truncate(static_cast<bip::offset_t>(bytes));
+#endif
+        region_ = std::make_unique<bip::mapped_region>(*memory_, bip::read_write, 0, bytes);
+        collectives_ = std::make_unique<ShmCollectives>(region_->get_address(), rank, size,
                                                         options.timeout);
         store.set(prefix + "region", bytes_of(name_));
       } else {
         name_ = text_of(store.get(prefix + "region"));
-        memory_ = SharedMemory(bip::open_only, name_.c_str(), bip::read_write);
-        region_ = bip::mapped_region(memory_, bip::read_write, 0, bytes);
-        collectives_ = std::make_unique<ShmCollectives>(region_.get_address(), rank, size,
+        memory_ = std::make_unique<SharedMemory>(bip::open_only, name_.c_str(), bip::read_write);
+        region_ = std::make_unique<bip::mapped_region>(*memory_, bip::read_write, 0, bytes);
+        collectives_ = std::make_unique<ShmCollectives>(region_->get_address(), rank, size,
                                                         options.timeout);
       }
     } catch (const bip::interprocess_exception& e) {
@@ -167,8 +173,9 @@ class ShmCommunicator : public Communicator {
   DType wire_;
   std::string name_;
   RegionName owned_name_;
-  SharedMemory memory_;
-  bip::mapped_region region_;
+  // Built in place (no move of Boost's handles: MinGW's GCC warns about their move).
+  std::unique_ptr<SharedMemory> memory_;
+  std::unique_ptr<bip::mapped_region> region_;
   std::unique_ptr<ShmCollectives> collectives_;
   std::mutex mutex_;  // one collective at a time, as on the other backends
 };
