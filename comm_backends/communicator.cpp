@@ -1,6 +1,7 @@
 #include "comm_backends/communicator.h"
 
 #include "comm_backends/backends/backend.h"
+#include "comm_backends/shm/host_identity.h"
 #include "common/errors.h"
 #include "comm_backends/store/store.h"
 
@@ -29,6 +30,22 @@ bool backend_compiled_in(const std::string& name) {
   return false;
 }
 
+namespace {
+
+// Whether every rank runs on this rank's host (host_identity(), exchanged through the store).
+bool all_on_one_host(Store& store, const std::string& prefix, int rank, int size) {
+  const std::string mine = host_identity();
+  store.set(prefix + std::to_string(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  bool same = true;
+  for (int r = 0; r < size; ++r) {
+    const auto theirs = store.get(prefix + std::to_string(r));
+    same = same && std::string(theirs.begin(), theirs.end()) == mine;
+  }
+  return same;
+}
+
+}  // namespace
+
 std::string resolve_backend(const CommOptions& options) {
   if (options.backend != "auto") return options.backend;
   for (const auto& backend : backends()) {
@@ -46,7 +63,14 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
                      options.wire_dtype == DType::bf16,
                  UsageError, "comm.wire_dtype must be f32, f16 or bf16, not ",
                  dtype_name(options.wire_dtype));
-  const std::string name = resolve_backend(options);
+  // Every rank creates its communicators in the same order, so a per-rank counter gives all
+  // ranks the same instance number without talking to each other.
+  const std::int64_t instance = store.add("comm/instances/" + std::to_string(rank), 1);
+  std::string name = resolve_backend(options);
+  if (options.backend == "auto" && name == "asio-ring" && size > 1 &&
+      all_on_one_host(store, "comm/" + std::to_string(instance) + "/hosts/", rank, size)) {
+    name = "shm";  // same results as asio-ring, through memory instead of loopback TCP
+  }
   const Backend* chosen = nullptr;
   for (const auto& backend : backends()) {
     if (backend.name == name) chosen = &backend;
@@ -58,9 +82,6 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   }
   PARTRAIN_CHECK(chosen->compiled_in, UsageError, "comm backend '", name,
                  "' is not compiled into this build: ", chosen->how_to_get);
-  // Every rank creates its communicators in the same order, so a per-rank counter gives all
-  // ranks the same instance number without talking to each other.
-  const std::int64_t instance = store.add("comm/instances/" + std::to_string(rank), 1);
   const std::string prefix = "comm/" + std::to_string(instance) + "/" + name + "/";
   return chosen->make(options, store, rank, size, prefix);
 }

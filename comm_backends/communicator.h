@@ -1,8 +1,9 @@
 // defines: Communicator (the collective contract), CommOptions, make_communicator(),
 // backend_names(), backend_compiled_in().
 //
-// Backends: gloo, asio-ring, nccl, and auto — the first usable in the ordered list
-// [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins.
+// Backends: gloo, asio-ring, shm, nccl, and auto — the first usable in the ordered list
+// [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins, and asio-ring becomes shm when
+// every rank runs on one host (shm gives asio-ring's results, through memory).
 #pragma once
 
 #include <chrono>
@@ -17,7 +18,7 @@ namespace partrain::comm {
 class Store;
 
 struct CommOptions {
-  std::string backend = "auto";              // gloo | asio-ring | nccl | auto
+  std::string backend = "auto";              // gloo | asio-ring | shm | nccl | auto
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   DType wire_dtype = DType::f32;             // asio-ring: f32 | f16 | bf16 on the wire
   DeviceKind device = DeviceKind::cpu;       // where the caller's buffers live (for auto)
@@ -49,6 +50,8 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
 
 std::vector<std::string> backend_names();           // every known name, compiled in or not
 bool backend_compiled_in(const std::string& name);
-std::string resolve_backend(const CommOptions& options);  // what auto picks here
+// What auto picks from the options alone (make_communicator() then takes shm for asio-ring
+// when every rank is on one host).
+std::string resolve_backend(const CommOptions& options);
 
 }  // namespace partrain::comm

@@ -186,7 +186,8 @@ Backend shm_backend() {
   Backend backend;
   backend.name = "shm";
   backend.compiled_in = true;
-  // Chosen by name for now: `auto` keeps asio-ring, which also works across hosts.
+  // Not in auto's walk over the options: make_communicator() swaps asio-ring for shm once the
+  // store shows every rank on one host, which the options alone cannot tell.
   backend.usable = [](const CommOptions&) { return false; };
   backend.make = [](const CommOptions& options, Store& store, int rank, int size,
                     const std::string& prefix) -> std::unique_ptr<Communicator> {

@@ -177,6 +177,25 @@ TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
   }
 }
 
+TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
+  const int world = 3;
+  testing::TempDir dir;
+  std::vector<std::string> names(world);
+  testing::run_ranks(world, [&](int rank) {
+    StoreOptions so;
+    so.rank = rank;
+    so.world_size = world;
+    auto store = open_store(dir.url(), so);
+    CommOptions options;  // backend auto, CPU buffers
+    auto comm = make_communicator(options, *store, rank, world);
+    names[rank] = comm->name();
+    float value = static_cast<float>(rank);
+    comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum);
+    EXPECT_EQ(value, 3.0f);
+  });
+  for (const auto& name : names) EXPECT_EQ(name, "shm");
+}
+
 TEST(Shm, LeavesNothingInDevShm) {
   namespace fs = std::filesystem;
   if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm here";
