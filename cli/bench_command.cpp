@@ -85,11 +85,15 @@ std::size_t parse_size(const std::string& text) {
                  "' is not a number with an optional K, M or G suffix");
   std::size_t value = std::stoull(text.substr(0, digits));
   const std::string suffix = text.substr(digits);
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") value <<= 10;
-  else if (suffix == "M" || suffix == "MiB") value <<= 20;
-  else if (suffix == "G" || suffix == "GiB") value <<= 30;
-  else PARTRAIN_CHECK(suffix.empty() || suffix == "B", UsageError, "bench: size '", text,
-                      "' has an unknown suffix (use K, M or G)");
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    value <<= 10;
+  else if (suffix == "M" || suffix == "MiB")
+    value <<= 20;
+  else if (suffix == "G" || suffix == "GiB")
+    value <<= 30;
+  else
+    PARTRAIN_CHECK(suffix.empty() || suffix == "B", UsageError, "bench: size '", text,
+                   "' has an unknown suffix (use K, M or G)");
   return value;
 }
 
@@ -115,7 +119,8 @@ int iterations_for(std::size_t bytes) {  // as the Gloo peer benchmark picks the
 // touching the memory once (as in Gloo's own benchmark), not a conversion per element.
 std::size_t pattern_period(bool narrow) { return narrow ? 16 : 1024; }
 
-std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, double first, double step) {
+std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, double first,
+                                        double step) {
   using comm::DType;
   const std::size_t size = comm::dtype_size(dtype);
   std::vector<std::uint8_t> out(period * size);
@@ -123,12 +128,34 @@ std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, d
     const double v = first + step * static_cast<double>(i);
     std::uint8_t* at = out.data() + i * size;
     switch (dtype) {
-      case DType::f32: { float x = static_cast<float>(v); std::memcpy(at, &x, size); break; }
-      case DType::f64: std::memcpy(at, &v, size); break;
-      case DType::f16: { auto x = comm::float_to_half(static_cast<float>(v)); std::memcpy(at, &x, size); break; }
-      case DType::bf16: { auto x = comm::float_to_bf16(static_cast<float>(v)); std::memcpy(at, &x, size); break; }
-      case DType::i32: { auto x = static_cast<std::int32_t>(v); std::memcpy(at, &x, size); break; }
-      case DType::i64: { auto x = static_cast<std::int64_t>(v); std::memcpy(at, &x, size); break; }
+      case DType::f32: {
+        float x = static_cast<float>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::f64:
+        std::memcpy(at, &v, size);
+        break;
+      case DType::f16: {
+        auto x = comm::float_to_half(static_cast<float>(v));
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::bf16: {
+        auto x = comm::float_to_bf16(static_cast<float>(v));
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::i32: {
+        auto x = static_cast<std::int32_t>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::i64: {
+        auto x = static_cast<std::int64_t>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
     }
   }
   return out;
@@ -230,7 +257,8 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
         const auto stop = Clock::now();
         memory.from_collective(used);
         wrong += count_wrong(memory.host(), used, comm::dtype_size(dtype), expected);
-        if (it >= args.warmup) seconds.push_back(std::chrono::duration<double>(stop - start).count());
+        if (it >= args.warmup)
+          seconds.push_back(std::chrono::duration<double>(stop - start).count());
       }
       reduce_host_values(*comm, memory_kind, device, seconds.data(), seconds.size(),
                          comm::DType::f64, comm::ReduceOp::max);
@@ -261,11 +289,11 @@ void print_table(const json& results, const BenchArgs& args, int world, const st
   std::printf("%-10s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "bytes", "size", "iters",
               "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {
-    std::printf("%-10s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n",
-                r["backend"].get<std::string>().c_str(), r["bytes"].get<std::size_t>(),
-                human_size(r["bytes"].get<std::size_t>()).c_str(), r["iters"].get<int>(),
-                r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
-                r["busbw_gbps"].get<double>(), static_cast<long long>(r["wrong"].get<std::int64_t>()));
+    std::printf(
+        "%-10s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n", r["backend"].get<std::string>().c_str(),
+        r["bytes"].get<std::size_t>(), human_size(r["bytes"].get<std::size_t>()).c_str(),
+        r["iters"].get<int>(), r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
+        r["busbw_gbps"].get<double>(), static_cast<long long>(r["wrong"].get<std::int64_t>()));
   }
   std::fflush(stdout);
 }
@@ -276,9 +304,9 @@ int report(const json& results, const BenchArgs& args, int world, const std::str
   bool all_right = true;
   for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
   if (!args.json_path.empty()) {
-    const json report = {{"schema", "partrain.bench/1"}, {"collective", "allreduce"},
-                         {"world", world},               {"dtype", args.dtype},
-                         {"wire_dtype", args.wire_dtype}, {"results", results}};
+    const json report = {
+        {"schema", "partrain.bench/1"}, {"collective", "allreduce"},     {"world", world},
+        {"dtype", args.dtype},          {"wire_dtype", args.wire_dtype}, {"results", results}};
     write_file_atomically(args.json_path, report.dump(2) + "\n");
   }
   PARTRAIN_CHECK(all_right, Error, "bench: some results were wrong (see the wrong column)");
@@ -337,8 +365,9 @@ int run_as_rank(const BenchArgs& args, const EngineRank& me) {
 }
 
 int start_ranks(const BenchArgs& args) {
-  PARTRAIN_CHECK(args.world > 0, UsageError,
-                 "bench: --world is required (unless mpirun, srun or torchrun started this process)");
+  PARTRAIN_CHECK(
+      args.world > 0, UsageError,
+      "bench: --world is required (unless mpirun, srun or torchrun started this process)");
   PARTRAIN_CHECK(args.nnodes >= 1 && args.world % args.nnodes == 0, UsageError, "bench: --world ",
                  args.world, " is not a multiple of --nnodes ", args.nnodes);
   check_args(args, args.world);
@@ -349,11 +378,16 @@ int start_ranks(const BenchArgs& args) {
   plan.executable = platform::executable_path();
   // Every node passes the same arguments: with several nodes the run token is derived from
   // them (launcher.h), so per-node paths travel in the environment instead.
-  plan.worker_args = {"bench", "allreduce", "--backend", args.backends, "--world",
-                      std::to_string(args.world), "--sizes", args.sizes, "--dtype", args.dtype,
-                      "--wire-dtype", args.wire_dtype, "--iters", std::to_string(args.iters),
-                      "--warmup", std::to_string(args.warmup), "--timeout-s",
-                      std::to_string(args.timeout_s), "--host", args.host};
+  plan.worker_args = {"bench",        "allreduce",
+                      "--backend",    args.backends,
+                      "--world",      std::to_string(args.world),
+                      "--sizes",      args.sizes,
+                      "--dtype",      args.dtype,
+                      "--wire-dtype", args.wire_dtype,
+                      "--iters",      std::to_string(args.iters),
+                      "--warmup",     std::to_string(args.warmup),
+                      "--timeout-s",  std::to_string(args.timeout_s),
+                      "--host",       args.host};
   plan.nproc_per_node = args.world / args.nnodes;
   plan.nnodes = args.nnodes;
   plan.node_rank = args.node_rank;
@@ -391,24 +425,28 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     if (name != "auto" && comm::backend_compiled_in(name)) backend_help += " " + name;
   }
   // Not a device query here: that would start CUDA for every partrain command line.
-  if (comm::backend_compiled_in("nccl")) backend_help += " (nccl: on CUDA device memory, so it needs a CUDA device)";
+  if (comm::backend_compiled_in("nccl"))
+    backend_help += " (nccl: on CUDA device memory, so it needs a CUDA device)";
   allreduce->add_option("--backend", args->backends, backend_help)->required();
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");
   allreduce->add_option("--dtype", args->dtype, "f32 | f64 | f16 | bf16 | i32 | i64");
-  allreduce->add_option("--wire-dtype", args->wire_dtype, "asio-ring wire format: f32 | f16 | bf16");
+  allreduce->add_option("--wire-dtype", args->wire_dtype,
+                        "asio-ring wire format: f32 | f16 | bf16");
   allreduce->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
   allreduce->add_option("--warmup", args->warmup, "Untimed iterations per size");
   allreduce->add_option("--timeout-s", args->timeout_s, "Collective timeout in seconds");
   allreduce->add_option("--json", args->json_path, "Write the partrain.bench/1 report here");
-  allreduce->add_option("--nnodes", args->nnodes, "Hosts in the run; each starts world/nnodes ranks")
+  allreduce
+      ->add_option("--nnodes", args->nnodes, "Hosts in the run; each starts world/nnodes ranks")
       ->check(CLI::Range(1, 1024));
   allreduce->add_option("--node-rank", args->node_rank, "This host's index, 0-based")
       ->check(CLI::Range(0, 1023));
   allreduce->add_option("--master-addr", args->master_addr, "Address of the host with rank 0");
-  allreduce->add_option("--master-port", args->master_port,
-                        "Port of the rendezvous store on that host (0: pick one; one host only)")
+  allreduce
+      ->add_option("--master-port", args->master_port,
+                   "Port of the rendezvous store on that host (0: pick one; one host only)")
       ->check(CLI::Range(0, 65535));
   allreduce->add_option("--host", args->host,
                         "Address this host's ranks listen on and advertise to the others "

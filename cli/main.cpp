@@ -17,7 +17,8 @@ namespace {
 void report(const partrain::Error& e) {
   std::cerr << "partrain: " << e.what();
   const char* debug = std::getenv("PARTRAIN_DEBUG");
-  if (debug && std::string(debug) == "1" && !e.source().empty()) std::cerr << " [" << e.source() << "]";
+  if (debug && std::string(debug) == "1" && !e.source().empty())
+    std::cerr << " [" << e.source() << "]";
   std::cerr << "\n";
 }
 

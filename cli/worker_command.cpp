@@ -31,7 +31,8 @@ WorkerEnv read_worker_env(const Config& config) {
 }  // namespace
 
 void add_worker_command(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("worker", "Run one rank (started by partrain run, torchrun, srun or mpirun)");
+  auto* sub = app.add_subcommand(
+      "worker", "Run one rank (started by partrain run, torchrun, srun or mpirun)");
   auto args = std::make_shared<ConfigArguments>();
   add_config_arguments(*sub, *args);
   sub->callback([args, &exit_code] {

@@ -107,24 +107,24 @@ class ShmCommunicator : public Communicator {
         bip::permissions owner_only(0600);
 #endif
 #if defined(_WIN32)
-        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(),
-                                                 bip::read_write, bytes, owner_only);
+        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(), bip::read_write,
+                                                 bytes, owner_only);
 #else
-        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(),
-                                                 bip::read_write, owner_only);
+        memory_ = std::make_unique<SharedMemory>(bip::create_only, name_.c_str(), bip::read_write,
+                                                 owner_only);
         owned_name_.own(name_);
         memory_->truncate(static_cast<bip::offset_t>(bytes));
 #endif
         region_ = std::make_unique<bip::mapped_region>(*memory_, bip::read_write, 0, bytes);
-        collectives_ = std::make_unique<ShmCollectives>(region_->get_address(), rank, size,
-                                                        options.timeout);
+        collectives_ =
+            std::make_unique<ShmCollectives>(region_->get_address(), rank, size, options.timeout);
         store.set(prefix + "region", bytes_of(name_));
       } else {
         name_ = text_of(store.get(prefix + "region"));
         memory_ = std::make_unique<SharedMemory>(bip::open_only, name_.c_str(), bip::read_write);
         region_ = std::make_unique<bip::mapped_region>(*memory_, bip::read_write, 0, bytes);
-        collectives_ = std::make_unique<ShmCollectives>(region_->get_address(), rank, size,
-                                                        options.timeout);
+        collectives_ =
+            std::make_unique<ShmCollectives>(region_->get_address(), rank, size, options.timeout);
       }
     } catch (const bip::interprocess_exception& e) {
       throw CommError("shm: cannot " + std::string(rank == 0 ? "create" : "open") +

@@ -63,10 +63,14 @@ enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, ba
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::allreduce: return "allreduce";
-    case Kind::broadcast: return "broadcast";
-    case Kind::allgather: return "allgather";
-    case Kind::barrier: return "barrier";
+    case Kind::allreduce:
+      return "allreduce";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::allgather:
+      return "allgather";
+    case Kind::barrier:
+      return "barrier";
   }
   return "an unknown collective";
 }
@@ -173,8 +177,7 @@ struct ShmCollectives::Call {
 
 std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
 
-ShmCollectives::ShmCollectives(void* region, int rank, int world,
-                               std::chrono::milliseconds timeout)
+ShmCollectives::ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout)
     : region_(static_cast<std::uint8_t*>(region)), rank_(rank), world_(world), timeout_(timeout) {
   PARTRAIN_CHECK(world >= 1 && rank >= 0 && rank < world, UsageError, "shm: rank ", rank,
                  " is outside a world of ", world);
@@ -186,9 +189,9 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world,
     header->world = static_cast<std::uint32_t>(world);
     header->magic = kRegionMagic;
   }
-  PARTRAIN_CHECK(header->magic == kRegionMagic && header->world == static_cast<std::uint32_t>(world),
-                 CommError, "shm: the shared region is not one of this run's (", world,
-                 " ranks expected)");
+  PARTRAIN_CHECK(
+      header->magic == kRegionMagic && header->world == static_cast<std::uint32_t>(world),
+      CommError, "shm: the shared region is not one of this run's (", world, " ranks expected)");
   state_of(region_, rank).pid.store(process_id(), std::memory_order_release);
 }
 
@@ -224,8 +227,8 @@ void ShmCollectives::sync(const Call& call, int phase) {
         const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
         if (blamed > 0 && r != rank_) {
           broken_ = true;
-          throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) +
-                                          " failed (rank " + std::to_string(r) + " saw it) during " +
+          throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) + " failed (rank " +
+                                          std::to_string(r) + " saw it) during " +
                                           describe(call.words));
         }
       }
@@ -239,12 +242,13 @@ void ShmCollectives::sync(const Call& call, int phase) {
       if (gone || now >= deadline) {
         broken_ = true;
         me.blamed.store(missing + 1, std::memory_order_release);
-        throw PeerError(missing, "shm: rank " + std::to_string(missing) +
-                                     (gone ? " (pid " + std::to_string(pid) + ") exited"
-                                           : " did not arrive within " +
-                                                 std::to_string(timeout_.count()) + " ms") +
-                                     " during " + describe(call.words) +
-                                     (gone ? "" : " (dead, hung, or not calling the same collective)"));
+        throw PeerError(
+            missing,
+            "shm: rank " + std::to_string(missing) +
+                (gone ? " (pid " + std::to_string(pid) + ") exited"
+                      : " did not arrive within " + std::to_string(timeout_.count()) + " ms") +
+                " during " + describe(call.words) +
+                (gone ? "" : " (dead, hung, or not calling the same collective)"));
       }
     }
     if (round < kSpins) {
@@ -284,8 +288,12 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
   const int W = world_;
 
   Call call;
-  call.words = {++sequence_, count, 0, static_cast<std::uint8_t>(Kind::allreduce),
-                static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(wire),
+  call.words = {++sequence_,
+                count,
+                0,
+                static_cast<std::uint8_t>(Kind::allreduce),
+                static_cast<std::uint8_t>(dtype),
+                static_cast<std::uint8_t>(wire),
                 static_cast<std::uint8_t>(op)};
   if (count == 0) return sync(call, 0);
   auto* bytes = static_cast<std::uint8_t*>(data);
@@ -380,8 +388,8 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
     return;
   }
   Call call;
-  call.words = {++sequence_, bytes_per_rank, 0, static_cast<std::uint8_t>(Kind::allgather), 0, 0,
-                0};
+  call.words = {
+      ++sequence_, bytes_per_rank, 0, static_cast<std::uint8_t>(Kind::allgather), 0, 0, 0};
   if (bytes_per_rank == 0) return sync(call, 0);
   for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kShmSlotBytes) {
     const std::size_t n = std::min(kShmSlotBytes, bytes_per_rank - p0);

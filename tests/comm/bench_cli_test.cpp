@@ -43,8 +43,10 @@ TEST(BenchCommand, WritesACheckedReport) {
   testing::TempDir dir;
   const std::string json_path = (dir.path() / "bench.json").string();
   std::string output;
-  const int code = run(exe + " bench allreduce --backend asio-ring --world 3 --sizes 4K,100K"
-                             " --dtype f32 --wire-dtype bf16 --iters 3 --json " + json_path,
+  const int code = run(exe +
+                           " bench allreduce --backend asio-ring --world 3 --sizes 4K,100K"
+                           " --dtype f32 --wire-dtype bf16 --iters 3 --json " +
+                           json_path,
                        output);
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("busbw_GB/s"), std::string::npos) << output;
@@ -67,10 +69,9 @@ TEST(BenchCommand, WritesACheckedReport) {
 TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
-  for (const std::string args : {"--backend asio-ring --world 2 --sizes 6",
-                                 "--backend mpi --world 2 --sizes 4K",
-                                 "--backend asio-ring --world 2 --sizes 4X",
-                                 "--backend asio-ring --world 2 --dtype f8"}) {
+  for (const std::string args :
+       {"--backend asio-ring --world 2 --sizes 6", "--backend mpi --world 2 --sizes 4K",
+        "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
@@ -85,8 +86,10 @@ TEST(BenchCommand, ReportIsWrittenAtomicallyOrNotAtAll) {
   const auto target = dir.path() / "report";  // a non-empty directory: the rename must fail
   std::filesystem::create_directories(target / "inside");
   std::string output;
-  const int code = run(exe + " bench allreduce --backend asio-ring --world 2 --sizes 4K --iters 2"
-                             " --json " + target.string(),
+  const int code = run(exe +
+                           " bench allreduce --backend asio-ring --world 2 --sizes 4K --iters 2"
+                           " --json " +
+                           target.string(),
                        output);
   EXPECT_EQ(code, 2) << output;
   std::istringstream lines(output);
@@ -155,14 +158,16 @@ TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
   for (int limit = 2; limit <= 8 && !saw_partial_start; ++limit) {
     // Output to a file, not a pipe: ranks left behind would hold a pipe open and make this
     // wait for them.
-    const std::string command = "setpriv --reuid=" + std::to_string(uid) + " --regid=" +
-                                std::to_string(uid) + " --clear-groups prlimit --nproc=" +
-                                std::to_string(limit) + " " + exe +
-                                " bench allreduce --backend asio-ring --world 4 --sizes 4K"
-                                " --iters 2 --timeout-s 60 > " + log.string() + " 2>&1";
+    const std::string command =
+        "setpriv --reuid=" + std::to_string(uid) + " --regid=" + std::to_string(uid) +
+        " --clear-groups prlimit --nproc=" + std::to_string(limit) + " " + exe +
+        " bench allreduce --backend asio-ring --world 4 --sizes 4K"
+        " --iters 2 --timeout-s 60 > " +
+        log.string() + " 2>&1";
     const int status = std::system(command.c_str());
     std::ifstream in(log);
-    const std::string output((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string output((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;  // the limit allowed every rank
     saw_partial_start = output.find("stopped rank") != std::string::npos;
     // The bench has returned: whatever it started must be gone already (a short bound for
@@ -172,8 +177,8 @@ TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       left = live_processes_of(uid);
     }
-    EXPECT_TRUE(left.empty()) << left.size() << " ranks still running with limit " << limit
-                              << ":\n" << output;
+    EXPECT_TRUE(left.empty()) << left.size() << " ranks still running with limit " << limit << ":\n"
+                              << output;
     for (const int pid : left) ::kill(pid, SIGKILL);
   }
   EXPECT_TRUE(saw_partial_start) << "no process limit started some ranks but not all";

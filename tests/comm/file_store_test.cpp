@@ -12,8 +12,8 @@
 namespace partrain::comm {
 namespace {
 
-using testing::TempDir;
 using std::chrono::milliseconds;
+using testing::TempDir;
 
 std::vector<std::uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -134,8 +134,7 @@ TEST(FileStore, ReaderNeverSeesAPartialValue) {
   writer.join();
   // No temp files or locks are left behind.
   int files = 0;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(dir.path())) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
     if (entry.is_regular_file()) {
       ++files;
       EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos);

@@ -98,9 +98,9 @@ TEST(Shm, AllreduceHasTheRingsBitsForEveryDtypeOpAndWire) {
       const auto ring = allreduce_with("asio-ring", world, c.dtype, c.op, c.wire, count);
       const auto shm = allreduce_with("shm", world, c.dtype, c.op, c.wire, count);
       for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(shm[r], ring[r]) << "world " << world << " rank " << r << " "
-                                   << dtype_name(c.dtype) << " " << reduce_op_name(c.op)
-                                   << " wire " << dtype_name(c.wire);
+        EXPECT_EQ(shm[r], ring[r])
+            << "world " << world << " rank " << r << " " << dtype_name(c.dtype) << " "
+            << reduce_op_name(c.op) << " wire " << dtype_name(c.wire);
       }
       EXPECT_EQ(shm[0], shm[world - 1]) << "ranks differ";
     }

@@ -89,13 +89,15 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
       slots_[k].offset = offset;
       offset += static_cast<std::size_t>(params_[k].numel());
     }
-    bucket.flat = at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
+    bucket.flat =
+        at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
     bucket.params = std::move(group);
     buckets_.push_back(std::move(bucket));
   }
 
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
+    hooks_.push_back(
+        params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
   }
   ready_.assign(buckets_.size(), false);
   // A build without the CUDA runtime in partrain_comm keeps the plain path: the collective
@@ -203,8 +205,8 @@ void Reducer::run_comm_thread() {
     try {
       allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum, order);
     } catch (const PeerError& e) {
-      error = std::make_exception_ptr(
-          PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
+      error =
+          std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
     } catch (const CommError& e) {
       error = std::make_exception_ptr(CommError(describe_bucket(b) + ": " + e.what()));
     } catch (...) {
@@ -231,7 +233,8 @@ void Reducer::finish_backward() {
     for (std::size_t k = 0; k < params_.size(); ++k) {
       Slot& slot = slots_[k];
       if (slot.ready) continue;
-      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset),
+                                                    params_[k].numel());
       const at::Tensor& g = params_[k].grad();
       if (g.defined()) {
         at::mul_out(view, g.reshape(-1), at::scalar_tensor(scale_, g.options()));
@@ -253,7 +256,8 @@ void Reducer::finish_backward() {
   }
   for (std::size_t k = 0; k < params_.size(); ++k) {
     const Slot& slot = slots_[k];
-    auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+    auto view =
+        buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
     at::Tensor& g = params_[k].mutable_grad();
     if (!g.defined()) g = at::zeros_like(params_[k]);
     g.copy_(view.view_as(params_[k]));

@@ -73,7 +73,7 @@ class Reducer {
   // (see Note [Reducer streams]); and the pinned memory and copy stream of the host backends.
   std::vector<comm::CudaEvent> ready_events_;
   std::unique_ptr<comm::HostStaging> staging_;
-  std::size_t next_ = 0;         // next bucket the comm thread reduces; == size: idle
+  std::size_t next_ = 0;  // next bucket the comm thread reduces; == size: idle
   float scale_ = 1.0f;
 
   std::mutex mutex_;

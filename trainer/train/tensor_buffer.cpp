@@ -63,8 +63,8 @@ void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::
   }
   if (order.staging != nullptr) {
     const comm::Buffer device_out = as_buffer(out);
-    comm::Buffer host_in = order.staging->to_host(device_buffer(in, order), 0, order.ready,
-                                                  "an allgather input");
+    comm::Buffer host_in =
+        order.staging->to_host(device_buffer(in, order), 0, order.ready, "an allgather input");
     comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
     comm.allgather(host_in, host_out);
     order.staging->to_device(host_out, device_out, "an allgather output");
