@@ -514,8 +514,12 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
   add(std::to_string(plan.master_port));
   add(std::to_string(plan.nnodes));
   add(std::to_string(plan.nproc_per_node));
-  add(std::filesystem::path(plan.executable).filename().string());
-  for (const auto& arg : plan.worker_args) add(arg);
+  if (!plan.run_identity.empty()) {
+    add(plan.run_identity);
+  } else {
+    add(std::filesystem::path(plan.executable).filename().string());
+    for (const auto& arg : plan.worker_args) add(arg);
+  }
   return to_hex(fnv1a(shared, 0xcbf29ce484222325ULL), fnv1a(shared, 0x84222325cbf29ce4ULL));
 }
 

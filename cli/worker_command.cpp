@@ -36,6 +36,31 @@ int env_int(const char* name, int fallback) {
   }
 }
 
+// The run token. partrain run hands one over; under another launcher the job's own id
+// stands in for it, so that two jobs on one rendezvous (a tcp port, a shared folder) keep
+// apart and a later job never takes an earlier one's keys for its own. Without either the
+// token is empty: every rank of the job still agrees on it.
+std::string worker_run_token() {
+  if (auto token = env("PARTRAIN_RUN_TOKEN")) return *token;
+  std::string id;
+  if (auto run = env("TORCHELASTIC_RUN_ID"); run && *run != "none") {
+    id = "torchrun:" + *run;
+  } else if (auto job = env("SLURM_JOB_ID")) {
+    id = "slurm:" + *job + "." + env("SLURM_STEP_ID").value_or("0");
+  } else if (auto ns = env("PMIX_NAMESPACE")) {
+    id = "pmix:" + *ns;
+  } else if (auto jobid = env("OMPI_MCA_ess_base_jobid")) {
+    id = "ompi:" + *jobid;
+  }
+  // torchrun restarts the group under the same run id: each start is a run of its own.
+  if (!id.empty()) {
+    if (auto count = env("TORCHELASTIC_RESTART_COUNT"); count && *count != "0") {
+      id += ".restart" + *count;
+    }
+  }
+  return id;
+}
+
 WorkerEnv read_worker_env(const Config& config) {
   WorkerEnv w;
   if (env("RANK") || env("WORLD_SIZE")) {
@@ -68,7 +93,7 @@ WorkerEnv read_worker_env(const Config& config) {
   w.restart = env_int("PARTRAIN_RESTART", 0);
   // Each start of a restarted group is a run of its own to the store and the ring: keys and
   // connections of the start before must not be mistaken for this one's.
-  w.token = env("PARTRAIN_RUN_TOKEN").value_or("");
+  w.token = worker_run_token();
   if (w.restart > 0) w.token += ".restart" + std::to_string(w.restart);
   return w;
 }

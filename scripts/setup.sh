@@ -19,6 +19,7 @@ packages=(
   python3 python3-torch python3-torchvision  # torch.load of checkpoints; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
   librsvg2-bin                      # renders the parity chart in tests
+  iproute2                          # ip netns / veth / tc: the multi-host tests and benchmarks
 )
 
 if [ "${SKIP_APT:-0}" != 1 ]; then

@@ -369,6 +369,22 @@ TEST(LauncherTest, RunTokenRule) {
   split.worker_args = {"worke", "ra.yaml"};
   EXPECT_NE(choose_run_token(multi, ""), choose_run_token(split, ""));
   EXPECT_EQ(choose_run_token(multi, "secret"), "secret");
+
+  // With a run identity (what partrain run derives from the config), node-local arguments
+  // such as a different --output no longer split the run; another identity is another job.
+  LaunchPlan node_a = multi;
+  node_a.run_identity = "{\"config\": 1}";
+  node_a.worker_args = {"worker", "a.yaml", "--set", "output.dir=/local/a"};
+  LaunchPlan node_b = node_a;
+  node_b.node_rank = 1;
+  node_b.worker_args = {"worker", "/other/a.yaml", "--set", "output.dir=/local/b"};
+  EXPECT_EQ(choose_run_token(node_a, ""), choose_run_token(node_b, ""));
+  LaunchPlan other_job = node_a;
+  other_job.run_identity = "{\"config\": 2}";
+  EXPECT_NE(choose_run_token(node_a, ""), choose_run_token(other_job, ""));
+  LaunchPlan other_port = node_a;
+  other_port.master_port = 29601;
+  EXPECT_NE(choose_run_token(node_a, ""), choose_run_token(other_port, ""));
 }
 
 TEST(LauncherTest, RendezvousRule) {
