@@ -36,7 +36,8 @@ struct LaunchPlan {
 // Runs the plan to the end and returns the exit code for `partrain run`:
 //   0    every worker exited 0
 //   1    a worker failed (non-zero exit or a signal) and no restart was left; one line on
-//        err names the rank, its exit code or signal, and the epoch it was in
+//        err names the rank, its exit code or signal, the epoch it was in, and the rank it
+//        lost when it said so (a peer on another node, say)
 //   2    the first worker to fail exited 2: bad config or input data, which a restart
 //        cannot fix, so the run ends at once with that code
 //   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first
@@ -74,5 +75,8 @@ int pick_free_loopback_port();
 
 // E for a progress line "epoch E/N ..." (E >= 1); 0 for any other line.
 int parse_epoch_line(std::string_view line);
+
+// R for a worker's error line "partrain: lost rank R: ..." (a peer it lost); -1 otherwise.
+int parse_lost_rank_line(std::string_view line);
 
 }  // namespace partrain::cli

@@ -409,6 +409,15 @@ TEST(LauncherTest, EpochLines) {
   EXPECT_EQ(parse_epoch_line("epoch 99999999999/4"), 0);
 }
 
+TEST(LauncherTest, LostRankLines) {
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 3: ring: rank 3 timed out"), 3);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 12: x"), 12);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank : x"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 3"), -1);
+  EXPECT_EQ(parse_lost_rank_line("[rank 0] partrain: lost rank 3: x"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 99999999999: x"), -1);
+}
+
 TEST(LauncherTest, ExecutablePathIsThisProgram) {
   const std::filesystem::path self = platform::executable_path();
   EXPECT_TRUE(self.is_absolute());
