@@ -29,7 +29,8 @@ class AsioRingCommunicator : public Communicator {
         wire_(options.wire_dtype),
         store_(store),
         prefix_(prefix),
-        grace_(failure_grace(options.timeout)) {}
+        grace_(failure_grace(options.timeout)),
+        timeout_(options.timeout) {}
 
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
@@ -75,7 +76,7 @@ class AsioRingCommunicator : public Communicator {
   }
 
   int trace_failure(int peer) {
-    return trace_failed_rank(store_, prefix_, rank(), size(), peer, grace_).culprit;
+    return trace_failed_rank(store_, prefix_, rank(), size(), peer, grace_, timeout_).culprit;
   }
 
   std::mutex mutex_;  // one collective at a time: the byte streams carry them in order
@@ -85,6 +86,7 @@ class AsioRingCommunicator : public Communicator {
   Store& store_;
   std::string prefix_;
   std::chrono::milliseconds grace_;
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace

@@ -13,14 +13,17 @@ std::chrono::milliseconds failure_grace(std::chrono::milliseconds timeout) {
 }
 
 FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank, int size,
-                               int blamed, std::chrono::milliseconds grace) {
+                               int blamed, std::chrono::milliseconds grace,
+                               std::chrono::milliseconds patience) {
+  using Clock = std::chrono::steady_clock;
   FailureTrace trace;
   trace.culprit = blamed;
   const auto key = [&prefix](int r) { return prefix + "failed/" + std::to_string(r); };
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto start = Clock::now();
+  const auto grace_end = start + grace;
   // Bounded by the grace period: each poll of a missing report sleeps 5 ms until then.
   const auto reported = [&](int r) {
-    while (!store.check({key(r)}) && std::chrono::steady_clock::now() < deadline) {
+    while (!store.check({key(r)}) && Clock::now() < grace_end) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return store.check({key(r)});
@@ -28,27 +31,39 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   try {
     const std::string mine = std::to_string(blamed);
     store.set(key(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
-    if (blamed < 0) {
+    if (blamed >= 0) {
+      std::set<int> visited{rank};
+      int suspect = blamed;
+      for (;;) {
+        if (!visited.insert(suspect).second) return trace;  // a circle: keep what we saw
+        if (!reported(suspect)) {
+          trace.culprit = suspect;
+          return trace;
+        }
+        const auto report = store.get(key(suspect));
+        const int next = std::stoi(std::string(report.begin(), report.end()));
+        if (next >= size) return trace;
+        if (next < 0) break;  // it could not tell either: look for the silent ones
+        suspect = next;
+      }
+    }
+    // Who sent no report? A survivor stuck on the lost rank reports once its own wait times
+    // out, so while more than one is silent the wait goes on, up to `patience` plus the
+    // grace period; polls are 5 ms apart.
+    // A grace period past the timeout: the stuck survivor's own wait started a little
+    // after ours, and it reports once that ends.
+    const auto patience_end = start + patience + grace;
+    for (;;) {
+      trace.silent.clear();
       for (int r = 0; r < size; ++r) {
-        if (r != rank && !reported(r)) trace.silent.push_back(r);
+        if (r != rank && !store.check({key(r)})) trace.silent.push_back(r);
       }
-      if (!trace.silent.empty()) trace.culprit = trace.silent.front();
-      return trace;
+      const auto now = Clock::now();
+      if ((now >= grace_end && trace.silent.size() <= 1) || now >= patience_end) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::set<int> visited{rank};
-    int suspect = blamed;
-    while (visited.insert(suspect).second) {
-      if (!reported(suspect)) {
-        trace.culprit = suspect;
-        return trace;
-      }
-      const auto report = store.get(key(suspect));
-      const int next = std::stoi(std::string(report.begin(), report.end()));
-      // A report that blames nobody, or something out of range: the chain ends at `blamed`.
-      if (next < 0 || next >= size) return trace;
-      suspect = next;
-    }
-    return trace;  // the reports go round in a circle: keep what we saw ourselves
+    if (!trace.silent.empty()) trace.culprit = trace.silent.front();
+    return trace;
   } catch (const std::exception&) {
     return trace;
   }

@@ -262,13 +262,17 @@ class GlooCommunicator : public Communicator {
     }
   }
 
-  // Gloo's errors name the peer by the address of its end of the pair's connection
-  // ("[10.0.0.2]:40711"): its listening address on one side of each pair, an ephemeral
-  // port on the other. So each rank publishes every TCP endpoint it holds once the mesh is
-  // connected, and a failure maps the address back to the one rank that holds it.
+  // Gloo's errors name the peer by an address ("[10.0.0.2]:40711"): the one that peer
+  // advertised for the pair (its listener for that pair, closed again if the peer was the
+  // side that connected), or the peer's end of the connection. So each rank publishes what
+  // it advertised to every peer and every TCP endpoint it holds once the mesh is connected,
+  // and a failure maps the address back to the one rank that published it.
   void publish_address() {
     if (size() == 1) return;
     std::string mine;
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) mine += context_->getPair(r)->address().str() + "\n";
+    }
     for (const auto& endpoint : local_tcp_endpoints()) mine += endpoint + "\n";
     store_.set(prefix_ + "address/" + std::to_string(rank()),
                std::vector<std::uint8_t>(mine.begin(), mine.end()));
@@ -342,7 +346,7 @@ class GlooCommunicator : public Communicator {
     // others tell (failure_trace.h).
     int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
     const FailureTrace trace =
-        trace_failed_rank(store_, prefix_, rank(), size(), blamed, failure_grace(timeout_));
+        trace_failed_rank(store_, prefix_, rank(), size(), blamed, failure_grace(timeout_), timeout_);
     if (trace.culprit >= 0) {
       std::string whom = "rank " + std::to_string(trace.culprit);
       if (trace.silent.size() > 1) {

@@ -138,11 +138,43 @@ std::string interface_address(const std::string& name, bool want_v6) {
 #endif
 }
 
+std::string interface_with_address(const std::string& address) {
+#ifdef _WIN32
+  (void)address;
+  return "";
+#else
+  boost::system::error_code ec;
+  const auto wanted = asio::ip::make_address(strip_brackets(address), ec);
+  if (ec) return "";
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (const ifaddrs* entry = list; entry != nullptr && found.empty(); entry = entry->ifa_next) {
+    if (entry->ifa_name == nullptr || entry->ifa_addr == nullptr) continue;
+    if (entry->ifa_addr->sa_family == AF_INET && wanted.is_v4()) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(entry->ifa_addr);
+      if (asio::ip::address_v4(ntohl(in->sin_addr.s_addr)) == wanted.to_v4()) {
+        found = entry->ifa_name;
+      }
+    } else if (entry->ifa_addr->sa_family == AF_INET6 && wanted.is_v6()) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
+      asio::ip::address_v6::bytes_type bytes;
+      std::copy(in6->sin6_addr.s6_addr, in6->sin6_addr.s6_addr + 16, bytes.begin());
+      if (asio::ip::address_v6(bytes) == wanted.to_v6()) found = entry->ifa_name;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+#endif
+}
+
 std::string choose_bind_address(const BindAddressRequest& request) {
+  // An IPv6 master wants the NIC's IPv6 address (an IPv4 one could not reach it).
   bool master_v6 = false;
-  if (!request.master_host.empty() && !is_loopback_host(request.master_host)) {
+  if (!request.master_host.empty()) {
     boost::system::error_code ec;
-    master_v6 = asio::ip::make_address(strip_brackets(request.master_host), ec).is_v6() && !ec;
+    const auto literal = asio::ip::make_address(strip_brackets(request.master_host), ec);
+    master_v6 = !ec && literal.is_v6();
   }
   if (!request.host.empty()) {
     for (const auto& address : resolve_all(request.host, "comm.host")) {

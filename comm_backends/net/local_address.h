@@ -1,5 +1,5 @@
 // defines: BindAddressRequest, choose_bind_address(), interface_address(),
-// route_source_address(), resolve_host(), is_loopback_host(), kSocketInterfaceEnv — which
+// route_source_address(), interface_with_address(), resolve_host(), is_loopback_host(), kSocketInterfaceEnv — which
 // address of this host the backends listen on and publish for the other hosts.
 //
 // The order, first match wins (the same idea as GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME):
@@ -33,6 +33,9 @@ std::string choose_bind_address(const BindAddressRequest& request);
 // The address of network interface `name`: IPv4 unless want_v6 (or it has no IPv4), never
 // an IPv6 link-local one. UsageError naming the interfaces there are when it has none.
 std::string interface_address(const std::string& name, bool want_v6);
+
+// The name of the interface that holds address `address` (an IP literal); "" if none does.
+std::string interface_with_address(const std::string& address);
 
 // The local address the kernel would use to reach `host` (a name or an IP literal).
 std::string route_source_address(const std::string& host);
