@@ -28,6 +28,14 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
     }
     return store.check({key(r)});
   };
+  // The store may be across the same dead link: no request may take more than the grace
+  // period. The communicator is broken now, so nothing else waits on this store meanwhile.
+  struct Bound {
+    Store& store;
+    std::chrono::milliseconds before;
+    ~Bound() { store.set_timeout(before); }
+  } bound{store, store.timeout()};
+  store.set_timeout(grace);
   try {
     const std::string mine = std::to_string(blamed);
     store.set(key(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));

@@ -276,6 +276,13 @@ class GlooCommunicator : public Communicator {
     for (const auto& endpoint : local_tcp_endpoints()) mine += endpoint + "\n";
     store_.set(prefix_ + "address/" + std::to_string(rank()),
                std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    // Read back now: when a link fails, the store may be on the far side of it.
+    peer_addresses_.resize(size());
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      const auto value = store_.get(prefix_ + "address/" + std::to_string(r));
+      peer_addresses_[r] = "\n" + std::string(value.begin(), value.end());
+    }
   }
 
   // "[host]:port" for each connected or listening TCP socket of this process, the way
@@ -321,18 +328,9 @@ class GlooCommunicator : public Communicator {
     const int swapped = ((port & 0xff) << 8) | (port >> 8);
     const std::string names[2] = {match[1].str() + ":" + std::to_string(port) + "\n",
                                   match[1].str() + ":" + std::to_string(swapped) + "\n"};
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank()) continue;
-      const std::string key = prefix_ + "address/" + std::to_string(r);
-      try {
-        if (!store_.check({key})) continue;
-        const auto value = store_.get(key);
-        const std::string endpoints = "\n" + std::string(value.begin(), value.end());
-        for (const auto& named : names) {
-          if (endpoints.find("\n" + named) != std::string::npos) return r;
-        }
-      } catch (const std::exception&) {
-        return -1;  // the store went with the failed rank
+    for (int r = 0; r < static_cast<int>(peer_addresses_.size()); ++r) {
+      for (const auto& named : names) {
+        if (r != rank() && peer_addresses_[r].find("\n" + named) != std::string::npos) return r;
       }
     }
     return -1;
@@ -366,6 +364,7 @@ class GlooCommunicator : public Communicator {
   std::chrono::milliseconds timeout_{0};
   bool failed_ = false;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
   std::list<CachedAllreduce> cache_;  // most recently used first; dies before context_
 };
 

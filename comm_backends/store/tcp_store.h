@@ -83,6 +83,7 @@ class TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
   int port() const { return port_; }
 
