@@ -115,12 +115,13 @@ void expect_same_losses(const std::vector<double>& ddp, const std::vector<double
 struct Shape {
   std::string backend;
   int ranks_per_host;
-  bool master_by_name;  // --master-addr host0 instead of its IP
+  enum class Master { ipv4, ipv6, name } master;  // how --master-addr names host 0
 };
 
 void PrintTo(const Shape& shape, std::ostream* out) {
-  *out << shape.backend << " x" << shape.ranks_per_host
-       << (shape.master_by_name ? ", master by name" : ", master by address");
+  const char* master[] = {"IPv4", "IPv6", "name"};
+  *out << shape.backend << " x" << shape.ranks_per_host << ", master by "
+       << master[static_cast<int>(shape.master)];
 }
 
 class TwoHosts : public ::testing::TestWithParam<Shape> {};
@@ -132,7 +133,9 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
   const std::string tag = shape.backend + "_x" + std::to_string(shape.ranks_per_host);
   auto dir = scratch("two_hosts_" + tag);
   const auto config = small_config(dir, 1);
-  const std::string master = shape.master_by_name ? NetnsHosts::host_name(0) : hosts.address(0);
+  const std::string master = shape.master == Shape::Master::name   ? NetnsHosts::host_name(0)
+                             : shape.master == Shape::Master::ipv6 ? hosts.address6(0)
+                                                                   : hosts.address(0);
   auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + shape.ranks_per_host,
                              shape.ranks_per_host, small_overrides(shape.backend));
   const auto codes = finish(runs, std::chrono::seconds(120));
@@ -147,8 +150,9 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TwoHosts,
-                         ::testing::Values(Shape{"gloo", 1, true}, Shape{"asio-ring", 2, false},
-                                           Shape{"gloo", 2, true}),
+                         ::testing::Values(Shape{"gloo", 1, Shape::Master::name},
+                                           Shape{"asio-ring", 2, Shape::Master::ipv6},
+                                           Shape{"gloo", 2, Shape::Master::ipv4}),
                          [](const auto& info) {
                            std::string name = info.param.backend + "_x" +
                                               std::to_string(info.param.ranks_per_host);

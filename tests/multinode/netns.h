@@ -1,7 +1,7 @@
 // defines: NetnsHosts — test hosts made of Linux network namespaces, for tests of runs that
 // span machines: each host is a namespace with its own loopback and one NIC (eth0, a veth)
 // plugged into a bridge in a namespace of its own, so the hosts talk real TCP over
-// 10.A.B.0/24 and nothing outside the test can see or reach them. Each host also gets a
+// 10.A.B.0/24 and fd00:A:B::/64, and nothing outside the test can see or reach them. Each host also gets a
 // name (host0, host1, ...) in /etc/netns/NS/hosts, which `ip netns exec` mounts over
 // /etc/hosts, so host names resolve as on a real cluster.
 //
@@ -72,6 +72,7 @@ class NetnsHosts {
           run("ip -n " + bridge_ + " link set " + port + " master br0") &&
           run("ip -n " + bridge_ + " link set " + port + " up") &&
           run("ip -n " + ns + " addr add " + address(i) + "/24 dev eth0") &&
+          run("ip -n " + ns + " addr add " + address6(i) + "/64 dev eth0 nodad") &&
           run("ip -n " + ns + " link set eth0 up") && run("ip -n " + ns + " link set lo up");
       if (!wired) { fail("cannot wire namespace " + ns + " to the bridge"); return; }
       std::error_code ec;
@@ -94,6 +95,10 @@ class NetnsHosts {
   std::string name(int host) const { return prefix_ + "h" + std::to_string(host); }
   std::string address(int host) const {
     return "10." + std::to_string(subnet_a_) + "." + std::to_string(subnet_b_) + "." +
+           std::to_string(host + 1);
+  }
+  std::string address6(int host) const {
+    return "fd00:" + std::to_string(subnet_a_) + ":" + std::to_string(subnet_b_) + "::" +
            std::to_string(host + 1);
   }
   static std::string host_name(int host) { return "host" + std::to_string(host); }
