@@ -20,8 +20,8 @@ namespace partrain::comm {
 class Store;
 
 struct FailureTrace {
-  int culprit = -1;          // the rank to name; -1 when nothing could be learned
-  std::vector<int> silent;   // when found by silence: every rank that sent no report in time
+  int culprit = -1;         // the rank to name; -1 when nothing could be learned
+  std::vector<int> silent;  // when found by silence: every rank that sent no report in time
 };
 
 // Never throws: the store may have died with the failed rank, and then `blamed` is kept.

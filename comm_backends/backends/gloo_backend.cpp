@@ -343,8 +343,8 @@ class GlooCommunicator : public Communicator {
     // be that of a survivor that is itself stuck on the failed one: the reports of the
     // others tell (failure_trace.h).
     int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
-    const FailureTrace trace =
-        trace_failed_rank(store_, prefix_, rank(), size(), blamed, failure_grace(timeout_), timeout_);
+    const FailureTrace trace = trace_failed_rank(store_, prefix_, rank(), size(), blamed,
+                                                 failure_grace(timeout_), timeout_);
     if (trace.culprit >= 0) {
       std::string whom = "rank " + std::to_string(trace.culprit);
       if (trace.silent.size() > 1) {

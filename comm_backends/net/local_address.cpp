@@ -126,8 +126,8 @@ std::string interface_address(const std::string& name, bool want_v6) {
   if (!exists) {
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("network interface '" + name + "' does not exist on this host (it has: " +
-                     known + ")");
+    throw UsageError("network interface '" + name +
+                     "' does not exist on this host (it has: " + known + ")");
   }
   const auto& first = want_v6 ? v6 : v4;
   const auto& second = want_v6 ? v4 : v6;

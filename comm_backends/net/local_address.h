@@ -1,6 +1,7 @@
 // defines: BindAddressRequest, choose_bind_address(), interface_address(),
-// route_source_address(), interface_with_address(), resolve_host(), is_loopback_host(), kSocketInterfaceEnv — which
-// address of this host the backends listen on and publish for the other hosts.
+// route_source_address(), interface_with_address(), resolve_host(), is_loopback_host(),
+// kSocketInterfaceEnv — which address of this host the backends listen on and publish for
+// the other hosts.
 //
 // The order, first match wins (the same idea as GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME):
 //   1. comm.host: that address (a name is resolved); it must belong to this host
@@ -20,10 +21,10 @@ namespace partrain::comm::net {
 inline constexpr const char* kSocketInterfaceEnv = "PARTRAIN_SOCKET_IFNAME";
 
 struct BindAddressRequest {
-  std::string host;           // comm.host
-  std::string interface;      // comm.interface (PARTRAIN_SOCKET_IFNAME overrides it)
-  std::string master_host;    // the rendezvous master (tcp store host or MASTER_ADDR); may be ""
-  bool single_host = false;   // every rank of the run is on this host
+  std::string host;              // comm.host
+  std::string interface;         // comm.interface (PARTRAIN_SOCKET_IFNAME overrides it)
+  std::string master_host;       // the rendezvous master (tcp store host or MASTER_ADDR); may be ""
+  bool single_host = false;      // every rank of the run is on this host
   bool read_environment = true;  // look at PARTRAIN_SOCKET_IFNAME
 };
 

@@ -217,9 +217,8 @@ void accept_next(const std::shared_ptr<TcpStoreServer::State>& state);
 // on every address of this host: what the name resolves to here (Debian maps its own name
 // to 127.0.1.1) need not be what the other hosts reach it at.
 asio::ip::address listen_address(const std::string& host) {
-  const std::string name =
-      host.size() >= 2 && host.front() == '[' && host.back() == ']' ? host.substr(1, host.size() - 2)
-                                                                     : host;
+  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  const std::string name = bracketed ? host.substr(1, host.size() - 2) : host;
   if (name == "localhost") return asio::ip::make_address("127.0.0.1");
   boost::system::error_code ec;
   const auto literal = asio::ip::make_address(name, ec);

@@ -2,7 +2,8 @@
 // key-value server on Boost.Asio.
 //
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
-// the server answers kStoreAccept, or kStoreRefuse for a wrong token, or closes. Then each request is
+// the server answers kStoreAccept, or kStoreRefuse for a wrong token, or closes. Then each
+// request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
 // with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes); a client that breaks the
 // protocol is disconnected. get/wait poll on the client side with a growing pause.

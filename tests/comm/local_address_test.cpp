@@ -1,12 +1,13 @@
 // Which address a rank binds and publishes (net/local_address.h), and the tcp store with
 // host names and IPv6 wherever an address is accepted.
+#include "comm_backends/net/local_address.h"
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/ip/host_name.hpp>
 #include <cstdlib>
 
 #include "comm_backends/errors.h"
-#include "comm_backends/net/local_address.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 
@@ -87,8 +88,7 @@ TEST(BindAddress, EnvironmentOverridesTheConfiguredInterface) {
     choose_bind_address(r);
     ADD_FAILURE() << net::kSocketInterfaceEnv << " was ignored";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find(net::kSocketInterfaceEnv), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(net::kSocketInterfaceEnv), std::string::npos) << e.what();
   }
   ::setenv(net::kSocketInterfaceEnv, "lo", 1);
   r.interface = "nosuchnic2";
@@ -116,12 +116,12 @@ TEST(TcpStoreAddresses, HostNamesAndIpv6Everywhere) {
   // This host's own name, as MASTER_ADDR=node01 would give it: served on every address.
   const std::string name = boost::asio::ip::host_name();
   TcpStore named(name, 0, store_options(true));
-  auto by_name = open_store("tcp://" + name + ":" + std::to_string(named.port()),
-                            store_options(false));
+  auto by_name =
+      open_store("tcp://" + name + ":" + std::to_string(named.port()), store_options(false));
   by_name->set("k", bytes("named"));
   EXPECT_EQ(named.get("k"), bytes("named"));
-  auto by_loopback = open_store("tcp://localhost:" + std::to_string(named.port()),
-                                store_options(false));
+  auto by_loopback =
+      open_store("tcp://localhost:" + std::to_string(named.port()), store_options(false));
   EXPECT_EQ(by_loopback->get("k"), bytes("named"));
 
   // env:// with a host name.

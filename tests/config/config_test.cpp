@@ -122,7 +122,8 @@ TEST_F(ConfigTest, InterfaceAndHost) {
   EXPECT_EQ(c.comm.interface, "ens5");
   EXPECT_EQ(c.comm.host, "fd00::5");
   EXPECT_EQ(error_of("comm: {interface: 'eth 0'}\n"),
-            ":1:19: comm.interface: 'eth 0' is not a network interface name (e.g. eth0, ens5, ib0)");
+            ":1:19: comm.interface: 'eth 0' is not a network interface name (e.g. eth0, ens5, "
+            "ib0)");
   EXPECT_EQ(error_of("comm: {host: 'http://x'}\n"),
             ":1:14: comm.host: 'http://x' is not a host name or IP address");
 }

@@ -22,9 +22,9 @@ fs::path small_config(const fs::path& dir, int epochs) {
 }
 
 std::vector<std::string> small_overrides(const std::string& backend) {
-  return {"--set", "model.norm=none", "--set", "data.synthetic_train=256", "--set",
-          "data.synthetic_test=64", "--set", "data.batch_size=16", "--set",
-          "comm.backend=" + backend, "--set", "comm.timeout_s=20"};
+  return {"--set", "model.norm=none",         "--set", "data.synthetic_train=256",
+          "--set", "data.synthetic_test=64",  "--set", "data.batch_size=16",
+          "--set", "comm.backend=" + backend, "--set", "comm.timeout_s=20"};
 }
 
 struct HostRun {
@@ -94,8 +94,8 @@ std::vector<double> losses_in(const fs::path& output) {
 std::vector<double> single_process_losses(const fs::path& dir, const std::string& backend,
                                           int world, int epochs) {
   fs::create_directories(dir);
-  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: " + std::to_string(epochs) +
-                                   ", threads: 1}\n");
+  auto cfg = write_config(
+      dir, "strategy: single\ntrain: {epochs: " + std::to_string(epochs) + ", threads: 1}\n");
   std::string args = "run " + cfg.string();
   const auto overrides = small_overrides(backend);
   for (const auto& o : overrides) args += " " + o;
@@ -170,8 +170,8 @@ TEST(TwoHostsResume, RankZeroDecidesAndTheOtherHostFollows) {
   const auto config = small_config(dir, 2);
   auto overrides = small_overrides("asio-ring");
   auto first_half = overrides;
-  first_half.insert(first_half.end(), {"--set", "train.epochs=1", "--set",
-                                       "checkpoint.resume=auto"});
+  first_half.insert(first_half.end(),
+                    {"--set", "train.epochs=1", "--set", "checkpoint.resume=auto"});
   auto runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, 1, first_half);
   ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
   ASSERT_FALSE(fs::exists(runs[1].output / "checkpoints")) << "only rank 0 writes checkpoints";
@@ -182,7 +182,8 @@ TEST(TwoHostsResume, RankZeroDecidesAndTheOtherHostFollows) {
   ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
   EXPECT_NE(read_text(runs[0].log).find("resumed from"), std::string::npos) << logs(runs);
   EXPECT_EQ(read_text(runs[1].log).find("epoch 1/2"), std::string::npos)
-      << "host 1 trained epoch 1 again:\n" << logs(runs);
+      << "host 1 trained epoch 1 again:\n"
+      << logs(runs);
   expect_same_losses(losses_in(runs[0].output),
                      single_process_losses(dir / "single", "asio-ring", 2, 2));
 }
@@ -234,8 +235,7 @@ std::vector<HostRun> start_long_run(const NetnsHosts& hosts, const fs::path& dir
                                     const std::string& backend, int port) {
   const auto config = small_config(dir, 500);
   auto overrides = small_overrides(backend);
-  overrides.insert(overrides.end(),
-                   {"--set", "comm.timeout_s=" + std::to_string(kFailTimeoutS)});
+  overrides.insert(overrides.end(), {"--set", "comm.timeout_s=" + std::to_string(kFailTimeoutS)});
   return start_on_hosts(hosts, dir, config, hosts.address(0), port, 1, overrides);
 }
 

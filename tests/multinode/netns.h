@@ -1,8 +1,8 @@
 // defines: NetnsHosts — test hosts made of Linux network namespaces, for tests of runs that
 // span machines: each host is a namespace with its own loopback and one NIC (eth0, a veth)
 // plugged into a bridge in a namespace of its own, so the hosts talk real TCP over
-// 10.A.B.0/24 and fd00:A:B::/64, and nothing outside the test can see or reach them. Each host also gets a
-// name (host0, host1, ...) in /etc/netns/NS/hosts, which `ip netns exec` mounts over
+// 10.A.B.0/24 and fd00:A:B::/64, and nothing outside the test can see or reach them. Each host also
+// gets a name (host0, host1, ...) in /etc/netns/NS/hosts, which `ip netns exec` mounts over
 // /etc/hosts, so host names resolve as on a real cluster.
 //
 //   NetnsHosts hosts(2);
@@ -54,17 +54,26 @@ class NetnsHosts {
     }
     remove_leftovers_of_dead_tests();
     bridge_ = prefix_ + "br";
-    if (!run("ip netns add " + bridge_)) { fail("cannot create a network namespace"); return; }
+    if (!run("ip netns add " + bridge_)) {
+      fail("cannot create a network namespace");
+      return;
+    }
     made_.push_back(bridge_);
     if (!run("ip -n " + bridge_ + " link add br0 type bridge") ||
         !run("ip -n " + bridge_ + " link set br0 up")) {
-      { fail("cannot create a bridge in a network namespace"); return; }
+      {
+        fail("cannot create a bridge in a network namespace");
+        return;
+      }
     }
     std::string hosts_file = "127.0.0.1 localhost\n";
     for (int i = 0; i < hosts; ++i) hosts_file += address(i) + " host" + std::to_string(i) + "\n";
     for (int i = 0; i < hosts; ++i) {
       const std::string ns = name(i);
-      if (!run("ip netns add " + ns)) { fail("cannot create namespace " + ns); return; }
+      if (!run("ip netns add " + ns)) {
+        fail("cannot create namespace " + ns);
+        return;
+      }
       made_.push_back(ns);
       const std::string port = "h" + std::to_string(i);
       const bool wired =
@@ -74,13 +83,19 @@ class NetnsHosts {
           run("ip -n " + ns + " addr add " + address(i) + "/24 dev eth0") &&
           run("ip -n " + ns + " addr add " + address6(i) + "/64 dev eth0 nodad") &&
           run("ip -n " + ns + " link set eth0 up") && run("ip -n " + ns + " link set lo up");
-      if (!wired) { fail("cannot wire namespace " + ns + " to the bridge"); return; }
+      if (!wired) {
+        fail("cannot wire namespace " + ns + " to the bridge");
+        return;
+      }
       std::error_code ec;
       std::filesystem::create_directories(etc_dir(ns), ec);
       std::ofstream(etc_dir(ns) / "hosts") << hosts_file;
     }
     count_ = hosts;
-    if (!wait_until_reachable()) { fail("the hosts cannot reach each other over the bridge"); return; }
+    if (!wait_until_reachable()) {
+      fail("the hosts cannot reach each other over the bridge");
+      return;
+    }
     ok_ = true;
   }
 
@@ -98,8 +113,8 @@ class NetnsHosts {
            std::to_string(host + 1);
   }
   std::string address6(int host) const {
-    return "fd00:" + std::to_string(subnet_a_) + ":" + std::to_string(subnet_b_) + "::" +
-           std::to_string(host + 1);
+    return "fd00:" + std::to_string(subnet_a_) + ":" + std::to_string(subnet_b_) +
+           "::" + std::to_string(host + 1);
   }
   static std::string host_name(int host) { return "host" + std::to_string(host); }
 
@@ -136,8 +151,8 @@ class NetnsHosts {
 
   // Limits host `host`'s egress with a token bucket (rate like "1gbit", "200mbit").
   bool limit_rate(int host, const std::string& rate) const {
-    return run("ip netns exec " + name(host) + " tc qdisc replace dev eth0 root tbf rate " +
-               rate + " burst 256kb latency 50ms");
+    return run("ip netns exec " + name(host) + " tc qdisc replace dev eth0 root tbf rate " + rate +
+               " burst 256kb latency 50ms");
   }
 
   // Process ids running inside host `host`.

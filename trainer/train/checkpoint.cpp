@@ -234,7 +234,9 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
     length = broadcast_bytes(*comm, model, length, &bytes);
     PARTRAIN_CHECK(length != kRank0Failed, UsageError,
                    "rank 0 could not load the checkpoint to resume from (its message says why)");
-    if (env_.rank != 0 && length >= 0) path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+    if (env_.rank != 0 && length >= 0) {
+      path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+    }
   }
   if (length == kFresh) return position;
 

@@ -36,8 +36,9 @@ class Checkpointer {
 
   // Loads the checkpoint that checkpoint.resume selects on rank 0 (auto: the newest complete
   // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
-  // broadcasts the file, so hosts without a shared filesystem resume at the same epoch. Returns epoch 0 when starting
-  // fresh. Throws UsageError when the checkpoint does not fit this run.
+  // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
+  // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
+  // this run.
   TrainingPosition resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
                           comm::Communicator* comm);
   // Epoch records of the run up to the resumed checkpoint (for the report).
