@@ -98,9 +98,9 @@ struct Worker {
   std::unique_ptr<OutputPipe> err;
   bp::child child;
   int pid = 0;
-  std::atomic<int> epoch{0};  // last "epoch E/N" line seen; written on the io thread
+  std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
-  bool running = false;       // spawned and not reaped yet
+  bool running = false;            // spawned and not reaped yet
   platform::ExitStatus status;
   bool stopped = false;  // still running when the group was stopped
   bool killed = false;   // needed SIGKILL after the grace period

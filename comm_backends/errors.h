@@ -50,7 +50,7 @@ std::string concat(const Args&... args) {
 
 // PARTRAIN_CHECK(cond, ErrorType, message parts...): throws ErrorType(message) when cond is
 // false. The message is for the user, so it says what is wrong, not where in our code.
-#define PARTRAIN_CHECK(cond, ErrorType, ...)                      \
-  do {                                                            \
+#define PARTRAIN_CHECK(cond, ErrorType, ...)                               \
+  do {                                                                     \
     if (!(cond)) throw ErrorType(::partrain::detail::concat(__VA_ARGS__)); \
   } while (0)

@@ -71,7 +71,8 @@ class AsioRingCommunicator : public Communicator {
       if (culprit == e.peer_rank()) throw;
       throw PeerError(culprit, "asio-ring: rank " + std::to_string(culprit) +
                                    " failed first (traced through the other ranks' reports); "
-                                   "here: " + e.what());
+                                   "here: " +
+                                   e.what());
     }
   }
 

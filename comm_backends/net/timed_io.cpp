@@ -37,10 +37,12 @@ IoResult to_result(const boost::system::error_code& ec) {
 // Runs a started operation to completion or cancels it at the deadline.
 IoResult finish(asio::io_context& io, tcp::socket& socket, bool& done,
                 boost::system::error_code& ec, Clock::time_point deadline) {
-  if (!run_until(io, [&] { return done; }, deadline)) {
+  if (!run_until(
+          io, [&] { return done; }, deadline)) {
     boost::system::error_code ignored;
     socket.cancel(ignored);
-    run_until(io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
+    run_until(
+        io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
     return {IoStatus::timeout, "timed out"};
   }
   return to_result(ec);
@@ -60,8 +62,8 @@ IoResult read_exact(asio::io_context& io, tcp::socket& socket, void* data, std::
   return finish(io, socket, done, ec, deadline);
 }
 
-IoResult write_all(asio::io_context& io, tcp::socket& socket, const void* data,
-                   std::size_t bytes, Clock::time_point deadline) {
+IoResult write_all(asio::io_context& io, tcp::socket& socket, const void* data, std::size_t bytes,
+                   Clock::time_point deadline) {
   bool done = false;
   boost::system::error_code ec;
   asio::async_write(socket, asio::buffer(data, bytes),
@@ -80,8 +82,8 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
                                ? host.substr(1, host.size() - 2)
                                : host;
   auto results = resolver.resolve(name, std::to_string(port), tcp::resolver::numeric_service, ec);
-  PARTRAIN_CHECK(!ec && !results.empty(), UsageError, "cannot resolve host '", host, "': ",
-                 ec ? ec.message() : "no addresses");
+  PARTRAIN_CHECK(!ec && !results.empty(), UsageError, "cannot resolve host '", host,
+                 "': ", ec ? ec.message() : "no addresses");
   // A name may resolve to several addresses (IPv6 and IPv4 for one host): each round tries
   // them all, since the peer listens on one of them only.
   std::vector<tcp::endpoint> endpoints;
@@ -99,9 +101,11 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
         connect_error = e;
         done = true;
       });
-      if (!run_until(io, [&] { return done; }, deadline)) {
+      if (!run_until(
+              io, [&] { return done; }, deadline)) {
         socket.close(ec);
-        run_until(io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
+        run_until(
+            io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
         return false;
       }
       if (!connect_error) return true;

@@ -56,10 +56,14 @@ constexpr std::size_t kHeaderBytes = kRingFrameHeaderBytes;
 
 const char* kind_name(std::uint8_t kind) {
   switch (static_cast<Kind>(kind)) {
-    case Kind::allreduce: return "allreduce";
-    case Kind::broadcast: return "broadcast";
-    case Kind::allgather: return "allgather";
-    case Kind::barrier: return "barrier";
+    case Kind::allreduce:
+      return "allreduce";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::allgather:
+      return "allgather";
+    case Kind::barrier:
+      return "barrier";
   }
   return "an unknown collective";
 }
@@ -116,8 +120,8 @@ struct RingCollectives::Header {
   }
 
   std::string describe() const {
-    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) +
-                       " of " + std::to_string(count);
+    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) + " of " +
+                       std::to_string(count);
     if (static_cast<Kind>(kind) == Kind::allreduce) {
       text += " " + std::string(dtype_name(static_cast<DType>(dtype))) + " (" +
               std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", wire " +
@@ -131,8 +135,7 @@ struct RingCollectives::Header {
 };
 
 std::string RingCollectives::describe_frame(const std::uint8_t* header) {
-  const bool framed =
-      header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
+  const bool framed = header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
   if (!framed) return "something unrecognisable";
   auto get = [header](std::size_t at, int bytes) {
     std::uint64_t v = 0;
@@ -154,9 +157,9 @@ struct RingCollectives::Pass {
   std::uint8_t* work = nullptr;
   DType work_type = DType::f32;
   DType wire_type = DType::f32;
-  std::size_t work_elem = 1;  // bytes per element in memory
-  std::size_t wire_elem = 1;  // bytes per element on the wire
-  bool narrow = false;        // the wire type differs from the work type
+  std::size_t work_elem = 1;      // bytes per element in memory
+  std::size_t wire_elem = 1;      // bytes per element on the wire
+  bool narrow = false;            // the wire type differs from the work type
   std::uint16_t* wire = nullptr;  // narrow: the wire words of every element, see allreduce()
   ReduceOp op = ReduceOp::sum;
   int divisor = 1;  // avg: the world size, applied by the owner of each final value
@@ -173,7 +176,9 @@ struct RingCollectives::Pass {
 
 RingCollectives::RingCollectives(RingTransport& transport, std::chrono::milliseconds timeout,
                                  std::size_t chunk_bytes)
-    : transport_(transport), timeout_(timeout), chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
+    : transport_(transport),
+      timeout_(timeout),
+      chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
 
 void RingCollectives::run_pass(Pass& pass, const Header& header) {
   const int left = transport_.left();
@@ -219,12 +224,14 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
   auto advance_send = [&] {
     if (++send_chunk < pass.chunks) return;
     send_chunk = 0;
-    do ++send_step; while (send_step < n && pass.steps[send_step].send < 0);
+    do ++send_step;
+    while (send_step < n && pass.steps[send_step].send < 0);
   };
   auto advance_recv = [&] {
     if (++recv_chunk < pass.chunks) return;
     recv_chunk = 0;
-    do ++recv_step; while (recv_step < n && pass.steps[recv_step].recv < 0);
+    do ++recv_step;
+    while (recv_step < n && pass.steps[recv_step].recv < 0);
   };
 
   std::function<void()> pump_send = [&] {
@@ -269,36 +276,35 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
         continue;
       }
       std::uint8_t* target = pass.work + piece.offset * pass.work_elem;
-      void* arrival = pass.narrow ? static_cast<void*>(pass.wire + piece.offset)
+      void* arrival = pass.narrow   ? static_cast<void*>(pass.wire + piece.offset)
                       : step.reduce ? recv_stage_.data()
                                     : target;
       recv_busy = true;
-      asio::async_read(
-          in, asio::buffer(arrival, piece.count * pass.wire_elem),
-          [&, piece, target](const boost::system::error_code& ec, std::size_t) {
-            recv_busy = false;
-            if (ec) return io_failure(left, ec, "receiving from it");
-            const Step& done = pass.steps[recv_step];
-            if (pass.narrow) {
-              auto* acc = reinterpret_cast<float*>(target);
-              std::uint16_t* words = pass.wire + piece.offset;
-              if (done.reduce) {
-                reduce_from_wire(acc, words, pass.wire_type, piece.count, pass.op, done.finalize,
-                                 pass.divisor);
-              } else {
-                widen_from_wire(words, acc, pass.wire_type, piece.count);
-              }
-            } else if (done.reduce) {
-              reduce_into(target, pass.work_type, recv_stage_.data(), pass.work_type, piece.count,
-                          pass.op);
-              if (done.finalize && pass.divisor != 1) {
-                divide_elements(target, pass.work_type, piece.count, pass.divisor);
-              }
-            }
-            complete_recv();
-            pump_recv();
-            pump_send();
-          });
+      asio::async_read(in, asio::buffer(arrival, piece.count * pass.wire_elem),
+                       [&, piece, target](const boost::system::error_code& ec, std::size_t) {
+                         recv_busy = false;
+                         if (ec) return io_failure(left, ec, "receiving from it");
+                         const Step& done = pass.steps[recv_step];
+                         if (pass.narrow) {
+                           auto* acc = reinterpret_cast<float*>(target);
+                           std::uint16_t* words = pass.wire + piece.offset;
+                           if (done.reduce) {
+                             reduce_from_wire(acc, words, pass.wire_type, piece.count, pass.op,
+                                              done.finalize, pass.divisor);
+                           } else {
+                             widen_from_wire(words, acc, pass.wire_type, piece.count);
+                           }
+                         } else if (done.reduce) {
+                           reduce_into(target, pass.work_type, recv_stage_.data(), pass.work_type,
+                                       piece.count, pass.op);
+                           if (done.finalize && pass.divisor != 1) {
+                             divide_elements(target, pass.work_type, piece.count, pass.divisor);
+                           }
+                         }
+                         complete_recv();
+                         pump_recv();
+                         pump_send();
+                       });
     }
     pump_send();
   };
@@ -316,9 +322,9 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
                      if (std::memcmp(left_header, my_header, kHeaderBytes) != 0) {
                        return fail(left, false,
                                    "asio-ring: ranks disagree: rank " + std::to_string(left) +
-                                       " called " + describe_frame(left_header) +
-                                       " while rank " + std::to_string(transport_.rank()) +
-                                       " called " + header.describe());
+                                       " called " + describe_frame(left_header) + " while rank " +
+                                       std::to_string(transport_.rank()) + " called " +
+                                       header.describe());
                      }
                      pump_recv();
                    });
@@ -341,8 +347,9 @@ void RingCollectives::run_pass(Pass& pass, const Header& header) {
   }
   if (!failure.empty()) {
     // The sockets are closed; let the aborted handlers run before their captures go away.
-    net::run_until(transport_.io(), [&] { return !send_busy && !recv_busy; },
-                   Clock::now() + std::chrono::seconds(5));
+    net::run_until(
+        transport_.io(), [&] { return !send_busy && !recv_busy; },
+        Clock::now() + std::chrono::seconds(5));
     if (peer_failure) throw PeerError(failed_peer, failure);
     throw CommError(failure);
   }

@@ -23,7 +23,8 @@ void put_u32(char* out, std::uint32_t v) {
 }
 std::uint32_t get_u32(const char* in) {
   std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<std::uint32_t>(static_cast<std::uint8_t>(in[i])) << (8 * i);
   return v;
 }
 
@@ -80,12 +81,12 @@ void read_handshake(const std::shared_ptr<AcceptState>& state,
               if (e || state->accepted || candidate->token != state->token) {
                 return state->refuse(candidate);
               }
-              asio::async_write(candidate->socket, asio::buffer(kRingAccept, 8),
-                                [state, candidate](const boost::system::error_code& w, std::size_t) {
-                                  if (w || state->accepted) return state->refuse(candidate);
-                                  state->accepted =
-                                      std::make_unique<tcp::socket>(std::move(candidate->socket));
-                                });
+              asio::async_write(
+                  candidate->socket, asio::buffer(kRingAccept, 8),
+                  [state, candidate](const boost::system::error_code& w, std::size_t) {
+                    if (w || state->accepted) return state->refuse(candidate);
+                    state->accepted = std::make_unique<tcp::socket>(std::move(candidate->socket));
+                  });
             });
       });
 }
@@ -123,8 +124,7 @@ std::string encode_ring_handshake(int rank, int world, const std::string& token)
   return message + token;
 }
 
-RingTransport::RingTransport(Store& store, int rank, int size,
-                             const RingTransportOptions& options)
+RingTransport::RingTransport(Store& store, int rank, int size, const RingTransportOptions& options)
     : rank_(rank), size_(size), to_right_(io_), from_left_(io_) {
   PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "ring: rank ", rank,
                  " is outside a world of ", size);
@@ -187,12 +187,12 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
   std::string host;
   int right_port = 0;
   const std::string right_text(right_address.begin(), right_address.end());
-  PARTRAIN_CHECK(net::split_host_port(right_text, host, right_port), CommError,
-                 "ring: rank ", right(), " published a bad address '", right_text, "'");
+  PARTRAIN_CHECK(net::split_host_port(right_text, host, right_port), CommError, "ring: rank ",
+                 right(), " published a bad address '", right_text, "'");
   if (!net::connect_with_retry(io_, to_right_, host, right_port, deadline,
                                options.socket_buffer_bytes)) {
-    throw PeerError(right(), "ring: could not connect to rank " + std::to_string(right()) +
-                                 " at " + right_text + " within the timeout");
+    throw PeerError(right(), "ring: could not connect to rank " + std::to_string(right()) + " at " +
+                                 right_text + " within the timeout");
   }
   const std::string hello = encode_ring_handshake(rank_, size_, options.token);
   auto result = net::write_all(io_, to_right_, hello.data(), hello.size(), deadline);
@@ -203,12 +203,13 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
                                  " refused our handshake (another run, or a different token?): " +
                                  (result.ok() ? "bad answer" : result.message));
   }
-  if (!net::run_until(io_, [&] { return state->accepted != nullptr; }, deadline)) {
-    throw PeerError(left(), "ring: rank " + std::to_string(left()) +
-                                " did not connect within the timeout" +
-                                (state->refused ? " (refused " + std::to_string(state->refused) +
-                                                      " other connections)"
-                                                : std::string()));
+  if (!net::run_until(
+          io_, [&] { return state->accepted != nullptr; }, deadline)) {
+    throw PeerError(
+        left(),
+        "ring: rank " + std::to_string(left()) + " did not connect within the timeout" +
+            (state->refused ? " (refused " + std::to_string(state->refused) + " other connections)"
+                            : std::string()));
   }
   from_left_ = std::move(*state->accepted);
   net::tune_socket(from_left_, options.socket_buffer_bytes);

@@ -19,8 +19,8 @@ std::string encode_key(const std::string& key) {
   static const char kHex[] = "0123456789abcdef";
   std::string out;
   for (unsigned char c : key) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
     if (plain) {
       out += static_cast<char>(c);
     } else {
@@ -126,8 +126,8 @@ void FileStore::open_session(int rank, int world_size) {
     const fs::path session = base / ("session-" + id);
     std::error_code ec;
     fs::create_directory(session, ec);
-    PARTRAIN_CHECK(!ec, CommError, "file store: cannot create '", session.string(), "': ",
-                   ec.message());
+    PARTRAIN_CHECK(!ec, CommError, "file store: cannot create '", session.string(),
+                   "': ", ec.message());
     std::string record = id;
     for (int r = 1; r < world_size; ++r) record += "\n" + nonces[r];
     write_atomically(key_path("session"), std::vector<std::uint8_t>(record.begin(), record.end()));
@@ -146,8 +146,10 @@ void FileStore::open_session(int rank, int world_size) {
     if (try_read("session", value)) {
       std::vector<std::string> lines(1);
       for (const std::uint8_t c : value) {
-        if (c == '\n') lines.emplace_back();
-        else lines.back() += static_cast<char>(c);
+        if (c == '\n')
+          lines.emplace_back();
+        else
+          lines.back() += static_cast<char>(c);
       }
       if (static_cast<int>(lines.size()) == world_size && lines[rank] == nonce) {
         directory_ = base / ("session-" + lines[0]);

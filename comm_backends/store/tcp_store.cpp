@@ -64,7 +64,8 @@ bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request
 }
 
 bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response) {
+                         const std::vector<std::uint8_t>& body,
+                         std::vector<std::uint8_t>& response) {
   if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) return false;
   const std::string key(body.begin(), body.begin() + request.key_bytes);
   std::vector<std::uint8_t> value(body.begin() + request.key_bytes, body.end());
@@ -76,8 +77,10 @@ bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
       break;
     case 2: {  // get
       auto it = table.find(key);
-      if (it == table.end()) status = 0;
-      else payload = it->second;
+      if (it == table.end())
+        status = 0;
+      else
+        payload = it->second;
       break;
     }
     case 3: {  // add
@@ -134,8 +137,10 @@ class Session : public std::enable_shared_from_this<Session> {
     });
     asio::async_read(socket_, asio::buffer(header_, kHelloBytes),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (!ec) self->on_hello();
-                       else self->close();
+                       if (!ec)
+                         self->on_hello();
+                       else
+                         self->close();
                      });
   }
 
@@ -168,35 +173,40 @@ class Session : public std::enable_shared_from_this<Session> {
                        self->timer_.cancel();
                        asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
                                          [self](const boost::system::error_code& e, std::size_t) {
-                                           if (!e) self->read_request();
-                                           else self->close();
+                                           if (!e)
+                                             self->read_request();
+                                           else
+                                             self->close();
                                          });
                      });
   }
 
   void read_request() {
-    asio::async_read(socket_, asio::buffer(header_, kRequestBytes),
-                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (ec || !parse_store_request(self->header_, self->request_)) {
-                         return self->close();
-                       }
-                       self->body_.resize(std::size_t{self->request_.key_bytes} +
-                                          self->request_.value_bytes);
-                       asio::async_read(self->socket_, asio::buffer(self->body_),
-                                        [self](const boost::system::error_code& e, std::size_t) {
-                                          if (e) return self->close();
-                                          self->serve();
-                                        });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_, kRequestBytes),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (ec || !parse_store_request(self->header_, self->request_)) {
+            return self->close();
+          }
+          self->body_.resize(std::size_t{self->request_.key_bytes} + self->request_.value_bytes);
+          asio::async_read(self->socket_, asio::buffer(self->body_),
+                           [self](const boost::system::error_code& e, std::size_t) {
+                             if (e) return self->close();
+                             self->serve();
+                           });
+        });
   }
 
   void serve() {
     if (!serve_store_request(data_, request_, body_, response_)) return close();
-    asio::async_write(socket_, asio::buffer(response_),
-                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                        if (!ec) self->read_request();
-                        else self->close();
-                      });
+    asio::async_write(
+        socket_, asio::buffer(response_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (!ec)
+            self->read_request();
+          else
+            self->close();
+        });
   }
 
   tcp::socket socket_;
@@ -312,9 +322,8 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
                  "uses this port, or this node's command differs from the master's: config, "
                  "--nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN); use another --master-port, "
                  "or the same command and token on every node");
-  PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError,
-                 "tcp store at ", endpoint_,
-                 " refused this client (wrong run token, or not a partrain store): ",
+  PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
+                 endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
 }
 
@@ -358,8 +367,10 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
     throw CommError("tcp store: request for key '" + key + "' to " + endpoint_ +
                     " failed: " + result.message);
   }
-  if (header[0] == 0) payload.assign(1, 0xff);  // not found: marked below by try_get
-  else payload.insert(payload.begin(), 0x01);
+  if (header[0] == 0)
+    payload.assign(1, 0xff);  // not found: marked below by try_get
+  else
+    payload.insert(payload.begin(), 0x01);
   return payload;
 }
 

@@ -51,7 +51,8 @@ bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request
 using StoreTable = std::map<std::string, std::vector<std::uint8_t>>;
 // Runs one request whose body (key then value) has arrived; `response` gets the whole answer.
 bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response);
+                         const std::vector<std::uint8_t>& body,
+                         std::vector<std::uint8_t>& response);
 
 class TcpStoreServer {
  public:

@@ -12,8 +12,8 @@
 namespace partrain::comm {
 namespace {
 
-using testing::TempDir;
 using std::chrono::milliseconds;
+using testing::TempDir;
 
 std::vector<std::uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -134,8 +134,7 @@ TEST(FileStore, ReaderNeverSeesAPartialValue) {
   writer.join();
   // No temp files or locks are left behind.
   int files = 0;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(dir.path())) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
     if (entry.is_regular_file()) {
       ++files;
       EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos);
@@ -194,8 +193,7 @@ void expect_reuse_starts_clean(const std::string& token) {
   // Only this run's session is left.
   int sessions = 0;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
-    sessions += entry.is_directory() &&
-                entry.path().filename().string().rfind("session-", 0) == 0;
+    sessions += entry.is_directory() && entry.path().filename().string().rfind("session-", 0) == 0;
   }
   EXPECT_EQ(sessions, 1);
 }
@@ -212,8 +210,7 @@ TEST(FileStore, RankWithoutItsRunIsNamed) {
     FileStore store(dir.path(), options);  // rank 0; ranks 1 and 2 never come
     FAIL() << "rank 0 opened a session without its ranks";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("ranks 1, 2 did not join"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("ranks 1, 2 did not join"), std::string::npos) << e.what();
   }
 }
 

@@ -35,7 +35,8 @@ bool stranger_is_closed(int port, const std::string& payload) {
   net::write_all(io, socket, payload.data(), payload.size(), deadline);
   char answer[8];
   // Either the server closes at once, or after its hello timeout; both are "closed".
-  auto result = net::read_exact(io, socket, answer, sizeof answer, net::deadline_after(milliseconds(12000)));
+  auto result =
+      net::read_exact(io, socket, answer, sizeof answer, net::deadline_after(milliseconds(12000)));
   return result.status == net::IoStatus::closed;
 }
 

@@ -29,7 +29,7 @@ TEST(CachingCpuAllocator, ReusesFreedBlockOfSameSize) {
     first = a.get();
     ASSERT_NE(first, nullptr);
     EXPECT_TRUE(aligned64(first));
-    std::memset(first, 0x5a, 100 * kKiB);  // the whole request is writable
+    std::memset(first, 0x5a, 100 * kKiB);             // the whole request is writable
     EXPECT_EQ(alloc.stats().live_bytes, 100 * kKiB);  // 100 KiB is 25 whole pages
   }
   EXPECT_EQ(alloc.stats().live_bytes, 0u);
@@ -96,7 +96,7 @@ TEST(CachingCpuAllocator, CacheFollowsPeakOfLiveBytes) {
   o.max_waste = 0;
   CachingCpuAllocator alloc(o);
   { c10::DataPtr one = alloc.allocate(512 * kKiB); }  // peak 512 KiB
-  for (std::size_t kib : {64, 128, 192, 256}) {  // sizes that never recur
+  for (std::size_t kib : {64, 128, 192, 256}) {       // sizes that never recur
     c10::DataPtr p = alloc.allocate(kib * kKiB);
   }
   const CpuAllocatorStats s = alloc.stats();

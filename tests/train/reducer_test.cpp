@@ -170,10 +170,12 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           std::string name = info.param.backend + "_w" + std::to_string(info.param.world) +
-                                              "_acc" + std::to_string(info.param.accumulate) +
+                           std::string name = info.param.backend + "_w" +
+                                              std::to_string(info.param.world) + "_acc" +
+                                              std::to_string(info.param.accumulate) +
                                               (info.param.bucket_mb < 1 ? "_small" : "_big");
-                           for (auto& ch : name) if (ch == '-') ch = '_';
+                           for (auto& ch : name)
+                             if (ch == '-') ch = '_';
                            return name;
                          });
 

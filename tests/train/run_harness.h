@@ -25,7 +25,6 @@
 
 namespace partrain_test {
 
-
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -36,7 +35,8 @@ inline std::string exe() {
 }
 
 inline fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
+  fs::path dir =
+      fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -117,7 +117,8 @@ inline pid_t start_partrain(const std::vector<std::string>& args, const fs::path
 }
 
 // Waits (bounded) until `log` contains `text` `count` times.
-inline bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::seconds bound, int count = 1) {
+inline bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::seconds bound,
+                          int count = 1) {
   auto deadline = Clock::now() + bound;
   for (;;) {
     std::string t = read_text(log);

@@ -1,6 +1,5 @@
 #include "trainer/parity/parity.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -349,7 +348,6 @@ int exit_code(const ParityResult& result) {
   }
   return 0;
 }
-
 
 void write_parity_outputs(const ParityResult& result, const std::string& markdown_path,
                           const std::string& svg_path) {

@@ -215,8 +215,10 @@ c10::DataPtr CachingCpuAllocator::allocate(std::size_t bytes) const {
   if (ptr == nullptr) {
     // Mapped outside the lock: the system call may fault in page tables and take a while.
     ptr = map_pages(block_bytes);
-    TORCH_CHECK(ptr != nullptr, "partrain CPU allocator: not enough memory: you tried to "
-                "allocate ", bytes, " bytes");
+    TORCH_CHECK(ptr != nullptr,
+                "partrain CPU allocator: not enough memory: you tried to "
+                "allocate ",
+                bytes, " bytes");
     std::lock_guard<std::mutex> lock(reg.mutex);
     ++state_->stats.misses;
     state_->stats.mapped_bytes += block_bytes;

@@ -6,9 +6,9 @@
 
 namespace partrain {
 
-double peak_rss_mb();       // high-water mark of this process's resident set, MiB
+double peak_rss_mb();  // high-water mark of this process's resident set, MiB
 bool stdout_is_terminal();
-std::string os_name();      // "linux", "windows", "macos"
+std::string os_name();  // "linux", "windows", "macos"
 
 }  // namespace partrain
 

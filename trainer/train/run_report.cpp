@@ -36,8 +36,13 @@ MetricsLog::MetricsLog(const std::string& output_dir) : dir_(output_dir) {
 
 void MetricsLog::log_step(int epoch, std::int64_t step, double loss, double images_per_s,
                           double lr) {
-  jsonl_ << Json{{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss},
-                 {"images_per_s", images_per_s}, {"lr", lr}}.dump()
+  jsonl_ << Json{{"type", "step"},
+                 {"epoch", epoch},
+                 {"step", step},
+                 {"loss", loss},
+                 {"images_per_s", images_per_s},
+                 {"lr", lr}}
+                .dump()
          << "\n";
   jsonl_.flush();
 }
@@ -49,7 +54,8 @@ void MetricsLog::log_epoch(const EpochRecord& record) {
   jsonl_.flush();
   epochs_.push_back(record);
   std::ostringstream csv;
-  csv << "epoch,seconds,train_seconds,train_images_per_s,images,steps,train_loss,test_loss,test_accuracy\n";
+  csv << "epoch,seconds,train_seconds,train_images_per_s,images,steps,train_loss,test_loss,test_"
+         "accuracy\n";
   for (const auto& e : epochs_) {
     csv << e.epoch << "," << e.seconds << "," << e.train_seconds << "," << e.train_images_per_s
         << "," << e.images << "," << e.steps << "," << e.train_loss << "," << e.test_loss << ","
