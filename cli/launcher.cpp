@@ -100,8 +100,9 @@ struct Worker {
   std::unique_ptr<OutputPipe> err;
   bp::child child;
   int pid = 0;
-  std::atomic<int> epoch{0};  // last "epoch E/N" line seen; written on the io thread
-  bool running = false;       // spawned and not reaped yet
+  std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
+  std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
+  bool running = false;            // spawned and not reaped yet
   platform::ExitStatus status;
   bool stopped = false;  // still running when the group was stopped
   bool killed = false;   // needed SIGKILL after the grace period
@@ -113,6 +114,7 @@ struct GroupOutcome {
   int failed_rank = -1;
   platform::ExitStatus failed_status;
   int failed_epoch = 0;
+  int failed_lost_rank = -1;
   int signal = 0;  // kInterrupted: the launcher's signal
   std::vector<int> stopped;
   std::vector<int> killed;
@@ -199,7 +201,10 @@ class GroupRun {
     for (auto& w : workers_) {
       if (w->stopped) outcome.stopped.push_back(w->rank);
       if (w->killed) outcome.killed.push_back(w->rank);
-      if (w->rank == outcome.failed_rank) outcome.failed_epoch = w->epoch.load();
+      if (w->rank == outcome.failed_rank) {
+        outcome.failed_epoch = w->epoch.load();
+        outcome.failed_lost_rank = w->lost_rank.load();
+      }
     }
     return outcome;
   }
@@ -290,6 +295,9 @@ class GroupRun {
   void emit(Worker& w, const OutputPipe& p, std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (const int epoch = parse_epoch_line(line); epoch > 0) w.epoch = epoch;
+    if (p.to_err) {
+      if (const int lost = parse_lost_rank_line(line); lost >= 0) w.lost_rank = lost;
+    }
     sink_.worker_line(w.rank, p.to_err, line);
   }
 
@@ -389,6 +397,9 @@ std::string describe_failure(const GroupOutcome& o) {
   } else {
     text << " before its first epoch";
   }
+  if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
+    text << ": it lost rank " << o.failed_lost_rank;
+  }
   return text.str();
 }
 
@@ -453,6 +464,18 @@ int parse_epoch_line(std::string_view line) {
   return static_cast<int>(epoch);
 }
 
+int parse_lost_rank_line(std::string_view line) {
+  constexpr std::string_view kPrefix = "partrain: lost rank ";
+  if (line.substr(0, kPrefix.size()) != kPrefix) return -1;
+  std::size_t i = kPrefix.size();
+  const std::size_t first_digit = i;
+  std::int64_t rank = 0;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && i - first_digit < 9)
+    rank = rank * 10 + (line[i++] - '0');
+  if (i == first_digit || i >= line.size() || line[i] != ':') return -1;
+  return static_cast<int>(rank);
+}
+
 int pick_free_loopback_port() {
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor(io);
@@ -484,8 +507,12 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
   add(std::to_string(plan.master_port));
   add(std::to_string(plan.nnodes));
   add(std::to_string(plan.nproc_per_node));
-  add(std::filesystem::path(plan.executable).filename().string());
-  for (const auto& arg : plan.worker_args) add(arg);
+  if (!plan.run_identity.empty()) {
+    add(plan.run_identity);
+  } else {
+    add(std::filesystem::path(plan.executable).filename().string());
+    for (const auto& arg : plan.worker_args) add(arg);
+  }
   return to_hex(fnv1a_64(shared), fnv1a_64(shared, 0x84222325cbf29ce4ULL));
 }
 

@@ -17,6 +17,9 @@ struct LaunchPlan {
   std::string executable;                // what to spawn (normally this partrain binary);
                                          // an absolute path, or a name searched in PATH
   std::vector<std::string> worker_args;  // e.g. {"worker", CONFIG, "--set", "a=b"}
+  // What every node of one run shares, whatever its node-local paths (see choose_run_token);
+  // "": the executable's name and worker_args stand in for it.
+  std::string run_identity;
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
@@ -33,7 +36,8 @@ struct LaunchPlan {
 // Runs the plan to the end and returns the exit code for `partrain run`:
 //   0    every worker exited 0
 //   1    a worker failed (non-zero exit or a signal) and no restart was left; one line on
-//        err names the rank, its exit code or signal, and the epoch it was in
+//        err names the rank, its exit code or signal, the epoch it was in, and the rank it
+//        lost when it said so (a peer on another node, say)
 //   2    the first worker to fail exited 2: bad config or input data, which a restart
 //        cannot fix, so the run ends at once with that code
 //   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first
@@ -52,11 +56,12 @@ int launch(const LaunchPlan& plan);
 //   * env_token (PARTRAIN_RUN_TOKEN in the launcher's environment) when not empty — the way
 //     to give all nodes of a multi-node run one secret;
 //   * one node: 128 random bits, in hex, fresh for each run;
-//   * several nodes and no env_token: derived from what every node's command line shares
-//     (master address and port, nnodes, nproc_per_node, executable name, worker arguments),
-//     so the nodes agree without talking. That keeps out stale runs and stray clients, but
-//     anyone who knows the command line can compute it: set PARTRAIN_RUN_TOKEN to keep
-//     others out.
+//   * several nodes and no env_token: derived from what every node's command shares
+//     (master address and port, nnodes, nproc_per_node, and run_identity — partrain run
+//     puts there the resolved config without its node-local keys, so a different --output
+//     or data.root on one node changes nothing), so the nodes agree without talking. Another
+//     job on the same port gets another token and is refused. Anyone who knows the command
+//     can compute it: set PARTRAIN_RUN_TOKEN to keep others out.
 std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token);
 
 // The store url the workers get (PARTRAIN_RENDEZVOUS): plan.rendezvous when given; with
@@ -70,5 +75,8 @@ int pick_free_loopback_port();
 
 // E for a progress line "epoch E/N ..." (E >= 1); 0 for any other line.
 int parse_epoch_line(std::string_view line);
+
+// R for a worker's error line "partrain: lost rank R: ..." (a peer it lost); -1 otherwise.
+int parse_lost_rank_line(std::string_view line);
 
 }  // namespace partrain::cli

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   } catch (const partrain::UsageError& e) {
     report(e);
     return 2;
+  } catch (const partrain::PeerError& e) {
+    // The launcher reads this line to name, in its own verdict, the rank this one lost.
+    std::cerr << "partrain: lost rank " << e.peer_rank() << ": " << e.what() << "\n";
+    return 1;
   } catch (const partrain::Error& e) {
     report(e);
     return 1;

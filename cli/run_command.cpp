@@ -34,6 +34,22 @@ struct RunOptions {
 };
 
 int run(const RunOptions& o);
+
+// The config as every node of a multi-node run sees it: keys that name node-local things
+// (folders, the NIC, thread counts) may differ between the nodes of one run, so they do not
+// take part in the run token the nodes derive from it.
+std::string run_identity(Config config) {
+  config.source.clear();
+  config.output_dir.clear();
+  config.reference.clear();
+  config.data.root.clear();
+  config.data.num_workers = 0;
+  config.train.threads = 0;
+  config.checkpoint.resume.clear();  // rank 0 decides where the run resumes
+  config.comm.interface.clear();
+  config.comm.host.clear();
+  return config_to_json(config);
+}
 int launch_workers(const RunOptions& o, const Config& config,
                    const std::vector<std::string>& overrides, int nproc, int nnodes);
 
@@ -111,6 +127,7 @@ int launch_workers(const RunOptions& o, const Config& config,
     plan.worker_args.push_back("--set");
     plan.worker_args.push_back(s);
   }
+  plan.run_identity = run_identity(config);
   plan.nproc_per_node = nproc;
   plan.nnodes = nnodes;
   plan.node_rank = o.node_rank;

@@ -25,6 +25,7 @@ packages=(
   librsvg2-bin                      # renders the parity chart in tests
   openmpi-bin                       # mpirun: the engines tests start ranks with it
   slurmctld slurmd slurm-client munge  # a one-node Slurm cluster the srun test starts itself
+  iproute2                          # ip netns / veth / tc: the multi-host tests and benchmarks
 )
 
 if [ "${SKIP_APT:-0}" != 1 ]; then

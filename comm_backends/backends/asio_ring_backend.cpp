@@ -2,16 +2,13 @@
 //
 // Naming the failed rank: in a ring only the neighbours of a dead or silent rank see it go;
 // the others see *their* neighbour close its sockets or stop sending. So a rank that fails
-// with PeerError(p) publishes "p failed me" in the store, then follows the chain of such
-// reports (p's own report points further upstream) until it reaches a rank that published
-// none within a short grace period: that one is blamed. Stall inspection of this kind is
-// how Horovod names the ranks that are missing.
+// with PeerError(p) blames p in the store and follows the chain of blame upstream to the
+// rank that reported nothing (failure_trace.h).
 #include <algorithm>
 #include <mutex>
-#include <set>
-#include <thread>
 
 #include "comm_backends/backends/backend.h"
+#include "comm_backends/backends/failure_trace.h"
 #include "common/errors.h"
 #include "comm_backends/ring/ring_allreduce.h"
 #include "comm_backends/store/store.h"
@@ -32,8 +29,8 @@ class AsioRingCommunicator : public Communicator {
         wire_(options.wire_dtype),
         store_(store),
         prefix_(prefix),
-        grace_(std::clamp(options.timeout / 10, std::chrono::milliseconds(200),
-                          std::chrono::milliseconds(2000))) {}
+        grace_(failure_grace(options.timeout)),
+        timeout_(options.timeout) {}
 
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
@@ -80,26 +77,7 @@ class AsioRingCommunicator : public Communicator {
   }
 
   int trace_failure(int peer) {
-    const auto key = [this](int r) { return prefix_ + "failed/" + std::to_string(r); };
-    try {
-      const std::string mine = std::to_string(peer);
-      store_.set(key(rank()), std::vector<std::uint8_t>(mine.begin(), mine.end()));
-      const auto deadline = std::chrono::steady_clock::now() + grace_;
-      std::set<int> visited{rank()};
-      int suspect = peer;
-      while (visited.insert(suspect).second) {
-        while (!store_.check({key(suspect)}) && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        if (!store_.check({key(suspect)})) return suspect;  // no report: this one failed
-        const auto report = store_.get(key(suspect));
-        suspect = std::stoi(std::string(report.begin(), report.end()));
-        if (suspect < 0 || suspect >= size()) return peer;
-      }
-      return peer;  // the reports go round in a circle: keep what we saw ourselves
-    } catch (const std::exception&) {
-      return peer;  // the store may have died with the failed rank
-    }
+    return trace_failed_rank(store_, prefix_, rank(), size(), peer, grace_, timeout_).culprit;
   }
 
   std::mutex mutex_;  // one collective at a time: the byte streams carry them in order
@@ -109,6 +87,7 @@ class AsioRingCommunicator : public Communicator {
   Store& store_;
   std::string prefix_;
   std::chrono::milliseconds grace_;
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace

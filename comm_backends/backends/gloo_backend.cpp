@@ -20,14 +20,21 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <list>
 #include <cstring>
 #include <mutex>
+#include <regex>
 
+#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/reduction.h"
 #include "comm_backends/store/store.h"
 
@@ -74,6 +81,13 @@ class GlooCommunicator : public Communicator {
       : store_(store),
         prefix_(prefix),
         context_(std::make_shared<gloo::rendezvous::Context>(rank, size)) {
+    // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this
+    // process with SIGPIPE instead of failing the collective (Python ignores SIGPIPE, so
+    // PyTorch never sees it). Keep a handler someone installed; replace only the default.
+    if (struct sigaction current{};
+        sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      std::signal(SIGPIPE, SIG_IGN);
+    }
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_host;
     attr.ai_family = options.bind_host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
@@ -84,6 +98,7 @@ class GlooCommunicator : public Communicator {
       GlooStore gloo_store(store, prefix, options.timeout);
       context_->connectFullMesh(gloo_store, device);
     });
+    publish_address();
   }
 
   // Gloo closes its sockets on destruction, and a peer still finishing the last collective
@@ -254,13 +269,98 @@ class GlooCommunicator : public Communicator {
     }
   }
 
+  // Gloo's errors name the peer by an address ("[10.0.0.2]:40711"): the one that peer
+  // advertised for the pair (its listener for that pair, closed again if the peer was the
+  // side that connected), or the peer's end of the connection. So each rank publishes what
+  // it advertised to every peer and every TCP endpoint it holds once the mesh is connected,
+  // and a failure maps the address back to the one rank that published it.
+  void publish_address() {
+    if (size() == 1) return;
+    std::string mine;
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) mine += context_->getPair(r)->address().str() + "\n";
+    }
+    for (const auto& endpoint : local_tcp_endpoints()) mine += endpoint + "\n";
+    store_.set(prefix_ + "address/" + std::to_string(rank()),
+               std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    // Read back now: when a link fails, the store may be on the far side of it.
+    peer_addresses_.resize(size());
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      const auto value = store_.get(prefix_ + "address/" + std::to_string(r));
+      peer_addresses_[r] = "\n" + std::string(value.begin(), value.end());
+    }
+  }
+
+  // "[host]:port" for each connected or listening TCP socket of this process, the way
+  // Gloo's Address::str() writes them. The scan is bounded by the descriptor table.
+  static std::vector<std::string> local_tcp_endpoints() {
+    std::vector<std::string> endpoints;
+    const long limit = std::min<long>(sysconf(_SC_OPEN_MAX), 65536);
+    for (int fd = 0; fd < limit; ++fd) {
+      sockaddr_storage address{};
+      socklen_t length = sizeof address;
+      int type = 0;
+      socklen_t type_length = sizeof type;
+      if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) {
+        continue;
+      }
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) continue;
+      char host[INET6_ADDRSTRLEN] = {};
+      int port = 0;
+      if (address.ss_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+      } else if (address.ss_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+      } else {
+        continue;
+      }
+      endpoints.push_back("[" + std::string(host) + "]:" + std::to_string(port));
+    }
+    return endpoints;
+  }
+
+  // The rank that holds the endpoint the message names; -1 when it names none we know.
+  int rank_named_in(const std::string& message) {
+    static const std::regex kAddress(R"((\[[^\]]+\]):([0-9]+))");
+    std::smatch match;
+    if (!std::regex_search(message, match, kAddress)) return -1;
+    // This libgloo prints the port as it sits in the socket address, in network byte order
+    // ("[127.0.0.1]:5304" for port 47124): try it both ways round.
+    const int port = std::stoi(match[2].str()) & 0xffff;
+    const int swapped = ((port & 0xff) << 8) | (port >> 8);
+    const std::string names[2] = {match[1].str() + ":" + std::to_string(port) + "\n",
+                                  match[1].str() + ":" + std::to_string(swapped) + "\n"};
+    for (int r = 0; r < static_cast<int>(peer_addresses_.size()); ++r) {
+      for (const auto& named : names) {
+        if (r != rank() && peer_addresses_[r].find("\n" + named) != std::string::npos) return r;
+      }
+    }
+    return -1;
+  }
+
   [[noreturn]] void fail(const char* what, const std::string& message) {
     failed_ = true;
     const std::string text = std::string("gloo: ") + what + " failed: " + message;
-    // With two ranks the peer is known; with more, Gloo's message names only an address.
-    if (context_->size == 2) {
-      throw PeerError(1 - context_->rank,
-                      text + " (peer rank " + std::to_string(1 - context_->rank) + ")");
+    // With two ranks the peer is known. With more, the message names an address, which may
+    // be that of a survivor that is itself stuck on the failed one: the reports of the
+    // others tell (failure_trace.h).
+    int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
+    const FailureTrace trace = trace_failed_rank(store_, prefix_, rank(), size(), blamed,
+                                                 failure_grace(timeout_), timeout_);
+    if (trace.culprit >= 0) {
+      std::string whom = "rank " + std::to_string(trace.culprit);
+      if (trace.silent.size() > 1) {
+        whom = "ranks";
+        for (std::size_t i = 0; i < trace.silent.size(); ++i) {
+          whom += (i == 0 ? " " : ", ") + std::to_string(trace.silent[i]);
+        }
+      }
+      throw PeerError(trace.culprit, text + " (lost " + whom + ")");
     }
     throw CommError(text);
   }
@@ -271,7 +371,8 @@ class GlooCommunicator : public Communicator {
   std::chrono::milliseconds timeout_{0};
   bool failed_ = false;
   std::shared_ptr<gloo::rendezvous::Context> context_;
-  std::list<CachedAllreduce> cache_;  // most recently used first; dies before context_
+  std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
+  std::list<CachedAllreduce> cache_;         // most recently used first; dies before context_
 };
 
 }  // namespace

@@ -20,10 +20,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 
+#include "comm_backends/backends/failure_trace.h"
+#include "comm_backends/net/local_address.h"
 #include "comm_backends/store/store.h"
 
 namespace partrain::comm {
@@ -73,7 +76,13 @@ class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const CommOptions& options, Store& store, int rank, int size,
                    const std::string& prefix)
-      : rank_(rank), size_(size), device_(options.device_index), timeout_(options.timeout) {
+      : rank_(rank),
+        size_(size),
+        device_(options.device_index),
+        timeout_(options.timeout),
+        store_(store),
+        prefix_(prefix) {
+    choose_nccl_interface(options.bind_host);
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
     if (rank == 0) {
@@ -190,7 +199,7 @@ class NcclCommunicator : public Communicator {
       ncclCommGetAsyncError(comm_, &state);
       if (state != ncclSuccess && state != ncclInProgress) {
         broken_ = true;
-        throw CommError(std::string("nccl: asynchronous error: ") + ncclGetErrorString(state));
+        fail(std::string("nccl: asynchronous error: ") + ncclGetErrorString(state));
       }
       if (state == ncclSuccess) {
         if (event == nullptr) return true;
@@ -239,9 +248,8 @@ class NcclCommunicator : public Communicator {
       broken_ = true;
       ncclCommAbort(comm_);
       comm_ = nullptr;
-      throw CommError(std::string("nccl: ") + what + " did not finish within " +
-                      std::to_string(timeout_.count()) +
-                      " ms; communicator aborted (a peer died or is hung)");
+      fail(std::string("nccl: ") + what + " did not finish within " +
+           std::to_string(timeout_.count()) + " ms; communicator aborted (a peer died or is hung)");
     }
     // Already reached, so this costs the caller's stream nothing; it keeps the ordering
     // explicit on the device as well.
@@ -250,10 +258,36 @@ class NcclCommunicator : public Communicator {
     }
   }
 
+  // NCCL's errors name no peer (ncclRemoteError, ncclSystemError, or a timeout here). A peer
+  // that died or hung makes every survivor fail at about the same moment, so the survivors
+  // report through the store and the ranks that do not are the lost ones (failure_trace.h).
+  [[noreturn]] void fail(const std::string& text) {
+    const FailureTrace trace =
+        trace_failed_rank(store_, prefix_, rank_, size_, -1, failure_grace(timeout_), timeout_);
+    if (trace.culprit < 0) throw CommError(text);
+    std::string whom = trace.silent.size() > 1 ? "ranks" : "rank";
+    for (std::size_t i = 0; i < trace.silent.size(); ++i) {
+      whom += (i == 0 ? " " : ", ") + std::to_string(trace.silent[i]);
+    }
+    throw PeerError(trace.culprit, text + " (lost " + whom + ": no report from it)");
+  }
+
+  // NCCL opens its own sockets and picks their NIC itself. Unless NCCL_SOCKET_IFNAME says
+  // otherwise, it gets the NIC of the address the other backends would use, so that all of
+  // them take the route the run was set up for.
+  static void choose_nccl_interface(const std::string& bind_host) {
+    const char* set = std::getenv("NCCL_SOCKET_IFNAME");
+    if ((set != nullptr && *set != '\0') || net::is_loopback_host(bind_host)) return;
+    const std::string name = net::interface_with_address(bind_host);
+    if (!name.empty()) ::setenv("NCCL_SOCKET_IFNAME", ("=" + name).c_str(), 0);
+  }
+
   int rank_;
   int size_;
   int device_;
   std::chrono::milliseconds timeout_;
+  Store& store_;
+  std::string prefix_;
   bool broken_ = false;
   std::mutex mutex_;
   ncclComm_t comm_ = nullptr;

@@ -4,6 +4,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <thread>
+#include <vector>
 
 #include "common/errors.h"
 
@@ -77,34 +78,43 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
                         int port, Clock::time_point deadline, int buffer_bytes) {
   tcp::resolver resolver(io);
   boost::system::error_code ec;
-  auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::numeric_service, ec);
-  PARTRAIN_CHECK(!ec && !endpoints.empty(), UsageError, "cannot resolve host '", host,
-                 "': ", ec.message());
-  const tcp::endpoint endpoint = *endpoints.begin();
+  const std::string name = host.size() >= 2 && host.front() == '[' && host.back() == ']'
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  auto results = resolver.resolve(name, std::to_string(port), tcp::resolver::numeric_service, ec);
+  PARTRAIN_CHECK(!ec && !results.empty(), UsageError, "cannot resolve host '", host,
+                 "': ", ec ? ec.message() : "no addresses");
+  // A name may resolve to several addresses (IPv6 and IPv4 for one host): each round tries
+  // them all, since the peer listens on one of them only.
+  std::vector<tcp::endpoint> endpoints;
+  for (const auto& entry : results) endpoints.push_back(entry.endpoint());
   auto pause = std::chrono::milliseconds(1);
   while (Clock::now() < deadline) {
-    bool done = false;
-    boost::system::error_code connect_error;
-    if (socket.is_open()) socket.close(ec);
-    socket.open(endpoint.protocol(), ec);
-    PARTRAIN_CHECK(!ec, CommError, "cannot open a socket: ", ec.message());
-    if (buffer_bytes > 0) tune_socket(socket, buffer_bytes);
-    socket.async_connect(endpoint, [&](const boost::system::error_code& e) {
-      connect_error = e;
-      done = true;
-    });
-    if (!run_until(
-            io, [&] { return done; }, deadline)) {
-      socket.close(ec);
-      run_until(
-          io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
-      return false;
+    for (const auto& endpoint : endpoints) {
+      bool done = false;
+      boost::system::error_code connect_error;
+      if (socket.is_open()) socket.close(ec);
+      socket.open(endpoint.protocol(), ec);
+      if (ec) continue;  // e.g. no IPv6 on this host: the next address may do
+      if (buffer_bytes > 0) tune_socket(socket, buffer_bytes);
+      socket.async_connect(endpoint, [&](const boost::system::error_code& e) {
+        connect_error = e;
+        done = true;
+      });
+      if (!run_until(
+              io, [&] { return done; }, deadline)) {
+        socket.close(ec);
+        run_until(
+            io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
+        return false;
+      }
+      if (!connect_error) return true;
     }
-    if (!connect_error) return true;
     // Not listening yet: try again shortly, backing off to keep the poll cheap.
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
+  if (socket.is_open()) socket.close(ec);
   return false;
 }
 

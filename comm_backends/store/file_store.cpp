@@ -42,6 +42,13 @@ std::string token_directory(const std::string& token) {
   return name;
 }
 
+// Unique per process and call: session ids and nonces.
+std::string unique_suffix() {
+  static std::atomic<std::uint64_t> counter{0};
+  static const std::uint64_t process_salt = std::random_device{}();
+  return std::to_string(process_salt) + "." + std::to_string(counter.fetch_add(1));
+}
+
 #ifdef _WIN32
 constexpr bool kReplaceRefusedWhileOpen = true;
 #else
@@ -76,6 +83,98 @@ FileStore::FileStore(const fs::path& directory, const StoreOptions& options)
   fs::create_directories(directory_, ec);
   PARTRAIN_CHECK(fs::is_directory(directory_), UsageError, "file store: cannot create directory '",
                  directory_.string(), "'", ec ? ": " + ec.message() : std::string());
+  if (options.world_size > 1) open_session(options.rank, options.world_size);
+}
+
+// Note [File store sessions]
+// A rendezvous directory outlives its run: a run that was killed leaves counters, addresses
+// and add() lock folders, and the next run with the same directory (and token) would read
+// them as its own. So the ranks of a run first agree on a session folder of their own:
+//   rank r > 0  writes join/r = a fresh nonce, again and again (rank 0 may delete it), until
+//               the key "session" names a session and lists r's nonce at line r
+//   rank 0      removes what earlier runs left (only names this store makes), waits for
+//               join/1..join/W-1, makes session-ID and writes "session" = ID + the nonces
+// A stale "session" lists stale nonces, which no live rank accepts; a stale join/r is gone
+// after rank 0's clean-up, so what rank 0 reads was written by this run's rank r. Every key
+// then lives in session-ID, which no earlier run has seen.
+void FileStore::open_session(int rank, int world_size) {
+  const fs::path base = directory_;
+  const auto deadline = Clock::now() + timeout_;
+  const auto join_key = [](int r) { return "join/" + std::to_string(r); };
+  Backoff backoff(std::chrono::microseconds(50000));
+  if (rank == 0) {
+    remove_stale_entries(base);
+    std::vector<std::string> nonces(world_size);
+    for (int r = 1; r < world_size; ++r) {
+      std::vector<std::uint8_t> value;
+      while (!try_read(join_key(r), value)) {
+        if (Clock::now() >= deadline) {
+          std::string missing;
+          for (int m = r; m < world_size; ++m) {
+            if (!fs::exists(key_path(join_key(m)))) {
+              missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+            }
+          }
+          throw CommError("file store " + base.string() + ": rank" +
+                          (missing.find(',') != std::string::npos ? "s " : " ") + missing +
+                          " did not join within " + std::to_string(timeout_.count()) + " ms");
+        }
+        backoff.pause(deadline);
+      }
+      nonces[r].assign(value.begin(), value.end());
+    }
+    std::string id = unique_suffix();
+    for (char& c : id) c = c == '.' ? '-' : c;
+    const fs::path session = base / ("session-" + id);
+    std::error_code ec;
+    fs::create_directory(session, ec);
+    PARTRAIN_CHECK(!ec, CommError, "file store: cannot create '", session.string(),
+                   "': ", ec.message());
+    std::string record = id;
+    for (int r = 1; r < world_size; ++r) record += "\n" + nonces[r];
+    write_atomically(key_path("session"), std::vector<std::uint8_t>(record.begin(), record.end()));
+    directory_ = session;
+    return;
+  }
+  const std::string nonce = unique_suffix() + "." + std::to_string(std::random_device{}());
+  const std::vector<std::uint8_t> nonce_bytes(nonce.begin(), nonce.end());
+  for (;;) {
+    try {
+      write_atomically(key_path(join_key(rank)), nonce_bytes);
+    } catch (const CommError&) {
+      // Rank 0 removed the temp file while cleaning up: the next round writes it again.
+    }
+    std::vector<std::uint8_t> value;
+    if (try_read("session", value)) {
+      std::vector<std::string> lines(1);
+      for (const std::uint8_t c : value) {
+        if (c == '\n')
+          lines.emplace_back();
+        else
+          lines.back() += static_cast<char>(c);
+      }
+      if (static_cast<int>(lines.size()) == world_size && lines[rank] == nonce) {
+        directory_ = base / ("session-" + lines[0]);
+        return;
+      }
+    }
+    PARTRAIN_CHECK(Clock::now() < deadline, CommError, "file store ", base.string(),
+                   ": rank 0 did not open this run's session within ", timeout_.count(),
+                   " ms (is rank 0 running, with the same rendezvous directory and run token?)");
+    backoff.pause(deadline);
+  }
+}
+
+// Only names this store makes: the directory may be one the user keeps other things in.
+void FileStore::remove_stale_entries(const fs::path& base) {
+  std::error_code ec;
+  for (fs::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("k_", 0) == 0 || name.rfind("session-", 0) == 0) {
+      std::error_code ignored;
+      fs::remove_all(it->path(), ignored);
+    }
+  }
 }
 
 fs::path FileStore::key_path(const std::string& key) const {

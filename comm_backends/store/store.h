@@ -33,6 +33,9 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   virtual bool check(const std::vector<std::string>& keys) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
+  // Changes the bound on every later request and wait (a failure trace shortens it, so an
+  // unreachable store costs a grace period, not a whole timeout).
+  virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
 };
 
 // A parsed store url. env:// comes back as tcp, read from MASTER_ADDR / MASTER_PORT.

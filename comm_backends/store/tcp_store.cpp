@@ -1,5 +1,6 @@
 #include "comm_backends/store/tcp_store.h"
 
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -140,26 +141,34 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.close(ignored);
   }
 
+  // The hello timer still runs, so a client that never reads the answer is dropped too.
+  void refuse() {
+    asio::async_write(socket_, asio::buffer(kStoreRefuse, 8),
+                      [self = shared_from_this()](const boost::system::error_code&, std::size_t) {
+                        self->close();
+                      });
+  }
+
   void on_hello() {
     std::uint32_t token_bytes = 0;
     if (!parse_store_hello(header_, token_bytes)) return close();
     body_.resize(token_bytes);
-    asio::async_read(
-        socket_, asio::buffer(body_),
-        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-          if (ec || std::string(self->body_.begin(), self->body_.end()) != self->token_) {
-            return self->close();
-          }
-          self->accepted_ = true;
-          self->timer_.cancel();
-          asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
-                            [self](const boost::system::error_code& e, std::size_t) {
-                              if (!e)
-                                self->read_request();
-                              else
-                                self->close();
-                            });
-        });
+    asio::async_read(socket_, asio::buffer(body_),
+                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                       if (ec) return self->close();
+                       if (std::string(self->body_.begin(), self->body_.end()) != self->token_) {
+                         return self->refuse();
+                       }
+                       self->accepted_ = true;
+                       self->timer_.cancel();
+                       asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
+                                         [self](const boost::system::error_code& e, std::size_t) {
+                                           if (!e)
+                                             self->read_request();
+                                           else
+                                             self->close();
+                                         });
+                     });
   }
 
   void read_request() {
@@ -203,6 +212,27 @@ class Session : public std::enable_shared_from_this<Session> {
 
 void accept_next(const std::shared_ptr<TcpStoreServer::State>& state);
 
+// Where the server listens for clients that dial `host`. A loopback name or literal keeps it
+// on loopback, and an IP literal is taken as the address to serve on. A host name is served
+// on every address of this host: what the name resolves to here (Debian maps its own name
+// to 127.0.1.1) need not be what the other hosts reach it at.
+asio::ip::address listen_address(const std::string& host) {
+  const bool bracketed = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  const std::string name = bracketed ? host.substr(1, host.size() - 2) : host;
+  if (name == "localhost") return asio::ip::make_address("127.0.0.1");
+  boost::system::error_code ec;
+  const auto literal = asio::ip::make_address(name, ec);
+  if (!ec) return literal;
+  PARTRAIN_CHECK(!name.empty() && name.find_first_of(" /:[]") == std::string::npos, UsageError,
+                 "tcp store: cannot serve on '", host, "': not a host name or IP address");
+  // The IPv6 wildcard where this host has IPv6 at all, else the IPv4 one.
+  asio::io_context io;
+  tcp::acceptor probe(io);
+  probe.open(tcp::v6(), ec);
+  if (ec) return asio::ip::address_v4::any();
+  return asio::ip::address_v6::any();
+}
+
 }  // namespace
 
 namespace {
@@ -221,12 +251,14 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
                  kMaxTokenBytes, " bytes");
   state_->token = token;
   boost::system::error_code ec;
-  const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-  PARTRAIN_CHECK(!ec, UsageError, "tcp store: cannot serve on '", host,
-                 "': not an IP address of this machine");
+  const asio::ip::address address = listen_address(host);
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   state_->acceptor.open(endpoint.protocol(), ec);
   if (!ec) state_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  // The wildcard of IPv6 also takes IPv4 clients, so a name that resolves either way works.
+  if (!ec && address.is_v6() && address.is_unspecified()) {
+    state_->acceptor.set_option(asio::ip::v6_only(false), ec);
+  }
   if (!ec) state_->acceptor.bind(endpoint, ec);
   if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   // A port in use or an address not on this machine is a setting to change, not a failure
@@ -274,6 +306,12 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};
   auto got = sent.ok() ? net::read_exact(io_, socket_, answer, 8, deadline) : sent;
+  PARTRAIN_CHECK(!got.ok() || std::memcmp(answer, kStoreRefuse, 8) != 0, UsageError,
+                 "tcp store at ", endpoint_,
+                 " belongs to another run: its run token differs from this one's (another job "
+                 "uses this port, or this node's command differs from the master's: config, "
+                 "--nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN); use another --master-port, "
+                 "or the same command and token on every node");
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);

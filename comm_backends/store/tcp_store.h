@@ -2,7 +2,8 @@
 // key-value server on Boost.Asio.
 //
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
-// the server answers kStoreAccept or closes. Then each request is
+// the server answers kStoreAccept, or kStoreRefuse for a wrong token, or closes. Then each
+// request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
 // with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes); a client that breaks the
 // protocol is disconnected. get/wait poll on the client side with a growing pause.
@@ -22,6 +23,9 @@ namespace partrain::comm {
 
 inline constexpr char kStoreMagic[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'E', '1'};
 inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'};
+// Sent, before closing, to a client whose hello was well formed but whose run token is not
+// this store's: another job on the same port, which deserves to be told so.
+inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
 inline constexpr std::uint32_t kStoreProtocolVersion = 1;
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
@@ -81,6 +85,7 @@ class TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
   int port() const { return port_; }
 

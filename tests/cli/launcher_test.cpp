@@ -369,6 +369,22 @@ TEST(LauncherTest, RunTokenRule) {
   split.worker_args = {"worke", "ra.yaml"};
   EXPECT_NE(choose_run_token(multi, ""), choose_run_token(split, ""));
   EXPECT_EQ(choose_run_token(multi, "secret"), "secret");
+
+  // With a run identity (what partrain run derives from the config), node-local arguments
+  // such as a different --output no longer split the run; another identity is another job.
+  LaunchPlan node_a = multi;
+  node_a.run_identity = "{\"config\": 1}";
+  node_a.worker_args = {"worker", "a.yaml", "--set", "output.dir=/local/a"};
+  LaunchPlan node_b = node_a;
+  node_b.node_rank = 1;
+  node_b.worker_args = {"worker", "/other/a.yaml", "--set", "output.dir=/local/b"};
+  EXPECT_EQ(choose_run_token(node_a, ""), choose_run_token(node_b, ""));
+  LaunchPlan other_job = node_a;
+  other_job.run_identity = "{\"config\": 2}";
+  EXPECT_NE(choose_run_token(node_a, ""), choose_run_token(other_job, ""));
+  LaunchPlan other_port = node_a;
+  other_port.master_port = 29601;
+  EXPECT_NE(choose_run_token(node_a, ""), choose_run_token(other_port, ""));
 }
 
 TEST(LauncherTest, RendezvousRule) {
@@ -391,6 +407,15 @@ TEST(LauncherTest, EpochLines) {
   EXPECT_EQ(parse_epoch_line(" epoch 3/4"), 0);
   EXPECT_EQ(parse_epoch_line("epochs 3/4"), 0);
   EXPECT_EQ(parse_epoch_line("epoch 99999999999/4"), 0);
+}
+
+TEST(LauncherTest, LostRankLines) {
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 3: ring: rank 3 timed out"), 3);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 12: x"), 12);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank : x"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 3"), -1);
+  EXPECT_EQ(parse_lost_rank_line("[rank 0] partrain: lost rank 3: x"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 99999999999: x"), -1);
 }
 
 TEST(LauncherTest, ExecutablePathIsThisProgram) {

@@ -154,5 +154,65 @@ TEST(FileStore, RunTokensKeepRunsApart) {
   EXPECT_EQ(open_store(dir.url(), quick("run-2"))->get("k"), bytes("two"));
 }
 
+// A run killed mid-way leaves its counters, addresses and add() lock folders behind. The
+// next run on the same directory, with or without the same token, starts from none of it:
+// its counters start at zero, no lock blocks it, and a ring forms at the new addresses.
+void expect_reuse_starts_clean(const std::string& token) {
+  TempDir dir;
+  constexpr int kWorld = 3;
+  StoreOptions options = quick(token);
+  options.world_size = kWorld;
+  testing::run_ranks(kWorld, [&](int rank) {
+    StoreOptions mine = options;
+    mine.rank = rank;
+    auto store = open_store(dir.url(), mine);
+    EXPECT_EQ(store->add("comm/instances/" + std::to_string(rank), 1), 1);
+    store->add("shared", 5);
+  });
+  // What a killed process leaves: a lock folder of add(), in the session and beside it.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (entry.is_directory() && entry.path().filename().string().rfind("session-", 0) == 0) {
+      std::filesystem::create_directory(entry.path() / "k_shared.lock");
+      std::filesystem::create_directory(entry.path() / "k_comm%2finstances%2f0.lock");
+    }
+  }
+  std::filesystem::create_directory(dir.path() / "k_shared.lock");
+  std::atomic<int> ok{0};
+  testing::run_ranks(kWorld, [&](int rank) {
+    StoreOptions mine = options;
+    mine.rank = rank;
+    auto store = open_store(dir.url(), mine);
+    EXPECT_EQ(store->add("comm/instances/" + std::to_string(rank), 1), 1) << "stale counter";
+    store->add("shared", 1);
+    store->set("done/" + std::to_string(rank), bytes("yes"));
+    store->wait({"done/0", "done/1", "done/2"}, milliseconds(2000));
+    EXPECT_EQ(store->add("shared", 0), kWorld) << "stale value under a key";
+    ++ok;
+  });
+  EXPECT_EQ(ok.load(), kWorld);
+  // Only this run's session is left.
+  int sessions = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    sessions += entry.is_directory() && entry.path().filename().string().rfind("session-", 0) == 0;
+  }
+  EXPECT_EQ(sessions, 1);
+}
+
+TEST(FileStore, ReusedDirectoryWithTheSameTokenStartsClean) { expect_reuse_starts_clean("job"); }
+TEST(FileStore, ReusedDirectoryWithoutATokenStartsClean) { expect_reuse_starts_clean(""); }
+
+TEST(FileStore, RankWithoutItsRunIsNamed) {
+  TempDir dir;
+  StoreOptions options = quick("job");
+  options.world_size = 3;
+  options.timeout = milliseconds(300);
+  try {
+    FileStore store(dir.path(), options);  // rank 0; ranks 1 and 2 never come
+    FAIL() << "rank 0 opened a session without its ranks";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 1, 2 did not join"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace partrain::comm

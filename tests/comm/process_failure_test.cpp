@@ -127,6 +127,14 @@ TEST(ProcessFailure, ShmFrozenRankIsNamedWithinTwiceTheTimeout) {
 
 #ifdef PARTRAIN_WITH_GLOO
 TEST(ProcessFailure, GlooKilledPeerIsNamed) { expect_victim_named("gloo", 2, 1, SIGKILL); }
+// With more than two ranks Gloo's own error names an address, at times that of a survivor
+// stuck on the dead rank; every survivor must still name the dead one.
+TEST(ProcessFailure, GlooKilledPeerIsNamedInAWorldOfFour) {
+  expect_victim_named("gloo", 4, 2, SIGKILL);
+}
+TEST(ProcessFailure, GlooFrozenPeerIsNamedInAWorldOfThree) {
+  expect_victim_named("gloo", 3, 1, SIGSTOP);
+}
 #endif
 
 }  // namespace

@@ -102,6 +102,38 @@ TEST_F(ConfigTest, BadEnumValue) {
             ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | shm | nccl | auto");
 }
 
+TEST_F(ConfigTest, RendezvousMustBeAStoreUrl) {
+  EXPECT_EQ(error_of("launch:\n  rendezvous: ftp://nowhere\n"),
+            ":2:15: launch.rendezvous: store url 'ftp://nowhere': unknown scheme 'ftp' (expected "
+            "file, tcp or env)");
+  EXPECT_NE(error_of("launch: {rendezvous: 'tcp://node01'}\n").find("expected HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(error_of("launch: {rendezvous: 'tcp://node01:70000'}\n").find("expected HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(error_of("launch: {rendezvous: 'env://x'}\n").find("takes nothing after it"),
+            std::string::npos);
+  EXPECT_NE(error_of("launch: {rendezvous: /tmp/x}\n").find("expected file://DIR"),
+            std::string::npos);
+  // Accepted: what open_store() serves. env:// needs MASTER_* only where the workers start.
+  for (const char* url : {"file:///tmp/rdzv", "tcp://node01:29500", "tcp://[fd00::1]:29500",
+                          "tcp://10.0.0.1:29500", "env://"}) {
+    EXPECT_EQ(
+        load_config(write(std::string("launch: {rendezvous: '") + url + "'}\n")).launch.rendezvous,
+        url);
+  }
+}
+
+TEST_F(ConfigTest, InterfaceAndHost) {
+  const Config c = load_config(write("comm: {interface: ens5, host: 'fd00::5'}\n"));
+  EXPECT_EQ(c.comm.interface, "ens5");
+  EXPECT_EQ(c.comm.host, "fd00::5");
+  EXPECT_EQ(error_of("comm: {interface: 'eth 0'}\n"),
+            ":1:19: comm.interface: 'eth 0' is not a network interface name (e.g. eth0, ens5, "
+            "ib0)");
+  EXPECT_EQ(error_of("comm: {host: 'http://x'}\n"),
+            ":1:14: comm.host: 'http://x' is not a host name or IP address");
+}
+
 TEST_F(ConfigTest, NotYaml) {
   std::string msg = error_of("name: [unclosed\n");
   EXPECT_NE(msg.find("not valid YAML"), std::string::npos) << msg;

@@ -5,7 +5,9 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -14,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "comm_backends/store/store.h"
 #include "common/errors.h"
 
 namespace partrain {
@@ -117,6 +120,18 @@ class Section {
     out = value;
   }
 
+  // A string that `problem` accepts: it returns what is wrong with a value, or "".
+  void read_checked(const std::string& key, std::string& out,
+                    const std::function<std::string(const std::string&)>& problem) {
+    std::string value;
+    read(key, value);
+    if (value.empty()) return;
+    if (const std::string what = problem(value); !what.empty()) {
+      fail(origins_, full(key), child(key).Mark(), what);
+    }
+    out = value;
+  }
+
   template <typename Int>
   void read_int(const std::string& key, Int& out, long long min, long long max) {
     YAML::Node n = child(key);
@@ -205,6 +220,44 @@ class Section {
   std::set<std::string> asked_;
 };
 
+// The schemes open_store() serves. env:// is checked for its shape only: MASTER_ADDR and
+// MASTER_PORT belong to the environment the workers start in, not to this one.
+std::string rendezvous_problem(const std::string& url) {
+  if (url.rfind("env://", 0) == 0) {
+    return url.size() == 6 ? ""
+                           : "env:// takes nothing after it (MASTER_ADDR and MASTER_PORT "
+                             "come from the environment)";
+  }
+  try {
+    comm::parse_store_url(url);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string host_problem(const std::string& host) {
+  const std::string name = host.size() >= 2 && host.front() == '[' && host.back() == ']'
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  const bool ipv6 = name.find(':') != std::string::npos;
+  for (const char c : name) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                    c == '_' || (ipv6 && (c == ':' || c == '%'));
+    if (!ok) return "'" + host + "' is not a host name or IP address";
+  }
+  return name.empty() ? "empty host" : "";
+}
+
+std::string interface_problem(const std::string& name) {
+  for (const char c : name) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == ':') {
+      return "'" + name + "' is not a network interface name (e.g. eth0, ens5, ib0)";
+    }
+  }
+  return "";
+}
+
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 constexpr long long kMaxCount = 1LL << 40;
 
@@ -224,7 +277,7 @@ void read_config(Section& top, Config& c) {
     }
   }
   launch.read_int("nnodes", c.launch.nnodes, 1, 65536);
-  launch.read("rendezvous", c.launch.rendezvous);
+  launch.read_checked("rendezvous", c.launch.rendezvous, rendezvous_problem);
   launch.read_int("max_restarts", c.launch.max_restarts, 0, 1000);
   launch.finish();
 
@@ -233,6 +286,8 @@ void read_config(Section& top, Config& c) {
   comm.read_double("bucket_mb", c.comm.bucket_mb, 0.001, 4096);
   comm.read("wire_dtype", c.comm.wire_dtype, {"f32", "f16", "bf16"});
   comm.read_double("timeout_s", c.comm.timeout_s, 0.1, 86400.0 * 7);
+  comm.read_checked("interface", c.comm.interface, interface_problem);
+  comm.read_checked("host", c.comm.host, host_problem);
   comm.finish();
 
   Section data = top.section("data");
@@ -384,10 +439,9 @@ std::string config_to_json(const Config& c) {
       {"nnodes", c.launch.nnodes},
       {"rendezvous", c.launch.rendezvous},
       {"max_restarts", c.launch.max_restarts}};
-  j["comm"] = {{"backend", c.comm.backend},
-               {"bucket_mb", c.comm.bucket_mb},
-               {"wire_dtype", c.comm.wire_dtype},
-               {"timeout_s", c.comm.timeout_s}};
+  j["comm"] = {{"backend", c.comm.backend},       {"bucket_mb", c.comm.bucket_mb},
+               {"wire_dtype", c.comm.wire_dtype}, {"timeout_s", c.comm.timeout_s},
+               {"interface", c.comm.interface},   {"host", c.comm.host}};
   j["data"] = {{"dataset", c.data.dataset},
                {"root", c.data.root},
                {"download", c.data.download},

@@ -23,6 +23,8 @@ struct CommConfig {
   double bucket_mb = 25.0;
   std::string wire_dtype = "f32";  // f32 | f16 | bf16
   double timeout_s = 300.0;
+  std::string interface;  // NIC to bind and advertise; empty: the route to the master
+  std::string host;       // or the address itself; empty: see interface
 };
 
 struct DataConfig {

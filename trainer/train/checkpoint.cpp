@@ -14,15 +14,18 @@
 #include <torch/nn/module.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
+#include <torch/types.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
+#include "trainer/train/tensor_buffer.h"
 
 namespace partrain {
 namespace {
@@ -71,6 +74,31 @@ std::string shape_text(const at::Tensor& t) {
 }
 
 }  // namespace
+
+// Broadcasts rank 0's `length` and, when it is >= 0, the bytes (into *bytes on the others).
+// They travel as int64 tensors on the model's device: nccl reads only device memory.
+std::int64_t Checkpointer::broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
+                                           std::int64_t length, std::string* bytes) {
+  const auto parameters = model.parameters();
+  const auto options =
+      torch::TensorOptions()
+          .dtype(torch::kInt64)
+          .device(parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device());
+  auto header = torch::full({1}, length, options);
+  broadcast_tensor(comm, header, 0);
+  length = header.cpu().item<std::int64_t>();
+  if (length < 0 || bytes == nullptr) return length;
+  PARTRAIN_CHECK(static_cast<std::uint64_t>(length) <= kMaxCheckpointBytes, CommError,
+                 "rank 0 announced a checkpoint of ", length, " bytes");
+  const std::int64_t words = (length + 7) / 8;
+  auto payload = torch::zeros({words}, torch::TensorOptions().dtype(torch::kInt64));
+  if (comm.rank() == 0) std::memcpy(payload.data_ptr(), bytes->data(), bytes->size());
+  payload = payload.to(options.device());
+  broadcast_tensor(comm, payload, 0);
+  payload = payload.cpu();
+  if (comm.rank() != 0) bytes->assign(static_cast<const char*>(payload.data_ptr()), length);
+  return length;
+}
 
 Checkpointer::Checkpointer(const Config& config, const WorkerEnv& env)
     : config_(config), env_(env), dir_(config.output_dir + "/checkpoints") {}
@@ -138,31 +166,61 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
   if (comm) comm->barrier();
 }
 
+// Where the run resumes is rank 0's decision alone: the hosts of a run need not share a
+// filesystem, and ranks that read OUTPUT/checkpoints each on their own could start at
+// different epochs, after which their collectives no longer match. So rank 0 picks the
+// checkpoint and broadcasts its bytes (or "start fresh", or "failed"); every rank then loads
+// the same bytes through the same checks.
+std::string Checkpointer::choose_checkpoint() const {
+  const std::string& mode = config_.checkpoint.resume;
+  if (mode == "never") return "";
+  if (mode != "auto") return mode;
+  std::string manifest_path = dir_ + "/latest.json";
+  if (!fs::exists(manifest_path)) return "";
+  std::string path;
+  try {
+    Json manifest = Json::parse(read_file(manifest_path));
+    path = dir_ + "/" + manifest.at("file").get<std::string>();
+  } catch (const Json::exception& e) {
+    throw UsageError("checkpoint manifest " + manifest_path + " is not valid: " + e.what());
+  }
+  PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path, " names ",
+                 path, ", which does not exist");
+  return path;
+}
+
 TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
                                       comm::Communicator* comm) {
+  constexpr std::int64_t kFresh = -1;
+  constexpr std::int64_t kRank0Failed = -2;
   TrainingPosition position;
-  const std::string& mode = config_.checkpoint.resume;
+  const bool shared = comm != nullptr && comm->size() > 1;
   std::string path;
-  if (mode == "never") return position;
-  if (mode == "auto") {
-    std::string manifest_path = dir_ + "/latest.json";
-    if (!fs::exists(manifest_path)) return position;
-    Json manifest;
+  std::string bytes;
+  std::int64_t length = kFresh;
+  if (env_.rank == 0) {
     try {
-      manifest = Json::parse(read_file(manifest_path));
-      path = dir_ + "/" + manifest.at("file").get<std::string>();
-    } catch (const Json::exception& e) {
-      throw UsageError("checkpoint manifest " + manifest_path + " is not valid: " + e.what());
+      path = choose_checkpoint();
+      if (!path.empty()) bytes = read_file(path);
+      length = path.empty() ? kFresh : static_cast<std::int64_t>(bytes.size());
+    } catch (const UsageError&) {
+      // The others would wait for the checkpoint until the timeout: tell them now.
+      if (shared) broadcast_bytes(*comm, model, kRank0Failed, nullptr);
+      throw;
     }
-    PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path, " names ",
-                   path, ", which does not exist");
-  } else {
-    path = mode;
   }
+  if (shared) {
+    length = broadcast_bytes(*comm, model, length, &bytes);
+    PARTRAIN_CHECK(length != kRank0Failed, UsageError,
+                   "rank 0 could not load the checkpoint to resume from (its message says why)");
+    if (env_.rank != 0 && length >= 0) {
+      path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+    }
+  }
+  if (length == kFresh) return position;
 
   c10::IValue loaded;
   try {
-    std::string bytes = read_file(path);
     loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
     throw UsageError("checkpoint " + path +
@@ -210,8 +268,6 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
     sgd->momentum_buffer(buffer);
     state[c10::guts::to_string(item.value().unsafeGetTensorImpl())] = std::move(sgd);
   }
-  (void)comm;
-
   position.epoch = meta.at("epoch").get<int>();
   position.step = meta.at("step").get<std::int64_t>();
   position.source = path;

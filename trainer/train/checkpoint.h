@@ -34,9 +34,11 @@ class Checkpointer {
  public:
   Checkpointer(const Config& config, const WorkerEnv& env);
 
-  // Loads the checkpoint that checkpoint.resume selects (auto: the newest complete one in
-  // OUTPUT/checkpoints, if any) into model and optimizer. Returns epoch 0 when starting
-  // fresh. Throws UsageError when the checkpoint does not fit this run.
+  // Loads the checkpoint that checkpoint.resume selects on rank 0 (auto: the newest complete
+  // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
+  // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
+  // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
+  // this run.
   TrainingPosition resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
                           comm::Communicator* comm);
   // Epoch records of the run up to the resumed checkpoint (for the report).
@@ -52,6 +54,10 @@ class Checkpointer {
   std::string directory() const { return dir_; }
 
  private:
+  std::string choose_checkpoint() const;  // rank 0: the file to resume from, or ""
+  static std::int64_t broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
+                                      std::int64_t length, std::string* bytes);
+
   const Config& config_;
   WorkerEnv env_;
   std::string dir_;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <filesystem>
 #include <optional>
@@ -23,6 +24,7 @@
 #include <thread>
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/net/local_address.h"
 #include "common/errors.h"
 #include "common/stopwatch.h"
 #include "common/temp_dir.h"
@@ -80,6 +82,16 @@ void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
   allreduce_tensor(*comm, t, comm::ReduceOp::sum);
   t = t.cpu();
   std::copy(t.data_ptr<double>(), t.data_ptr<double>() + values.size(), values.begin());
+}
+
+// The rendezvous master's host: the tcp store's, else MASTER_ADDR (a file store shared by
+// ranks that torchrun started), else none.
+std::string master_host(const std::string& rendezvous) {
+  if (rendezvous.rfind("tcp://", 0) == 0 || rendezvous.rfind("env://", 0) == 0) {
+    return comm::parse_store_url(rendezvous).host;
+  }
+  const char* addr = std::getenv("MASTER_ADDR");
+  return addr != nullptr ? addr : "";
 }
 
 std::vector<torch::Tensor> state_tensors(const torch::nn::Module& model) {
@@ -165,6 +177,13 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     }
     PARTRAIN_CHECK(!rendezvous.empty(), UsageError,
                    "no rendezvous: set launch.rendezvous or start ranks with partrain run");
+    // The address this rank listens on and publishes: one the other hosts can reach.
+    comm::net::BindAddressRequest address;
+    address.host = cfg.comm.host;
+    address.interface = cfg.comm.interface;
+    address.master_host = master_host(rendezvous);
+    address.single_host = env.local_world_size >= env.world_size;
+    const std::string bind_host = comm::net::choose_bind_address(address);
     comm::StoreOptions so;
     so.token = env.token;
     so.timeout = timeout;
@@ -179,6 +198,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
     co.device_index = device.is_cuda() ? device.index() : 0;
     co.token = env.token;
+    co.bind_host = bind_host;
     comm = comm::make_communicator(co, *store, env.rank, env.world_size);
   }
 

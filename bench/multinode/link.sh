@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# DDP training across two test hosts joined by a rate-limited link: two network namespaces,
+# a veth pair, a token bucket (tc tbf) on each end's egress. Trains DigitalNet width 64 on
+# synthetic CIFAR-shaped data with one rank per host, for each link rate and backend/wire
+# format, and prints the images/s rank 0 reports. Needs root and iproute2.
+#
+#   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rates=${1:-"1gbit 200mbit"}
+variants=${2:-"asio-ring:f32 asio-ring:bf16 gloo:f32"}
+exe=$(pwd)/build/partrain
+[ "$(id -u)" -eq 0 ] || { echo "link.sh: needs root (network namespaces)" >&2; exit 2; }
+id=$$
+a=ptb${id}a; b=ptb${id}b
+work=$(mktemp -d /tmp/partrain-link-XXXXXX)
+cleanup() {
+  for ns in "$a" "$b"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$a"; ip netns add "$b"
+ip link add "${a}v" type veth peer name "${b}v"
+ip link set "${a}v" netns "$a"; ip link set "${b}v" netns "$b"
+ip -n "$a" addr add 10.78.0.1/24 dev "${a}v"; ip -n "$b" addr add 10.78.0.2/24 dev "${b}v"
+for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
+ip -n "$a" link set "${a}v" up; ip -n "$b" link set "${b}v" up
+
+cat > "$work/cfg.yaml" <<YAML
+name: link
+seed: 0
+device: cpu
+strategy: ddp
+launch: {nproc_per_node: 1}
+comm: {timeout_s: 120, bucket_mb: 25}
+data: {dataset: synthetic, synthetic_train: 1280, synthetic_test: 64, batch_size: 64, num_workers: 1}
+model: {name: digitalnet, width: 64, norm: batch}
+train: {epochs: 2, threads: 1, log_every: 10}
+checkpoint: {every_epochs: 0, resume: never}
+YAML
+
+port=29700
+echo "| link | backend | wire | images/s (epoch 2) | epoch 2 s |"
+echo "|---|---|---|---:|---:|"
+for rate in $rates; do
+  for ns in "$a" "$b"; do
+    ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$rate" burst 256kb latency 50ms
+  done
+  for variant in $variants; do
+    backend=${variant%%:*}; wire=${variant##*:}
+    port=$((port + 1))
+    args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
+          --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
+    ip netns exec "$a" timeout 900 "$exe" "${args[@]}" --node-rank 0 --output "$work/out0" > "$work/n0.log" 2>&1 &
+    p0=$!
+    ip netns exec "$b" timeout 900 "$exe" "${args[@]}" --node-rank 1 --output "$work/out1" > "$work/n1.log" 2>&1 &
+    p1=$!
+    if ! wait "$p0" || ! wait "$p1"; then
+      echo "link.sh: run failed ($rate $variant):" >&2; tail -n 5 "$work/n0.log" "$work/n1.log" >&2; exit 1
+    fi
+    python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+last = report["epochs"][-1]
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} |")
+PY
+  done
+done

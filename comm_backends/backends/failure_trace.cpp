@@ -1,0 +1,80 @@
+#include "comm_backends/backends/failure_trace.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+
+#include "comm_backends/store/store.h"
+
+namespace partrain::comm {
+
+std::chrono::milliseconds failure_grace(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 10, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
+}
+
+FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank, int size,
+                               int blamed, std::chrono::milliseconds grace,
+                               std::chrono::milliseconds patience) {
+  using Clock = std::chrono::steady_clock;
+  FailureTrace trace;
+  trace.culprit = blamed;
+  const auto key = [&prefix](int r) { return prefix + "failed/" + std::to_string(r); };
+  const auto start = Clock::now();
+  const auto grace_end = start + grace;
+  // Bounded by the grace period: each poll of a missing report sleeps 5 ms until then.
+  const auto reported = [&](int r) {
+    while (!store.check({key(r)}) && Clock::now() < grace_end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return store.check({key(r)});
+  };
+  // The store may be across the same dead link: no request may take more than the grace
+  // period. The communicator is broken now, so nothing else waits on this store meanwhile.
+  struct Bound {
+    Store& store;
+    std::chrono::milliseconds before;
+    ~Bound() { store.set_timeout(before); }
+  } bound{store, store.timeout()};
+  store.set_timeout(grace);
+  try {
+    const std::string mine = std::to_string(blamed);
+    store.set(key(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    if (blamed >= 0) {
+      std::set<int> visited{rank};
+      int suspect = blamed;
+      for (;;) {
+        if (!visited.insert(suspect).second) return trace;  // a circle: keep what we saw
+        if (!reported(suspect)) {
+          trace.culprit = suspect;
+          return trace;
+        }
+        const auto report = store.get(key(suspect));
+        const int next = std::stoi(std::string(report.begin(), report.end()));
+        if (next >= size) return trace;
+        if (next < 0) break;  // it could not tell either: look for the silent ones
+        suspect = next;
+      }
+    }
+    // Who sent no report? A survivor stuck on the lost rank reports once its own wait times
+    // out, so while more than one is silent the wait goes on, up to `patience` plus the
+    // grace period; polls are 5 ms apart.
+    // A grace period past the timeout: the stuck survivor's own wait started a little
+    // after ours, and it reports once that ends.
+    const auto patience_end = start + patience + grace;
+    for (;;) {
+      trace.silent.clear();
+      for (int r = 0; r < size; ++r) {
+        if (r != rank && !store.check({key(r)})) trace.silent.push_back(r);
+      }
+      const auto now = Clock::now();
+      if ((now >= grace_end && trace.silent.size() <= 1) || now >= patience_end) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!trace.silent.empty()) trace.culprit = trace.silent.front();
+    return trace;
+  } catch (const std::exception&) {
+    return trace;
+  }
+}
+
+}  // namespace partrain::comm

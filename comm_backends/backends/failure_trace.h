@@ -1,0 +1,36 @@
+// defines: trace_failed_rank() — which rank a failed collective lost, found through the
+// store, for backends whose own error names a neighbour, an address or nobody.
+//
+// A rank that fails reports "I failed, I blame P" (P = -1: I cannot tell whom) under
+// PREFIX/failed/RANK, then follows the chain of such reports (P's own report blames someone
+// further along) to a rank that published none within a short grace period: that one died
+// or froze. With no one to start from (or a chain that ends in "cannot tell"), the ranks
+// that send no report are the lost ones; survivors stuck on a lost rank report once their
+// own wait times out, so that wait may last up to `patience` (the collective timeout) plus
+// the grace period.
+// Stall inspection of this kind is how Horovod names the ranks that are missing.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace partrain::comm {
+
+class Store;
+
+struct FailureTrace {
+  int culprit = -1;         // the rank to name; -1 when nothing could be learned
+  std::vector<int> silent;  // when found by silence: every rank that sent no report in time
+};
+
+// Never throws: the store may have died with the failed rank, and then `blamed` is kept.
+FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank, int size,
+                               int blamed, std::chrono::milliseconds grace,
+                               std::chrono::milliseconds patience);
+
+// The grace period for a communicator timeout: long enough for the other survivors to
+// report, short against the timeout.
+std::chrono::milliseconds failure_grace(std::chrono::milliseconds timeout);
+
+}  // namespace partrain::comm

@@ -1,0 +1,284 @@
+// `partrain run --nnodes 2 --node-rank R` on two test hosts made of network namespaces
+// (netns.h): the same command on each host, only --node-rank and the node-local --output
+// differ, real TCP between 10.x addresses. What a user of two machines would do, and what
+// must hold: one run forms, DDP across hosts equals one process at the global batch, a
+// resume agrees without a shared filesystem, strangers on the store port are refused, and
+// a pulled cable or a killed launcher stops every survivor, naming whom it lost.
+#include <gtest/gtest.h>
+
+#include "tests/multinode/netns.h"
+#include "tests/train/run_harness.h"
+
+namespace partrain_test {
+namespace {
+
+constexpr int kPortBase = 29400;
+
+// The small run every test trains: no BatchNorm, so that W ranks at batch b give, to float
+// rounding, what one process gives at batch W*b.
+fs::path small_config(const fs::path& dir, int epochs) {
+  return write_config(dir, "strategy: ddp\ntrain: {epochs: " + std::to_string(epochs) +
+                               ", threads: 1, log_every: 1}\n");
+}
+
+std::vector<std::string> small_overrides(const std::string& backend) {
+  return {"--set", "model.norm=none",         "--set", "data.synthetic_train=256",
+          "--set", "data.synthetic_test=64",  "--set", "data.batch_size=16",
+          "--set", "comm.backend=" + backend, "--set", "comm.timeout_s=20"};
+}
+
+struct HostRun {
+  pid_t pid = -1;
+  fs::path log;
+  fs::path output;
+};
+
+// `partrain run` for node `host` of a run over all of `hosts`; `tag` names its log and output.
+HostRun start_node(const NetnsHosts& hosts, int host, const fs::path& dir, const fs::path& config,
+                   const std::string& master, int port, int ranks_per_host,
+                   const std::vector<std::string>& extra, const std::string& tag) {
+  HostRun run;
+  run.log = dir / (tag + ".log");
+  run.output = dir / ("out-" + tag);
+  std::vector<std::string> args = {exe(), "run", config.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  for (const std::string& a :
+       {std::string("--nnodes"), std::to_string(hosts.count()), std::string("--node-rank"),
+        std::to_string(host), std::string("--nproc-per-node"), std::to_string(ranks_per_host),
+        std::string("--master-addr"), master, std::string("--master-port"), std::to_string(port),
+        std::string("--output"), run.output.string()}) {
+    args.push_back(a);
+  }
+  run.pid = hosts.spawn(host, args, run.log);
+  return run;
+}
+
+// Starts the same command on every host; only --node-rank and --output differ.
+std::vector<HostRun> start_on_hosts(const NetnsHosts& hosts, const fs::path& dir,
+                                    const fs::path& config, const std::string& master, int port,
+                                    int ranks_per_host, const std::vector<std::string>& extra) {
+  std::vector<HostRun> runs;
+  for (int h = 0; h < hosts.count(); ++h) {
+    runs.push_back(start_node(hosts, h, dir, config, master, port, ranks_per_host, extra,
+                              "host" + std::to_string(h)));
+  }
+  return runs;
+}
+
+// Waits (bounded) for every launcher; returns their exit codes (-1: killed here).
+std::vector<int> finish(const std::vector<HostRun>& runs, std::chrono::seconds bound) {
+  std::vector<int> codes;
+  for (const auto& run : runs) {
+    const auto status = wait_exit(run.pid, bound);
+    codes.push_back(status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1);
+  }
+  return codes;
+}
+
+std::string logs(const std::vector<HostRun>& runs) {
+  std::string text;
+  for (const auto& run : runs) text += "--- " + run.log.string() + "\n" + read_text(run.log);
+  return text;
+}
+
+std::vector<double> losses_in(const fs::path& output) {
+  std::ifstream in(output / "report.json");
+  EXPECT_TRUE(in.good()) << "no report in " << output;
+  const Json report = Json::parse(in);
+  std::vector<double> losses;
+  for (const auto& e : report["epochs"]) losses.push_back(e["train_loss"].get<double>());
+  return losses;
+}
+
+// One process at the global batch, outside the namespaces.
+std::vector<double> single_process_losses(const fs::path& dir, const std::string& backend,
+                                          int world, int epochs) {
+  fs::create_directories(dir);
+  auto cfg = write_config(
+      dir, "strategy: single\ntrain: {epochs: " + std::to_string(epochs) + ", threads: 1}\n");
+  std::string args = "run " + cfg.string();
+  const auto overrides = small_overrides(backend);
+  for (const auto& o : overrides) args += " " + o;
+  args += " --set data.batch_size=" + std::to_string(16 * world);
+  const Result r = partrain(args, dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return losses_in(dir / "out");
+}
+
+void expect_same_losses(const std::vector<double>& ddp, const std::vector<double>& single) {
+  ASSERT_EQ(ddp.size(), single.size());
+  for (std::size_t i = 0; i < ddp.size(); ++i) {
+    EXPECT_NEAR(ddp[i], single[i], 1e-4 * std::abs(single[i])) << "epoch " << i + 1;
+  }
+}
+
+struct Shape {
+  std::string backend;
+  int ranks_per_host;
+  enum class Master { ipv4, ipv6, name } master;  // how --master-addr names host 0
+};
+
+void PrintTo(const Shape& shape, std::ostream* out) {
+  const char* master[] = {"IPv4", "IPv6", "name"};
+  *out << shape.backend << " x" << shape.ranks_per_host << ", master by "
+       << master[static_cast<int>(shape.master)];
+}
+
+class TwoHosts : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
+  const Shape shape = GetParam();
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  const std::string tag = shape.backend + "_x" + std::to_string(shape.ranks_per_host);
+  auto dir = scratch("two_hosts_" + tag);
+  const auto config = small_config(dir, 1);
+  const std::string master = shape.master == Shape::Master::name   ? NetnsHosts::host_name(0)
+                             : shape.master == Shape::Master::ipv6 ? hosts.address6(0)
+                                                                   : hosts.address(0);
+  auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + shape.ranks_per_host,
+                             shape.ranks_per_host, small_overrides(shape.backend));
+  const auto codes = finish(runs, std::chrono::seconds(120));
+  ASSERT_EQ(codes, (std::vector<int>{0, 0})) << logs(runs);
+  const int world = 2 * shape.ranks_per_host;
+  const Json report = Json::parse(std::ifstream(runs[0].output / "report.json"));
+  EXPECT_EQ(report["env"]["world_size"], world);
+  EXPECT_EQ(report["env"]["backend"], shape.backend);
+  EXPECT_FALSE(fs::exists(runs[1].output / "report.json")) << "only rank 0 reports";
+  expect_same_losses(losses_in(runs[0].output),
+                     single_process_losses(dir / "single", shape.backend, world, 1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TwoHosts,
+                         ::testing::Values(Shape{"gloo", 1, Shape::Master::name},
+                                           Shape{"asio-ring", 2, Shape::Master::ipv6},
+                                           Shape{"gloo", 2, Shape::Master::ipv4}),
+                         [](const auto& info) {
+                           std::string name = info.param.backend + "_x" +
+                                              std::to_string(info.param.ranks_per_host);
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
+
+// The hosts share no filesystem (each has its own --output), so only host 0 holds the
+// checkpoint. The second command resumes both hosts from it, at the same epoch, and the two
+// halves together train exactly what one process trains in one go.
+TEST(TwoHostsResume, RankZeroDecidesAndTheOtherHostFollows) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_resume");
+  const auto config = small_config(dir, 2);
+  auto overrides = small_overrides("asio-ring");
+  auto first_half = overrides;
+  first_half.insert(first_half.end(),
+                    {"--set", "train.epochs=1", "--set", "checkpoint.resume=auto"});
+  auto runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, 1, first_half);
+  ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
+  ASSERT_FALSE(fs::exists(runs[1].output / "checkpoints")) << "only rank 0 writes checkpoints";
+
+  auto second_half = overrides;
+  second_half.insert(second_half.end(), {"--set", "checkpoint.resume=auto"});
+  runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, 1, second_half);
+  ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
+  EXPECT_NE(read_text(runs[0].log).find("resumed from"), std::string::npos) << logs(runs);
+  EXPECT_EQ(read_text(runs[1].log).find("epoch 1/2"), std::string::npos)
+      << "host 1 trained epoch 1 again:\n"
+      << logs(runs);
+  expect_same_losses(losses_in(runs[0].output),
+                     single_process_losses(dir / "single", "asio-ring", 2, 2));
+}
+
+// Another job on the master's port — garbage bytes, then a partrain run with another
+// config — is refused, the latter with a message that says so; the run itself goes on.
+TEST(TwoHostsStrangers, OtherJobsOnTheStorePortAreRefusedAndTheRunFinishes) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_strangers");
+  const int port = kPortBase + 20;
+  const auto config = small_config(dir, 1);
+  const auto overrides = small_overrides("asio-ring");
+  const HostRun master =
+      start_node(hosts, 0, dir, config, hosts.address(0), port, 1, overrides, "host0");
+
+  // Garbage from host 1, retried until the store listens (bounded: 100 x 100 ms).
+  bool garbage_sent = false;
+  for (int attempt = 0; attempt < 100 && !garbage_sent; ++attempt) {
+    garbage_sent = hosts.shell(1, "exec 3<>/dev/tcp/" + hosts.address(0) + "/" +
+                                      std::to_string(port) + " && echo GET / HTTP/1.0 >&3");
+    if (!garbage_sent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(garbage_sent) << "the store never listened on host 0";
+
+  // Another job: same port, another learning rate, so another run token.
+  auto other = overrides;
+  other.insert(other.end(), {"--set", "train.optimizer.lr=0.5"});
+  const HostRun stranger =
+      start_node(hosts, 1, dir, config, hosts.address(0), port, 1, other, "stranger");
+  EXPECT_EQ(finish({stranger}, std::chrono::seconds(60)), std::vector<int>{2})
+      << read_text(stranger.log);
+  EXPECT_NE(read_text(stranger.log).find("belongs to another run"), std::string::npos)
+      << read_text(stranger.log);
+
+  // The real node 1 joins and the run finishes.
+  const std::vector<HostRun> runs = {
+      master, start_node(hosts, 1, dir, config, hosts.address(0), port, 1, overrides, "host1")};
+  EXPECT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
+}
+
+// Bounds for the failure tests: comm.timeout_s 3 and the launcher's 3 s grace; a survivor
+// may also spend one more timeout reaching the store to trace the failure. The check is
+// that it stops at all, in bounded time, not how fast.
+constexpr int kFailTimeoutS = 3;
+constexpr auto kStopBound = std::chrono::seconds(6 * kFailTimeoutS + 10);
+
+std::vector<HostRun> start_long_run(const NetnsHosts& hosts, const fs::path& dir,
+                                    const std::string& backend, int port) {
+  const auto config = small_config(dir, 500);
+  auto overrides = small_overrides(backend);
+  overrides.insert(overrides.end(), {"--set", "comm.timeout_s=" + std::to_string(kFailTimeoutS)});
+  return start_on_hosts(hosts, dir, config, hosts.address(0), port, 1, overrides);
+}
+
+void expect_no_process_left(const NetnsHosts& hosts, int host) {
+  // Bounded: 100 x 50 ms for the last exits to be reaped.
+  for (int i = 0; i < 100 && !hosts.pids(host).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(hosts.pids(host).empty()) << "a process is left behind on host " << host;
+}
+
+// Pulled cable: no reset, no close, the packets just stop. Both launchers exit 1 and name
+// the rank on the other side.
+TEST(TwoHostsFailures, LinkDownStopsBothHostsNamingTheLostRank) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_link_down");
+  auto runs = start_long_run(hosts, dir, "asio-ring", kPortBase + 30);
+  ASSERT_TRUE(wait_for_text(runs[0].log, "step", std::chrono::seconds(120))) << logs(runs);
+  ASSERT_TRUE(hosts.set_link(1, false));
+  const auto codes = finish(runs, kStopBound);
+  EXPECT_EQ(codes, (std::vector<int>{1, 1})) << logs(runs);
+  EXPECT_NE(read_text(runs[0].log).find("it lost rank 1"), std::string::npos) << logs(runs);
+  EXPECT_NE(read_text(runs[1].log).find("it lost rank 0"), std::string::npos) << logs(runs);
+  expect_no_process_left(hosts, 0);
+  expect_no_process_left(hosts, 1);
+}
+
+// The launcher on host 1 is killed outright (SIGKILL: no chance to stop its worker). Its
+// worker goes with it, and host 0 exits 1 naming rank 1.
+TEST(TwoHostsFailures, KilledLauncherStopsTheOtherHostNamingItsRank) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_launcher_killed");
+  auto runs = start_long_run(hosts, dir, "gloo", kPortBase + 40);
+  ASSERT_TRUE(wait_for_text(runs[0].log, "step", std::chrono::seconds(120))) << logs(runs);
+  ::kill(runs[1].pid, SIGKILL);
+  const auto codes = finish(runs, kStopBound);
+  EXPECT_EQ(codes[0], 1) << logs(runs);
+  EXPECT_NE(read_text(runs[0].log).find("it lost rank 1"), std::string::npos) << logs(runs);
+  expect_no_process_left(hosts, 1);
+  expect_no_process_left(hosts, 0);
+}
+
+}  // namespace
+}  // namespace partrain_test
