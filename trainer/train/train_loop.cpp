@@ -33,6 +33,7 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/download.h"
 #include "trainer/data/loader.h"
+#include "trainer/data/tensor_file.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/device_memory.h"
 #include "trainer/train/models.h"
@@ -194,8 +195,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   // own timeouts (DownloadOptions), which the wait adds to the usual bound.
   std::shared_ptr<const data::ImageDataset> train_set, test_set;
   auto load = [&] {
-    train_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, true, cfg.seed));
-    test_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, false, cfg.seed));
+    data::DatasetSplits splits = data::load_splits(cfg.data, cfg.seed, &data::read_tensor_file);
+    train_set = std::make_shared<data::ImageDataset>(std::move(splits.train));
+    test_set = std::make_shared<data::ImageDataset>(std::move(splits.test));
   };
   if (store && env.local_world_size > 1) {
     const std::string loaded_key = "data-loaded/" + std::to_string(env.rank - env.local_rank);
