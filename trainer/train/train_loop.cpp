@@ -218,7 +218,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                                        : std::chrono::milliseconds(0));
       store->wait({loaded_key}, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
-      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), CommError, "rank ",
+      // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
+      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), UsageError, "rank ",
                      env.rank - env.local_rank, " could not load the data set (see its error)");
       load();
     }
