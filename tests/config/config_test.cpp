@@ -123,19 +123,20 @@ TEST_F(ConfigTest, OverridesApplyAndNameThemselvesInErrors) {
 }
 
 TEST_F(ConfigTest, DatasetKeysImageSizeMeanAndStd) {
-  Config c = load_config(write("data:\n  dataset: image-folder\n  image_size: 64\n"
-                               "  mean: [0.5, 0.4, 0.3]\n  std: 0.25\n"));
+  Config c =
+      load_config(write("data:\n  dataset: image-folder\n  image_size: 64\n"
+                        "  mean: [0.5, 0.4, 0.3]\n  std: 0.25\n"));
   EXPECT_EQ(c.data.dataset, "image-folder");
   EXPECT_EQ(c.data.image_size, 64);
   EXPECT_EQ(c.data.mean, (std::vector<double>{0.5, 0.4, 0.3}));
   EXPECT_EQ(c.data.std, (std::vector<double>{0.25}));
   for (const char* name : {"cifar10", "mnist", "tensors"}) {
-    EXPECT_EQ(load_config(write(std::string("data: {dataset: ") + name + "}\n")).data.dataset, name);
+    EXPECT_EQ(load_config(write(std::string("data: {dataset: ") + name + "}\n")).data.dataset,
+              name);
   }
   // The YAML form carries the lists and reads back the same.
   EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
-  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(Config{})))),
-            config_to_json(Config{}));
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(Config{})))), config_to_json(Config{}));
 
   EXPECT_EQ(error_of("data: {dataset: imagenet}\n").substr(0, 40),
             ":1:17: data.dataset: 'imagenet' is not o");

@@ -74,8 +74,7 @@ TEST_F(Cifar10, ReadsTheFiveTrainingBatchesInOrderAndTheTestBatch) {
   EXPECT_EQ(seven.image(6)[0], 30);
   fs::remove(dir / "data_batch_5.bin");
   EXPECT_THAT(usage_error_of([&] { load_dataset(cfg, true, 0); }),
-              AllOf(HasSubstr("data_batch_5.bin not found"),
-                    HasSubstr("cifar-10-binary.tar.gz")));
+              AllOf(HasSubstr("data_batch_5.bin not found"), HasSubstr("cifar-10-binary.tar.gz")));
 }
 
 TEST_F(Cifar10, BrokenBatchesNameTheFileAndTheByte) {
@@ -110,7 +109,8 @@ std::vector<std::uint8_t> idx_images(std::uint32_t n) {
   put_u32(out, n);
   put_u32(out, 28);
   put_u32(out, 28);
-  for (std::uint32_t i = 0; i < n; ++i) out.insert(out.end(), 28 * 28, static_cast<std::uint8_t>(i));
+  for (std::uint32_t i = 0; i < n; ++i)
+    out.insert(out.end(), 28 * 28, static_cast<std::uint8_t>(i));
   return out;
 }
 
@@ -151,9 +151,9 @@ TEST(Mnist, BrokenFilesNameTheFileAndTheByte) {
   DataConfig cfg;
   cfg.dataset = "mnist";
   cfg.root = dir.path();
-  EXPECT_THAT(usage_error_of([&] { load_dataset(cfg, true, 0); }),
-              AllOf(HasSubstr(dir / "train-images-idx3-ubyte[.gz] not found"),
-                    HasSubstr("MNIST release")));
+  EXPECT_THAT(
+      usage_error_of([&] { load_dataset(cfg, true, 0); }),
+      AllOf(HasSubstr(dir / "train-images-idx3-ubyte[.gz] not found"), HasSubstr("MNIST release")));
   write_bytes(dir / "train-images-idx3-ubyte", idx_images(4));
   std::vector<std::uint8_t> labels = idx_labels(4);
   labels[8 + 2] = 12;

@@ -28,9 +28,9 @@ cv::Mat pattern(int width, int height, int seed) {
   cv::Mat image(height, width, CV_8UC3);
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
-      image.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<std::uint8_t>(seed + x),
-                                            static_cast<std::uint8_t>(seed + y),
-                                            static_cast<std::uint8_t>(seed + x + y));
+      image.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<std::uint8_t>(seed + x), static_cast<std::uint8_t>(seed + y),
+                    static_cast<std::uint8_t>(seed + x + y));
     }
   }
   return image;
@@ -55,8 +55,10 @@ DataConfig folder_config(const std::string& root) {
 class ImageFolder : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 3; ++i) write_image(dir / "train/ant", "a" + std::to_string(i) + ".png", pattern(6, 4, 10 * i));
-    for (int i = 0; i < 2; ++i) write_image(dir / "train/cat", "c" + std::to_string(i) + ".PNG", pattern(6, 4, 100 + i));
+    for (int i = 0; i < 3; ++i)
+      write_image(dir / "train/ant", "a" + std::to_string(i) + ".png", pattern(6, 4, 10 * i));
+    for (int i = 0; i < 2; ++i)
+      write_image(dir / "train/cat", "c" + std::to_string(i) + ".PNG", pattern(6, 4, 100 + i));
     write_image(dir / "val/cat", "v.png", pattern(6, 4, 200));
     write_bytes(dir / "train/cat/notes.txt", {'h', 'i'});  // not an image: skipped
   }
@@ -131,7 +133,8 @@ TEST_F(ImageFolder, ResizesTheShorterSideThenCropsTheCentre) {
   // 6 columns; the centre 4 start at column 1 (torchvision's round(2 / 2)).
   cv::Mat image(8, 12, CV_8UC3);
   for (int y = 0; y < 8; ++y) {
-    for (int x = 0; x < 12; ++x) image.at<cv::Vec3b>(y, x) = cv::Vec3b(0, 0, static_cast<std::uint8_t>(20 * x));
+    for (int x = 0; x < 12; ++x)
+      image.at<cv::Vec3b>(y, x) = cv::Vec3b(0, 0, static_cast<std::uint8_t>(20 * x));
   }
   write_image(other / "k", "wide.png", image);
   write_image(other / "k", "tall.png", pattern(5, 9, 0));  // 5x9 -> 4x7 (int(4 * 9 / 5)) -> 4x4
@@ -161,8 +164,7 @@ TEST_F(ImageFolder, JpegDecodesCloseToWhatWasWritten) {
 
 TEST_F(ImageFolder, MixedSizesWithoutImageSizeNameBothFiles) {
   write_image(dir / "train/cat", "c9.png", pattern(5, 4, 0));
-  const std::string message =
-      usage_error_of([&] { read_image_folder(dir / "train", {}); });
+  const std::string message = usage_error_of([&] { read_image_folder(dir / "train", {}); });
   EXPECT_THAT(message, AllOf(HasSubstr("c9.png: 5x4 pixels, but "), HasSubstr("a0.png is 6x4"),
                              HasSubstr("set data.image_size")));
   ImageFolderOptions resized;

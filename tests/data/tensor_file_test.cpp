@@ -53,7 +53,8 @@ class TensorFile : public ::testing::Test {
     std::ofstream(*dir_ / "writer.py") << kWriter;
     const std::string command = "timeout 300 /usr/bin/python3 " + (*dir_ / "writer.py") + " " +
                                 dir_->path() + " > " + (*dir_ / "writer.log") + " 2>&1";
-    python_ok_ = std::system("timeout 120 /usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
+    python_ok_ =
+        std::system("timeout 120 /usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
     if (python_ok_) {
       const int rc = std::system(command.c_str());
       ASSERT_EQ(rc, 0) << "the writer failed; see " << (*dir_ / "writer.log");
@@ -116,7 +117,8 @@ TEST_F(TensorFile, LoadSplitsComputesStatisticsAndChecksTheTestSplit) {
   fs::copy_file(path("negative.pt"), path("good/test.pt"), fs::copy_options::overwrite_existing);
   EXPECT_THAT(usage_error_of([&] { load_splits(cfg, 0, &read_tensor_file); }),
               HasSubstr("test.pt: \"labels\"[1] is -1"));
-  fs::copy_file(path("label_4_of_4.pt"), path("good/test.pt"), fs::copy_options::overwrite_existing);
+  fs::copy_file(path("label_4_of_4.pt"), path("good/test.pt"),
+                fs::copy_options::overwrite_existing);
   EXPECT_THAT(usage_error_of([&] { load_splits(cfg, 0, &read_tensor_file); }),
               HasSubstr("test.pt: \"labels\"[5] is 4, outside the training split's 3 classes"));
   fs::copy_file(path("strided.pt"), path("good/test.pt"), fs::copy_options::overwrite_existing);
@@ -136,7 +138,8 @@ TEST_F(TensorFile, MalformedFilesAreNamed) {
   EXPECT_THAT(error("float_images.pt"), HasSubstr("\"images\" is Float, not uint8"));
   EXPECT_THAT(error("int32_labels.pt"), HasSubstr("\"labels\" is Int, not int64"));
   EXPECT_THAT(error("short_labels.pt"), HasSubstr("\"labels\" holds 5 labels but \"images\" 6"));
-  EXPECT_THAT(error("three_dims.pt"), HasSubstr("\"images\" has shape [3, 4, 5], not [N, C, H, W]"));
+  EXPECT_THAT(error("three_dims.pt"),
+              HasSubstr("\"images\" has shape [3, 4, 5], not [N, C, H, W]"));
   EXPECT_THAT(error("list.pt"), HasSubstr("not a dict with \"images\" and \"labels\""));
   EXPECT_THAT(error("no_labels.pt"), HasSubstr("the dict has no \"labels\""));
   EXPECT_THAT(error("outside_classes.pt"),

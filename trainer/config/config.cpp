@@ -12,8 +12,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "common/errors.h"
 
@@ -280,9 +280,9 @@ void read_config(Section& top, Config& c) {
   comm.finish();
 
   Section data = top.section("data");
-  data.read("dataset", c.data.dataset,
-            {"cifar100", "cifar10", "fashion-mnist", "mnist", "image-folder", "tensors",
-             "synthetic"});
+  data.read(
+      "dataset", c.data.dataset,
+      {"cifar100", "cifar10", "fashion-mnist", "mnist", "image-folder", "tensors", "synthetic"});
   data.read("root", c.data.root);
   data.read_bool("download", c.data.download);
   data.read("url", c.data.url);
@@ -298,9 +298,8 @@ void read_config(Section& top, Config& c) {
   // Pixels are in [0, 1] when normalised, so a mean far outside that is a typo (255 units).
   const YAML::Node mean = data.read_double_list("mean", c.data.mean, -1.0, 2.0, kMaxChannels);
   // std must be > 0; the smallest positive double stands for the open bound.
-  const YAML::Node std_dev = data.read_double_list("std", c.data.std,
-                                                   std::numeric_limits<double>::min(), 100.0,
-                                                   kMaxChannels);
+  const YAML::Node std_dev = data.read_double_list(
+      "std", c.data.std, std::numeric_limits<double>::min(), 100.0, kMaxChannels);
   data.finish();
   if (c.data.image_size != 0 && c.data.dataset != "image-folder") {
     fail(top.origins(), "data.image_size", image_size.Mark(),
@@ -312,11 +311,13 @@ void read_config(Section& top, Config& c) {
   const int channels = dataset_channels(c.data.dataset);
   for (const auto& [key, values, node] :
        {std::tuple{"mean", &c.data.mean, mean}, std::tuple{"std", &c.data.std, std_dev}}) {
-    if (channels > 0 && !values->empty() && values->size() != 1 && values->size() != static_cast<std::size_t>(channels)) {
-      fail(top.origins(), std::string("data.") + key, node.Mark(),
-           detail::concat(values->size(), " values, but ", c.data.dataset, " images have ",
-                          channels, channels == 1 ? std::string(" channel (give 1)")
-                                        : detail::concat(" channels (give 1 or ", channels, ")")));
+    if (channels > 0 && !values->empty() && values->size() != 1 &&
+        values->size() != static_cast<std::size_t>(channels)) {
+      fail(
+          top.origins(), std::string("data.") + key, node.Mark(),
+          detail::concat(values->size(), " values, but ", c.data.dataset, " images have ", channels,
+                         channels == 1 ? std::string(" channel (give 1)")
+                                       : detail::concat(" channels (give 1 or ", channels, ")")));
     }
   }
 
@@ -457,12 +458,18 @@ std::string config_to_json(const Config& c) {
                {"bucket_mb", c.comm.bucket_mb},
                {"wire_dtype", c.comm.wire_dtype},
                {"timeout_s", c.comm.timeout_s}};
-  j["data"] = {{"dataset", c.data.dataset},         {"root", c.data.root},
-               {"download", c.data.download},       {"url", c.data.url},
-               {"batch_size", c.data.batch_size},   {"num_workers", c.data.num_workers},
-               {"augment", c.data.augment},         {"train_limit", c.data.train_limit},
-               {"test_limit", c.data.test_limit},   {"synthetic_train", c.data.synthetic_train},
-               {"synthetic_test", c.data.synthetic_test}, {"image_size", c.data.image_size},
+  j["data"] = {{"dataset", c.data.dataset},
+               {"root", c.data.root},
+               {"download", c.data.download},
+               {"url", c.data.url},
+               {"batch_size", c.data.batch_size},
+               {"num_workers", c.data.num_workers},
+               {"augment", c.data.augment},
+               {"train_limit", c.data.train_limit},
+               {"test_limit", c.data.test_limit},
+               {"synthetic_train", c.data.synthetic_train},
+               {"synthetic_test", c.data.synthetic_test},
+               {"image_size", c.data.image_size},
                {"mean", c.data.mean.empty() ? nlohmann::ordered_json(nullptr)
                                             : nlohmann::ordered_json(c.data.mean)},
                {"std", c.data.std.empty() ? nlohmann::ordered_json(nullptr)

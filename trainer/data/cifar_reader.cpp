@@ -73,8 +73,8 @@ void read_records(const std::string& path, const RecordFormat& format, std::int6
     const std::int64_t offset = first * record_bytes;
     in.read(reinterpret_cast<char*>(block.data()), count * record_bytes);
     // The size was checked, so a short read means the file changed or the disk failed.
-    PARTRAIN_CHECK(in.gcount() == count * record_bytes, UsageError, path,
-                   ": read failed at byte ", offset + in.gcount(), " of ", file_bytes);
+    PARTRAIN_CHECK(in.gcount() == count * record_bytes, UsageError, path, ": read failed at byte ",
+                   offset + in.gcount(), " of ", file_bytes);
     for (std::int64_t k = 0; k < count; ++k) {
       const std::uint8_t* record = block.data() + k * record_bytes;
       const std::int64_t record_offset = offset + k * record_bytes;
@@ -84,10 +84,10 @@ void read_records(const std::string& path, const RecordFormat& format, std::int6
                        " is outside 0..", format.coarse_classes - 1);
       }
       const std::uint8_t label = record[format.label_byte];
-      PARTRAIN_CHECK(label < format.classes, UsageError, path, ": byte ",
-                     record_offset + format.label_byte, ": ",
-                     format.coarse_classes > 0 ? "fine label " : "label ", int{label},
-                     " of record ", first + k, " is outside 0..", format.classes - 1);
+      const char* kind = format.coarse_classes > 0 ? "fine label " : "label ";
+      PARTRAIN_CHECK((label < format.classes), UsageError, path, ": byte ",
+                     record_offset + format.label_byte, ": ", kind, int{label}, " of record ",
+                     first + k, " is outside 0..", format.classes - 1);
       const std::int64_t sample = first_sample + first + k;
       out.labels[static_cast<std::size_t>(sample)] = label;
       std::copy(record + format.label_bytes, record + record_bytes,

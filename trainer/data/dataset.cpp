@@ -121,8 +121,8 @@ ImageDataset load_image_folder(const DataConfig& cfg, bool train, std::int64_t l
   if (!fs::is_directory(test_dir, ec) && fs::is_directory(fs::path(cfg.root) / "test", ec)) {
     test_dir = fs::path(cfg.root) / "test";
   }
-  PARTRAIN_CHECK(fs::is_directory(test_dir, ec), UsageError, "image-folder: ",
-                 test_dir.string(), " not found; the validation split goes in val/<class>/ (or "
+  PARTRAIN_CHECK(fs::is_directory(test_dir, ec), UsageError, "image-folder: ", test_dir.string(),
+                 " not found; the validation split goes in val/<class>/ (or "
                  "test/<class>/) beside train/");
   return read_image_folder(test_dir.string(), options);
 }
@@ -185,16 +185,13 @@ ImageDataset read_split(const DataConfig& cfg, bool train, std::uint64_t seed,
 // The test split must fit the model the training split shapes: same image shape, labels
 // among the training split's classes.
 void check_test_split(const DataConfig& cfg, const ImageDataset& train, ImageDataset& test) {
-  const std::string where = cfg.dataset == "tensors"
-                                ? (fs::path(cfg.root) / "test.pt").string()
-                                : detail::concat(cfg.dataset, " test split");
-  PARTRAIN_CHECK(test.channels == train.channels && test.height == train.height &&
-                     test.width == train.width,
-                 UsageError, where, ": images are ", test.channels, "x", test.height, "x",
-                 test.width, " but the training split's are ", train.channels, "x", train.height,
-                 "x", train.width,
-                 cfg.dataset == "image-folder" ? "; set data.image_size to bring both to one size"
-                                               : "");
+  const std::string where = cfg.dataset == "tensors" ? (fs::path(cfg.root) / "test.pt").string()
+                                                     : detail::concat(cfg.dataset, " test split");
+  PARTRAIN_CHECK(
+      test.channels == train.channels && test.height == train.height && test.width == train.width,
+      UsageError, where, ": images are ", test.channels, "x", test.height, "x", test.width,
+      " but the training split's are ", train.channels, "x", train.height, "x", train.width,
+      cfg.dataset == "image-folder" ? "; set data.image_size to bring both to one size" : "");
   if (cfg.dataset != "tensors") return;
   for (std::size_t i = 0; i < test.labels.size(); ++i) {
     PARTRAIN_CHECK(test.labels[i] < train.num_classes, UsageError, where, ": \"labels\"[", i,
@@ -208,12 +205,13 @@ void check_test_split(const DataConfig& cfg, const ImageDataset& train, ImageDat
 
 // data.mean / data.std (1 value for every channel, or one per channel) replace the dataset's.
 void apply_config_stats(const DataConfig& cfg, ImageDataset& d) {
-  for (const auto& [key, given, target] : {std::tuple{"mean", &cfg.mean, &d.mean},
-                                           std::tuple{"std", &cfg.std, &d.std}}) {
+  for (const auto& [key, given, target] :
+       {std::tuple{"mean", &cfg.mean, &d.mean}, std::tuple{"std", &cfg.std, &d.std}}) {
     if (given->empty()) continue;
     PARTRAIN_CHECK(given->size() == 1 || given->size() == static_cast<std::size_t>(d.channels),
                    UsageError, "data.", key, ": ", given->size(), " values, but ", d.name,
-                   " images have ", d.channels, d.channels == 1 ? std::string(" channel (give 1)")
+                   " images have ", d.channels,
+                   d.channels == 1 ? std::string(" channel (give 1)")
                                    : detail::concat(" channels (give 1 or ", d.channels, ")"));
     target->assign(static_cast<std::size_t>(d.channels), 0.0f);
     for (int c = 0; c < d.channels; ++c) {

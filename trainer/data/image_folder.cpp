@@ -1,24 +1,23 @@
 #include "trainer/data/image_folder.h"
 
 // jpeglib.h needs FILE and size_t declared before it.
-#include <cstdio>
 #include <jpeglib.h>
 #include <png.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <csetjmp>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <mutex>
 #include <opencv2/core.hpp>
 #include <opencv2/core/utils/logger.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
-
-#include <algorithm>
-#include <atomic>
-#include <exception>
-#include <cctype>
-#include <csetjmp>
-#include <initializer_list>
-#include <filesystem>
-#include <fstream>
-#include <mutex>
 #include <system_error>
 #include <thread>
 
@@ -43,8 +42,8 @@ bool is_image_name(const fs::path& path) {
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  for (const char* known : {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pbm", ".tif",
-                            ".tiff", ".webp"}) {
+  for (const char* known :
+       {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pbm", ".tif", ".tiff", ".webp"}) {
     if (ext == known) return true;
   }
   return false;
@@ -191,7 +190,8 @@ cv::Mat decode_image(const std::string& path, int size) {
                                  const_cast<std::uint8_t*>(data.data())),
                          cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
     } catch (const cv::Exception& e) {
-      throw UsageError(detail::concat(path, ": corrupt or unsupported image (OpenCV: ", e.msg, ")"));
+      throw UsageError(
+          detail::concat(path, ": corrupt or unsupported image (OpenCV: ", e.msg, ")"));
     }
     PARTRAIN_CHECK(!bgr.empty(), UsageError, path,
                    ": corrupt or unsupported image (OpenCV cannot decode its ", data.size(),
@@ -252,9 +252,8 @@ ImageDataset read_image_folder(const std::string& dir, const ImageFolderOptions&
   std::vector<ImageFile> files;
   for (const std::string& name : found) {
     const auto it = std::find(classes.begin(), classes.end(), name);
-    PARTRAIN_CHECK(it != classes.end(), UsageError, (fs::path(dir) / name).string(),
-                   ": class '", name, "' is not one of the ", classes.size(),
-                   " classes of the training split");
+    PARTRAIN_CHECK(it != classes.end(), UsageError, (fs::path(dir) / name).string(), ": class '",
+                   name, "' is not one of the ", classes.size(), " classes of the training split");
     const std::int64_t label = it - classes.begin();
     const std::vector<std::string> images = list_entries(fs::path(dir) / name, false);
     PARTRAIN_CHECK(!images.empty(), UsageError, (fs::path(dir) / name).string(),
@@ -302,9 +301,9 @@ ImageDataset read_image_folder(const std::string& dir, const ImageFolderOptions&
       const ImageFile& file = files[static_cast<std::size_t>(i)];
       try {
         const cv::Mat image = decode_image(file.path, options.image_size);
-        PARTRAIN_CHECK(image.rows == out.height && image.cols == out.width, UsageError,
-                       file.path, ": ", image.cols, "x", image.rows, " pixels, but ",
-                       files[0].path, " is ", out.width, "x", out.height,
+        PARTRAIN_CHECK(image.rows == out.height && image.cols == out.width, UsageError, file.path,
+                       ": ", image.cols, "x", image.rows, " pixels, but ", files[0].path, " is ",
+                       out.width, "x", out.height,
                        "; set data.image_size to resize them to one size");
         store_planar(image, out.pixels.data() + i * out.sample_bytes());
       } catch (...) {

@@ -22,8 +22,8 @@ struct ImageFolderOptions {
   // out (torchvision's Resize(image_size) + CenterCrop(image_size)). 0: images are kept as
   // they are and must all have one size.
   int image_size = 0;
-  int threads = 0;          // decoding threads; 0: the hardware's concurrency
-  std::int64_t limit = 0;   // keep the first N images (class by class, names sorted); 0 = all
+  int threads = 0;         // decoding threads; 0: the hardware's concurrency
+  std::int64_t limit = 0;  // keep the first N images (class by class, names sorted); 0 = all
 };
 
 // The sorted names of the sub-folders of `dir` (the classes). Throws UsageError when `dir` is
@@ -32,9 +32,9 @@ std::vector<std::string> list_image_classes(const std::string& dir);
 
 // Reads every image file (.jpg .jpeg .png .bmp .ppm .pgm .pbm .tif .tiff .webp, any case) of
 // dir/<class>/ as 8-bit RGB, planar. Other files are skipped. A class folder without images,
-// a file that is damaged or cannot be decoded (named, with the decoder's reason), or images of different sizes with image_size 0 (both
-// files named) throw UsageError. The dataset's mean and std are left empty: the caller knows
-// whether to compute them or take the config's.
+// a file that is damaged or cannot be decoded (named, with the decoder's reason), or images of
+// different sizes with image_size 0 (both files named) throw UsageError. The dataset's mean and std
+// are left empty: the caller knows whether to compute them or take the config's.
 ImageDataset read_image_folder(const std::string& dir, const ImageFolderOptions& options);
 
 }  // namespace partrain::data

@@ -95,8 +95,8 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   int num_classes = 0;
   if (dict.contains("classes")) {
     const c10::IValue& classes = dict.at("classes");
-    PARTRAIN_CHECK(classes.isList() || classes.isTuple(), UsageError, path,
-                   ": \"classes\" is a ", classes.tagKind(), ", not a list of class names");
+    PARTRAIN_CHECK(classes.isList() || classes.isTuple(), UsageError, path, ": \"classes\" is a ",
+                   classes.tagKind(), ", not a list of class names");
     const std::size_t count =
         classes.isList() ? classes.toListRef().size() : classes.toTupleRef().elements().size();
     PARTRAIN_CHECK(count >= 1 && count <= (1u << 20), UsageError, path, ": \"classes\" lists ",
@@ -125,8 +125,8 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   for (std::int64_t i = 0; i < keep; ++i) {
     PARTRAIN_CHECK(label[i] >= 0, UsageError, path, ": \"labels\"[", i, "] is ", label[i],
                    "; labels are class indices from 0");
-    PARTRAIN_CHECK(num_classes == 0 || label[i] < num_classes, UsageError, path, ": \"labels\"[",
-                   i, "] is ", label[i], ", outside the ", num_classes,
+    PARTRAIN_CHECK(num_classes == 0 || label[i] < num_classes, UsageError, path, ": \"labels\"[", i,
+                   "] is ", label[i], ", outside the ", num_classes,
                    " classes \"classes\" names (0..", num_classes - 1, ")");
     PARTRAIN_CHECK(label[i] < (1 << 20), UsageError, path, ": \"labels\"[", i, "] is ", label[i],
                    "; more than 1048576 classes");
