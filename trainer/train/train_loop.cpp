@@ -245,7 +245,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   // Model: the same seed on every rank, then rank 0's state broadcast so that nothing
   // (e.g. a different LibTorch build) can make the replicas start apart.
   torch::manual_seed(cfg.seed);
-  ModelShape shape{train_set->channels, train_set->height, train_set->num_classes};
+  ModelShape shape{train_set->channels, train_set->height, train_set->num_classes,
+                   train_set->width};
   torch::nn::Sequential model = make_model(cfg.model, shape);
   model->to(device);
   if (comm) broadcast_from_rank0(state_tensors(*model), *comm);
