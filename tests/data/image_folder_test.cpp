@@ -213,6 +213,35 @@ TEST_F(ImageFolder, CorruptFilesAreNamed) {
               HasSubstr("train/cat/damaged.jpg: corrupt JPEG (libjpeg: Corrupt JPEG data"));
 }
 
+// A PNG whose header announces width x height RGB pixels, with next to no pixel data.
+std::vector<std::uint8_t> png_header_only(std::uint32_t width, std::uint32_t height) {
+  std::vector<std::uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto chunk = [&](const char* type, std::vector<std::uint8_t> body) {
+    const std::uint32_t length = static_cast<std::uint32_t>(body.size());
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(length >> s));
+    body.insert(body.begin(), type, type + 4);
+    const auto crc =
+        static_cast<std::uint32_t>(crc32(0, body.data(), static_cast<uInt>(body.size())));
+    out.insert(out.end(), body.begin(), body.end());
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(crc >> s));
+  };
+  std::vector<std::uint8_t> ihdr;
+  for (std::uint32_t v : {width, height}) {
+    for (int s = 24; s >= 0; s -= 8) ihdr.push_back(static_cast<std::uint8_t>(v >> s));
+  }
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8-bit RGB
+  chunk("IHDR", ihdr);
+  chunk("IDAT", {0x78, 0x9c});  // the header is read up to the first data chunk
+  chunk("IEND", {});
+  return out;
+}
+
+TEST_F(ImageFolder, HugeAnnouncedSizesAreRefusedBeforeDecoding) {
+  write_bytes(dir / "train/cat/huge.png", png_header_only(20000, 20000));
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", {}); }),
+              HasSubstr("huge.png: 20000x20000 pixels, more than 67108864 an image may have"));
+}
+
 TEST_F(ImageFolder, BrokenLayoutsAreOneLineErrors) {
   fs::create_directories(dir / "train/dog");
   write_bytes(dir / "train/dog/readme.txt", {'x'});

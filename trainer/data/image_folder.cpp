@@ -32,6 +32,9 @@ namespace {
 // Larger files are refused before they are read: no photograph a classifier trains on comes
 // near this, and a wrong path (a disk image, a video) should not be pulled into memory.
 constexpr std::uintmax_t kMaxImageFileBytes = 256u << 20;
+// A header may announce far more pixels than its file holds; decoding buffers are checked
+// against this before they are allocated (8192 x 8192).
+constexpr std::uint64_t kMaxImagePixels = 1ull << 26;
 
 struct ImageFile {
   std::string path;
@@ -128,6 +131,12 @@ cv::Mat decode_jpeg(const std::string& path, const std::vector<std::uint8_t>& da
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data.data(), static_cast<unsigned long>(data.size()));
   jpeg_read_header(&cinfo, TRUE);
+  if (std::uint64_t{cinfo.image_width} * cinfo.image_height > kMaxImagePixels) {
+    const std::string size =
+        detail::concat(cinfo.image_width, "x", cinfo.image_height, " pixels, more than ");
+    jpeg_destroy_decompress(&cinfo);
+    throw UsageError(detail::concat(path, ": ", size, kMaxImagePixels, " an image may have"));
+  }
   cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (!cmyk) {
     cinfo.out_color_space = JCS_RGB;
@@ -151,6 +160,11 @@ cv::Mat decode_png(const std::string& path, const std::vector<std::uint8_t>& dat
   png.version = PNG_IMAGE_VERSION;
   if (png_image_begin_read_from_memory(&png, data.data(), data.size()) == 0) {
     throw UsageError(detail::concat(path, ": corrupt PNG (libpng: ", png.message, ")"));
+  }
+  if (std::uint64_t{png.width} * png.height > kMaxImagePixels) {
+    png_image_free(&png);
+    throw UsageError(detail::concat(path, ": ", png.width, "x", png.height, " pixels, more than ",
+                                    kMaxImagePixels, " an image may have"));
   }
   png.format = PNG_FORMAT_RGBA;
   cv::Mat rgba(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC4);
