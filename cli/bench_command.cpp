@@ -8,17 +8,15 @@
 // passes a barrier, times one allreduce and checks every element; an iteration's time is the
 // slowest rank's.
 #include <CLI/CLI.hpp>
-
-#include <cstring>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -37,8 +35,8 @@ extern char** environ;
 
 #include "cli/commands.h"
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::cli {
 
@@ -54,7 +52,7 @@ struct BenchArgs {
   std::string sizes = "4K,64K,1M,16M";
   std::string dtype = "f32";
   std::string wire_dtype = "f32";
-  int iters = 0;     // 0: by size
+  int iters = 0;  // 0: by size
   int warmup = 3;
   double timeout_s = 120;
   std::string json_path;
@@ -81,11 +79,15 @@ std::size_t parse_size(const std::string& text) {
                  "' is not a number with an optional K, M or G suffix");
   std::size_t value = std::stoull(text.substr(0, digits));
   const std::string suffix = text.substr(digits);
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") value <<= 10;
-  else if (suffix == "M" || suffix == "MiB") value <<= 20;
-  else if (suffix == "G" || suffix == "GiB") value <<= 30;
-  else PARTRAIN_CHECK(suffix.empty() || suffix == "B", UsageError, "bench: size '", text,
-                      "' has an unknown suffix (use K, M or G)");
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    value <<= 10;
+  else if (suffix == "M" || suffix == "MiB")
+    value <<= 20;
+  else if (suffix == "G" || suffix == "GiB")
+    value <<= 30;
+  else
+    PARTRAIN_CHECK(suffix.empty() || suffix == "B", UsageError, "bench: size '", text,
+                   "' has an unknown suffix (use K, M or G)");
   return value;
 }
 
@@ -111,7 +113,8 @@ int iterations_for(std::size_t bytes) {  // as the Gloo peer benchmark picks the
 // touching the memory once (as in Gloo's own benchmark), not a conversion per element.
 std::size_t pattern_period(bool narrow) { return narrow ? 16 : 1024; }
 
-std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, double first, double step) {
+std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, double first,
+                                        double step) {
   using comm::DType;
   const std::size_t size = comm::dtype_size(dtype);
   std::vector<std::uint8_t> out(period * size);
@@ -119,12 +122,34 @@ std::vector<std::uint8_t> encode_period(comm::DType dtype, std::size_t period, d
     const double v = first + step * static_cast<double>(i);
     std::uint8_t* at = out.data() + i * size;
     switch (dtype) {
-      case DType::f32: { float x = static_cast<float>(v); std::memcpy(at, &x, size); break; }
-      case DType::f64: std::memcpy(at, &v, size); break;
-      case DType::f16: { auto x = comm::float_to_half(static_cast<float>(v)); std::memcpy(at, &x, size); break; }
-      case DType::bf16: { auto x = comm::float_to_bf16(static_cast<float>(v)); std::memcpy(at, &x, size); break; }
-      case DType::i32: { auto x = static_cast<std::int32_t>(v); std::memcpy(at, &x, size); break; }
-      case DType::i64: { auto x = static_cast<std::int64_t>(v); std::memcpy(at, &x, size); break; }
+      case DType::f32: {
+        float x = static_cast<float>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::f64:
+        std::memcpy(at, &v, size);
+        break;
+      case DType::f16: {
+        auto x = comm::float_to_half(static_cast<float>(v));
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::bf16: {
+        auto x = comm::float_to_bf16(static_cast<float>(v));
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::i32: {
+        auto x = static_cast<std::int32_t>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
+      case DType::i64: {
+        auto x = static_cast<std::int64_t>(v);
+        std::memcpy(at, &x, size);
+        break;
+      }
     }
   }
   return out;
@@ -185,7 +210,8 @@ void run_rank(const BenchArgs& args) {
       std::int64_t wrong = 0;
       const std::size_t period = pattern_period(narrow);
       const auto mine = encode_period(dtype, period, args.rank + 1, 1.0);
-      const auto expected = encode_period(dtype, period, args.world * (args.world + 1) / 2.0, args.world);
+      const auto expected =
+          encode_period(dtype, period, args.world * (args.world + 1) / 2.0, args.world);
       const std::size_t used = count * comm::dtype_size(dtype);
       for (int it = 0; it < args.warmup + iters; ++it) {
         fill(buffer.data(), used, mine);
@@ -194,7 +220,8 @@ void run_rank(const BenchArgs& args) {
         comm->allreduce(comm::Buffer{buffer.data(), count, dtype}, comm::ReduceOp::sum);
         const auto stop = Clock::now();
         wrong += count_wrong(buffer.data(), used, comm::dtype_size(dtype), expected);
-        if (it >= args.warmup) seconds.push_back(std::chrono::duration<double>(stop - start).count());
+        if (it >= args.warmup)
+          seconds.push_back(std::chrono::duration<double>(stop - start).count());
       }
       comm->allreduce(comm::Buffer{seconds.data(), seconds.size(), comm::DType::f64},
                       comm::ReduceOp::max);
@@ -283,16 +310,17 @@ class RankProcess {
 };
 
 void print_table(const json& results, const BenchArgs& args) {
-  std::printf("# partrain bench allreduce  world=%d  dtype=%s  wire=%s  sum, loopback, %d processes\n",
-              args.world, args.dtype.c_str(), args.wire_dtype.c_str(), args.world);
+  std::printf(
+      "# partrain bench allreduce  world=%d  dtype=%s  wire=%s  sum, loopback, %d processes\n",
+      args.world, args.dtype.c_str(), args.wire_dtype.c_str(), args.world);
   std::printf("%-10s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "bytes", "size", "iters",
               "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {
-    std::printf("%-10s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n",
-                r["backend"].get<std::string>().c_str(), r["bytes"].get<std::size_t>(),
-                human_size(r["bytes"].get<std::size_t>()).c_str(), r["iters"].get<int>(),
-                r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
-                r["busbw_gbps"].get<double>(), static_cast<long long>(r["wrong"].get<std::int64_t>()));
+    std::printf(
+        "%-10s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n", r["backend"].get<std::string>().c_str(),
+        r["bytes"].get<std::size_t>(), human_size(r["bytes"].get<std::size_t>()).c_str(),
+        r["iters"].get<int>(), r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
+        r["busbw_gbps"].get<double>(), static_cast<long long>(r["wrong"].get<std::int64_t>()));
   }
   std::fflush(stdout);
 }
@@ -335,13 +363,31 @@ int run_bench(const BenchArgs& args) {
   std::vector<RankProcess> ranks;
   ranks.reserve(args.world);
   for (int r = 0; r < args.world; ++r) {
-    std::vector<std::string> argv = {
-        own_executable(), "bench", "allreduce", "--backend", args.backends,
-        "--world", std::to_string(args.world), "--sizes", args.sizes, "--dtype", args.dtype,
-        "--wire-dtype", args.wire_dtype, "--iters", std::to_string(args.iters), "--warmup",
-        std::to_string(args.warmup), "--timeout-s", std::to_string(args.timeout_s), "--rank",
-        std::to_string(r), "--store", (dir / "store").string(), "--results",
-        results_path.string()};
+    std::vector<std::string> argv = {own_executable(),
+                                     "bench",
+                                     "allreduce",
+                                     "--backend",
+                                     args.backends,
+                                     "--world",
+                                     std::to_string(args.world),
+                                     "--sizes",
+                                     args.sizes,
+                                     "--dtype",
+                                     args.dtype,
+                                     "--wire-dtype",
+                                     args.wire_dtype,
+                                     "--iters",
+                                     std::to_string(args.iters),
+                                     "--warmup",
+                                     std::to_string(args.warmup),
+                                     "--timeout-s",
+                                     std::to_string(args.timeout_s),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--store",
+                                     (dir / "store").string(),
+                                     "--results",
+                                     results_path.string()};
     ranks.emplace_back(argv);
   }
   // Wait for all; once one fails, the others get one timeout to notice before being stopped.
@@ -351,11 +397,13 @@ int run_bench(const BenchArgs& args) {
     bool running = false;
     for (int r = 0; r < args.world; ++r) {
       const int code = ranks[r].poll();
-      if (code < 0) running = true;
+      if (code < 0)
+        running = true;
       else if (code != 0 && failed_rank < 0) {
         failed_rank = r;
         failed_code = code;
-        stop_by = Clock::now() + std::chrono::milliseconds(static_cast<int>(args.timeout_s * 1000) + 5000);
+        stop_by = Clock::now() +
+                  std::chrono::milliseconds(static_cast<int>(args.timeout_s * 1000) + 5000);
       }
     }
     if (!running) break;
@@ -375,9 +423,9 @@ int run_bench(const BenchArgs& args) {
   bool all_right = true;
   for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
   if (!args.json_path.empty()) {
-    json report = {{"schema", "partrain.bench/1"}, {"collective", "allreduce"},
-                   {"world", args.world}, {"dtype", args.dtype}, {"wire_dtype", args.wire_dtype},
-                   {"results", results}};
+    json report = {{"schema", "partrain.bench/1"},  {"collective", "allreduce"},
+                   {"world", args.world},           {"dtype", args.dtype},
+                   {"wire_dtype", args.wire_dtype}, {"results", results}};
     const std::string temp = args.json_path + ".tmp";
     {
       std::ofstream out(temp);
@@ -398,12 +446,14 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* allreduce = bench->add_subcommand(
       "allreduce", "Time allreduce across W local processes: median, algbw, busbw, wrong");
   auto args = std::make_shared<BenchArgs>();
-  allreduce->add_option("--backend", args->backends, "Backends, comma-separated (gloo,asio-ring,nccl)")
+  allreduce
+      ->add_option("--backend", args->backends, "Backends, comma-separated (gloo,asio-ring,nccl)")
       ->required();
   allreduce->add_option("--world", args->world, "Number of ranks (processes)")->required();
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");
   allreduce->add_option("--dtype", args->dtype, "f32 | f64 | f16 | bf16 | i32 | i64");
-  allreduce->add_option("--wire-dtype", args->wire_dtype, "asio-ring wire format: f32 | f16 | bf16");
+  allreduce->add_option("--wire-dtype", args->wire_dtype,
+                        "asio-ring wire format: f32 | f16 | bf16");
   allreduce->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
   allreduce->add_option("--warmup", args->warmup, "Untimed iterations per size");
   allreduce->add_option("--timeout-s", args->timeout_s, "Collective timeout in seconds");

@@ -370,7 +370,6 @@ std::string to_hex(std::uint64_t high, std::uint64_t low) {
   return hex.str();
 }
 
-
 std::string env_value(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? value : "";

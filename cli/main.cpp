@@ -1,7 +1,6 @@
 // defines: main() of the partrain executable — subcommand dispatch and the exit-code rule:
 // 0 success, 1 the run failed, 2 bad usage, config or input (one line on stderr).
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -17,7 +16,8 @@ namespace {
 void report(const partrain::Error& e) {
   std::cerr << "partrain: " << e.what();
   const char* debug = std::getenv("PARTRAIN_DEBUG");
-  if (debug && std::string(debug) == "1" && !e.source().empty()) std::cerr << " [" << e.source() << "]";
+  if (debug && std::string(debug) == "1" && !e.source().empty())
+    std::cerr << " [" << e.source() << "]";
   std::cerr << "\n";
 }
 

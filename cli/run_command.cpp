@@ -6,16 +6,15 @@
 // twin's report is at OUTPUT/baseline/report.json; `--with-baseline` trains that twin first
 // (same config, one process, batch x ranks, so the total batch is equal).
 #include <CLI/CLI.hpp>
-
 #include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
-#include "trainer/parity/parity.h"
 #include "common/errors.h"
 #include "trainer/config/config.h"
+#include "trainer/parity/parity.h"
 #include "trainer/train/torch_info.h"
 #include "trainer/train/train_loop.h"
 
@@ -34,8 +33,8 @@ struct RunOptions {
 };
 
 int run(const RunOptions& o);
-int launch_workers(const RunOptions& o, const Config& config, const std::vector<std::string>& overrides,
-                   int nproc, int nnodes);
+int launch_workers(const RunOptions& o, const Config& config,
+                   const std::vector<std::string>& overrides, int nproc, int nnodes);
 
 // The single-device twin of a parallel run: one process at the same total batch, the rest
 // unchanged (loader threads included, so the pair differs only in parallelism).
@@ -48,17 +47,22 @@ int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
   twin.config.overrides.push_back("strategy=single");
   twin.config.overrides.push_back("launch.nproc_per_node=1");
   twin.config.overrides.push_back("launch.nnodes=1");
-  twin.config.overrides.push_back("data.batch_size=" + std::to_string(parallel.data.batch_size * ranks));
-  std::cout << "partrain: training the single-device baseline into " << twin.output << "\n" << std::flush;
+  twin.config.overrides.push_back("data.batch_size=" +
+                                  std::to_string(parallel.data.batch_size * ranks));
+  std::cout << "partrain: training the single-device baseline into " << twin.output << "\n"
+            << std::flush;
   return run(twin);
 }
 
 void compare_with_reference(const Config& config) {
   std::string baseline = config.output_dir + "/baseline/report.json";
   std::string ours = config.output_dir + "/report.json";
-  if (config.reference.empty() || !std::filesystem::exists(baseline) || !std::filesystem::exists(ours)) return;
+  if (config.reference.empty() || !std::filesystem::exists(baseline) ||
+      !std::filesystem::exists(ours))
+    return;
   auto result = parity::compare({baseline, ours}, config.reference);
-  parity::write_parity_outputs(result, config.output_dir + "/parity.md", config.output_dir + "/parity.svg");
+  parity::write_parity_outputs(result, config.output_dir + "/parity.md",
+                               config.output_dir + "/parity.svg");
   std::cout << parity::to_markdown(result) << "partrain: parity against " << config.reference
             << (parity::exit_code(result) == 0 ? ": within tolerance" : ": OUTSIDE tolerance")
             << " (" << config.output_dir << "/parity.md, parity.svg)\n";
@@ -69,7 +73,8 @@ int run(const RunOptions& o) {
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
   Config config = load_config(o.config.path, overrides);
 
-  int nproc = config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
+  int nproc =
+      config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
   if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
   if (o.nproc_per_node > 0) nproc = o.nproc_per_node;
   int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
@@ -80,8 +85,9 @@ int run(const RunOptions& o) {
                  " ranks were asked for; use strategy: ddp");
 
   if (o.with_baseline) {
-    PARTRAIN_CHECK(config.strategy != "single", UsageError,
-                   "--with-baseline compares a parallel run with one device; this config is strategy single");
+    PARTRAIN_CHECK(
+        config.strategy != "single", UsageError,
+        "--with-baseline compares a parallel run with one device; this config is strategy single");
     int code = run_baseline(o, config, config.strategy == "dp" ? 1 : nproc * nnodes);
     if (code != 0) return code;
   }
@@ -95,8 +101,8 @@ int run(const RunOptions& o) {
   return code;
 }
 
-int launch_workers(const RunOptions& o, const Config& config, const std::vector<std::string>& overrides,
-                   int nproc, int nnodes) {
+int launch_workers(const RunOptions& o, const Config& config,
+                   const std::vector<std::string>& overrides, int nproc, int nnodes) {
   LaunchPlan plan;
   plan.executable = platform::executable_path();
   plan.worker_args = {"worker", o.config.path};
@@ -120,10 +126,13 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("run", "Train: start the ranks of a config and watch them");
   auto o = std::make_shared<RunOptions>();
   add_config_arguments(*sub, o->config);
-  sub->add_option("--nproc-per-node", o->nproc_per_node, "Ranks on this machine (default: launch.nproc_per_node)")
+  sub->add_option("--nproc-per-node", o->nproc_per_node,
+                  "Ranks on this machine (default: launch.nproc_per_node)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--nnodes", o->nnodes, "Machines in the run (default: launch.nnodes)")->check(CLI::Range(1, 65536));
-  sub->add_option("--node-rank", o->node_rank, "This machine's index, 0-based")->check(CLI::Range(0, 65535));
+  sub->add_option("--nnodes", o->nnodes, "Machines in the run (default: launch.nnodes)")
+      ->check(CLI::Range(1, 65536));
+  sub->add_option("--node-rank", o->node_rank, "This machine's index, 0-based")
+      ->check(CLI::Range(0, 65535));
   sub->add_option("--master-addr", o->master_addr, "Address of the machine with rank 0");
   sub->add_option("--master-port", o->master_port, "Port for the rendezvous store (0: pick one)")
       ->check(CLI::Range(0, 65535));

@@ -1,6 +1,5 @@
 // defines: `partrain version` — LibTorch version, CUDA, the backends compiled in, the malloc.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "cli/commands.h"
@@ -23,7 +22,8 @@ void add_version_command(CLI::App& app, int& exit_code) {
     std::cout << "backends:";
     const char* separator = " ";
     for (const auto& name : comm::backend_names()) {
-      std::cout << separator << name << (comm::backend_compiled_in(name) ? "" : " (not compiled in)");
+      std::cout << separator << name
+                << (comm::backend_compiled_in(name) ? "" : " (not compiled in)");
       separator = ", ";
     }
     std::cout << "\n";

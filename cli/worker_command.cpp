@@ -5,7 +5,6 @@
 // _LOCAL_SIZE). The rendezvous is PARTRAIN_RENDEZVOUS, else launch.rendezvous, else env://
 // when MASTER_ADDR is set.
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <optional>
 
@@ -32,7 +31,8 @@ int env_int(const char* name, int fallback) {
     if (used != v->size()) throw std::invalid_argument(*v);
     return value;
   } catch (const std::exception&) {
-    throw UsageError(std::string("environment variable ") + name + "='" + *v + "' is not an integer");
+    throw UsageError(std::string("environment variable ") + name + "='" + *v +
+                     "' is not an integer");
   }
 }
 
@@ -49,15 +49,16 @@ WorkerEnv read_worker_env(const Config& config) {
     w.local_rank = env_int("SLURM_LOCALID", 0);
     // SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; otherwise assume even spread.
     int nodes = env_int("SLURM_NNODES", 1);
-    w.local_world_size = env_int("SLURM_NTASKS_PER_NODE", std::max(1, w.world_size / std::max(1, nodes)));
+    w.local_world_size =
+        env_int("SLURM_NTASKS_PER_NODE", std::max(1, w.world_size / std::max(1, nodes)));
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     w.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
     w.world_size = env_int("OMPI_COMM_WORLD_SIZE", 1);
     w.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
     w.local_world_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
   }
-  PARTRAIN_CHECK(w.world_size >= 1 && w.rank >= 0 && w.rank < w.world_size, UsageError,
-                 "rank ", w.rank, " is outside a world of size ", w.world_size);
+  PARTRAIN_CHECK(w.world_size >= 1 && w.rank >= 0 && w.rank < w.world_size, UsageError, "rank ",
+                 w.rank, " is outside a world of size ", w.world_size);
   if (auto r = env("PARTRAIN_RENDEZVOUS")) {
     w.rendezvous = *r;
   } else if (!config.launch.rendezvous.empty()) {
@@ -76,7 +77,8 @@ WorkerEnv read_worker_env(const Config& config) {
 }  // namespace
 
 void add_worker_command(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("worker", "Run one rank (started by partrain run, torchrun, srun or mpirun)");
+  auto* sub = app.add_subcommand(
+      "worker", "Run one rank (started by partrain run, torchrun, srun or mpirun)");
   auto args = std::make_shared<ConfigArguments>();
   add_config_arguments(*sub, *args);
   sub->callback([args, &exit_code] {

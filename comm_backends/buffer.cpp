@@ -9,24 +9,36 @@ namespace partrain::comm {
 
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::f16:
+      return 2;
+    case DType::bf16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
   }
   return "?";
 }
@@ -35,16 +47,20 @@ DType parse_dtype(std::string_view name) {
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     if (name == dtype_name(t)) return t;
   }
-  throw UsageError(detail::concat("unknown dtype '", name,
-                                  "' (expected one of f32, f64, f16, bf16, i32, i64)"));
+  throw UsageError(
+      detail::concat("unknown dtype '", name, "' (expected one of f32, f64, f16, bf16, i32, i64)"));
 }
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
   }
   return "?";
 }
@@ -53,13 +69,12 @@ ReduceOp parse_reduce_op(std::string_view name) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
     if (name == reduce_op_name(op)) return op;
   }
-  throw UsageError(detail::concat("unknown reduce op '", name,
-                                  "' (expected one of sum, avg, min, max)"));
+  throw UsageError(
+      detail::concat("unknown reduce op '", name, "' (expected one of sum, avg, min, max)"));
 }
 
 bool is_floating(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
-         dtype == DType::bf16;
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
 }
 
 namespace {
@@ -105,7 +120,9 @@ std::uint16_t float_to_half(float value) {
   return static_cast<std::uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
 }
 
-float bf16_to_float(std::uint16_t bits) { return bits_float(static_cast<std::uint32_t>(bits) << 16); }
+float bf16_to_float(std::uint16_t bits) {
+  return bits_float(static_cast<std::uint32_t>(bits) << 16);
+}
 
 std::uint16_t float_to_bf16(float value) {
   const std::uint32_t bits = float_bits(value);
@@ -116,11 +133,16 @@ std::uint16_t float_to_bf16(float value) {
 namespace {
 float to_f32(const void* src, DType type, std::size_t i) {
   switch (type) {
-    case DType::f32: return static_cast<const float*>(src)[i];
-    case DType::f64: return static_cast<float>(static_cast<const double*>(src)[i]);
-    case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(src)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(src)[i]);
-    default: return 0.0f;
+    case DType::f32:
+      return static_cast<const float*>(src)[i];
+    case DType::f64:
+      return static_cast<float>(static_cast<const double*>(src)[i]);
+    case DType::f16:
+      return half_to_float(static_cast<const std::uint16_t*>(src)[i]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(src)[i]);
+    default:
+      return 0.0f;
   }
 }
 }  // namespace
@@ -131,8 +153,8 @@ void convert_elements(const void* src, DType src_type, void* dst, DType dst_type
     if (src != dst && count > 0) std::memcpy(dst, src, count * dtype_size(src_type));
     return;
   }
-  PARTRAIN_CHECK(is_floating(src_type) && is_floating(dst_type), UsageError,
-                 "cannot convert ", dtype_name(src_type), " to ", dtype_name(dst_type));
+  PARTRAIN_CHECK(is_floating(src_type) && is_floating(dst_type), UsageError, "cannot convert ",
+                 dtype_name(src_type), " to ", dtype_name(dst_type));
   // The common wire conversions get tight loops; the rest go element by element.
   if (src_type == DType::f32 && dst_type == DType::bf16) {
     const float* in = static_cast<const float*>(src);
@@ -167,10 +189,17 @@ void convert_elements(const void* src, DType src_type, void* dst, DType dst_type
     const float v = src_type == DType::f64 ? static_cast<float>(static_cast<const double*>(src)[i])
                                            : to_f32(src, src_type, i);
     switch (dst_type) {
-      case DType::f32: static_cast<float*>(dst)[i] = v; break;
-      case DType::f16: static_cast<std::uint16_t*>(dst)[i] = float_to_half(v); break;
-      case DType::bf16: static_cast<std::uint16_t*>(dst)[i] = float_to_bf16(v); break;
-      default: break;
+      case DType::f32:
+        static_cast<float*>(dst)[i] = v;
+        break;
+      case DType::f16:
+        static_cast<std::uint16_t*>(dst)[i] = float_to_half(v);
+        break;
+      case DType::bf16:
+        static_cast<std::uint16_t*>(dst)[i] = float_to_bf16(v);
+        break;
+      default:
+        break;
     }
   }
 }

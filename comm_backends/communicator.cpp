@@ -1,8 +1,8 @@
 #include "comm_backends/communicator.h"
 
 #include "comm_backends/backends/backend.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -36,8 +36,8 @@ std::string resolve_backend(const CommOptions& options) {
   return "asio-ring";
 }
 
-std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
-                                                int rank, int size) {
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
+                                                int size) {
   PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "rank ", rank,
                  " is outside a world of ", size);
   PARTRAIN_CHECK(options.timeout.count() > 0, UsageError, "comm timeout must be positive");

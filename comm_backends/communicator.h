@@ -17,14 +17,14 @@ namespace partrain::comm {
 class Store;
 
 struct CommOptions {
-  std::string backend = "auto";              // gloo | asio-ring | nccl | auto
+  std::string backend = "auto";  // gloo | asio-ring | nccl | auto
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  DType wire_dtype = DType::f32;             // asio-ring: f32 | f16 | bf16 on the wire
-  DeviceKind device = DeviceKind::cpu;       // where the caller's buffers live (for auto)
+  DType wire_dtype = DType::f32;        // asio-ring: f32 | f16 | bf16 on the wire
+  DeviceKind device = DeviceKind::cpu;  // where the caller's buffers live (for auto)
   int device_index = 0;
-  std::string token;                         // run token for the ring handshake
-  std::string bind_host = "127.0.0.1";       // address the ring listens on and advertises
-  std::size_t ring_chunk_bytes = 0;          // asio-ring pipeline chunk; 0: the default
+  std::string token;                    // run token for the ring handshake
+  std::string bind_host = "127.0.0.1";  // address the ring listens on and advertises
+  std::size_t ring_chunk_bytes = 0;     // asio-ring pipeline chunk; 0: the default
 };
 
 class Communicator {
@@ -44,10 +44,10 @@ class Communicator {
 // which rank failed first (the ranks downstream of a dead one see only their neighbour close).
 // Throws UsageError for an unknown backend or one not compiled in (saying how to get it
 // or what to use instead), CommError/PeerError when rendezvous fails.
-std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
-                                                int rank, int size);
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
+                                                int size);
 
-std::vector<std::string> backend_names();           // every known name, compiled in or not
+std::vector<std::string> backend_names();  // every known name, compiled in or not
 bool backend_compiled_in(const std::string& name);
 std::string resolve_backend(const CommOptions& options);  // what auto picks here
 

@@ -44,11 +44,16 @@ void reduce_into(void* acc, DType acc_type, const void* in, DType in_type, std::
   if (count == 0) return;
   if (acc_type == in_type) {
     switch (acc_type) {
-      case DType::f32: return reduce_same<float>(acc, in, count, op);
-      case DType::f64: return reduce_same<double>(acc, in, count, op);
-      case DType::i32: return reduce_same<std::int32_t>(acc, in, count, op);
-      case DType::i64: return reduce_same<std::int64_t>(acc, in, count, op);
-      default: break;
+      case DType::f32:
+        return reduce_same<float>(acc, in, count, op);
+      case DType::f64:
+        return reduce_same<double>(acc, in, count, op);
+      case DType::i32:
+        return reduce_same<std::int32_t>(acc, in, count, op);
+      case DType::i64:
+        return reduce_same<std::int64_t>(acc, in, count, op);
+      default:
+        break;
     }
   } else if (acc_type == DType::f32 && (in_type == DType::f16 || in_type == DType::bf16)) {
     // Widen a block at a time into a small buffer, then reduce: two tight loops that the
@@ -64,8 +69,8 @@ void reduce_into(void* acc, DType acc_type, const void* in, DType in_type, std::
     }
     return;
   }
-  throw UsageError(detail::concat("cannot reduce ", dtype_name(in_type), " into ",
-                                  dtype_name(acc_type)));
+  throw UsageError(
+      detail::concat("cannot reduce ", dtype_name(in_type), " into ", dtype_name(acc_type)));
 }
 
 namespace {

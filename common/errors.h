@@ -82,27 +82,27 @@ std::string comparison(const A& actual, const char* relation, const B& bound) {
 // PARTRAIN_CHECK(cond, ErrorType, message parts...): throws ErrorType(message) when cond is
 // false, recording file:line in Error::source(). The message is for the user, so it says
 // what is wrong in their terms, not where in our code.
-#define PARTRAIN_CHECK(cond, ErrorType, ...)                                      \
-  do {                                                                            \
-    if (!(cond)) {                                                                \
-      ::partrain::detail::raise<ErrorType>(__FILE__, __LINE__,                    \
+#define PARTRAIN_CHECK(cond, ErrorType, ...)                                         \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      ::partrain::detail::raise<ErrorType>(__FILE__, __LINE__,                       \
                                            ::partrain::detail::concat(__VA_ARGS__)); \
-    }                                                                             \
+    }                                                                                \
   } while (0)
 
 // PARTRAIN_CHECK_LT(a, b, ErrorType, message parts...): as PARTRAIN_CHECK(a < b, ...), with
 // " (got A, expected < B)" appended, so call sites do not format the values by hand. Each
 // operand is evaluated once.
-#define PARTRAIN_CHECK_OP_(a, op, b, ErrorType, ...)                                  \
-  do {                                                                                \
-    const auto& partrain_check_a_ = (a);                                              \
-    const auto& partrain_check_b_ = (b);                                              \
-    if (!(partrain_check_a_ op partrain_check_b_)) {                                  \
-      ::partrain::detail::raise<ErrorType>(                                           \
-          __FILE__, __LINE__,                                                         \
-          ::partrain::detail::concat(__VA_ARGS__) +                                   \
+#define PARTRAIN_CHECK_OP_(a, op, b, ErrorType, ...)                                      \
+  do {                                                                                    \
+    const auto& partrain_check_a_ = (a);                                                  \
+    const auto& partrain_check_b_ = (b);                                                  \
+    if (!(partrain_check_a_ op partrain_check_b_)) {                                      \
+      ::partrain::detail::raise<ErrorType>(                                               \
+          __FILE__, __LINE__,                                                             \
+          ::partrain::detail::concat(__VA_ARGS__) +                                       \
               ::partrain::detail::comparison(partrain_check_a_, #op, partrain_check_b_)); \
-    }                                                                                 \
+    }                                                                                     \
   } while (0)
 
 #define PARTRAIN_CHECK_EQ(a, b, ErrorType, ...) PARTRAIN_CHECK_OP_(a, ==, b, ErrorType, __VA_ARGS__)

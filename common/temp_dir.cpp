@@ -18,8 +18,8 @@ TempDir::TempDir(const std::string& stem, const std::filesystem::path& parent) {
     name << stem << "-" << std::hex << random() << random();
     if (fs::create_directory(parent / name.str(), ec)) path_ = parent / name.str();
   }
-  PARTRAIN_CHECK(!path_.empty(), Error, "cannot make a temporary directory under ",
-                 parent.string(), ec ? ": " + ec.message() : std::string());
+  PARTRAIN_CHECK(!path_.empty(), Error, "cannot make a temporary directory under ", parent.string(),
+                 ec ? ": " + ec.message() : std::string());
   fs::permissions(path_, fs::perms::owner_all, fs::perm_options::replace, ec);
 }
 

@@ -15,8 +15,8 @@ namespace {
 constexpr int kIdxClasses = 10;
 
 void check_dataset(const data::ImageDataset& dataset, const char* what) {
-  const auto image_bytes = static_cast<std::size_t>(dataset.channels) * dataset.height *
-                           dataset.width;
+  const auto image_bytes =
+      static_cast<std::size_t>(dataset.channels) * dataset.height * dataset.width;
   const bool sizes_agree =
       dataset.size > 0 && dataset.labels.size() == static_cast<std::size_t>(dataset.size) &&
       dataset.pixels.size() == image_bytes * static_cast<std::size_t>(dataset.size);

@@ -68,9 +68,8 @@ void fuzz_store(const std::uint8_t* data, std::size_t size) {
     if (request.command == 1) {  // set: the value must read back
       const std::string key(body.begin(), body.begin() + request.key_bytes);
       const auto it = table.find(key);
-      if (it == table.end() ||
-          !std::equal(it->second.begin(), it->second.end(), body.begin() + request.key_bytes,
-                      body.end())) {
+      if (it == table.end() || !std::equal(it->second.begin(), it->second.end(),
+                                           body.begin() + request.key_bytes, body.end())) {
         throw InvariantBroken("store: a value set does not read back");
       }
     }

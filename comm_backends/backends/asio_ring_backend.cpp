@@ -12,9 +12,9 @@
 #include <thread>
 
 #include "comm_backends/backends/backend.h"
-#include "common/errors.h"
 #include "comm_backends/ring/ring_allreduce.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -74,7 +74,8 @@ class AsioRingCommunicator : public Communicator {
       if (culprit == e.peer_rank()) throw;
       throw PeerError(culprit, "asio-ring: rank " + std::to_string(culprit) +
                                    " failed first (traced through the other ranks' reports); "
-                                   "here: " + e.what());
+                                   "here: " +
+                                   e.what());
     }
   }
 

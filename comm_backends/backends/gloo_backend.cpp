@@ -24,8 +24,8 @@
 
 #include <algorithm>
 #include <climits>
-#include <list>
 #include <cstring>
+#include <list>
 #include <mutex>
 
 #include "comm_backends/reduction.h"
@@ -113,11 +113,16 @@ class GlooCommunicator : public Communicator {
     if (size() == 1 || buffer.count == 0) return;
     guard("allreduce", [&] {
       switch (buffer.dtype) {
-        case DType::f32: return reduce<float>(buffer, op);
-        case DType::f64: return reduce<double>(buffer, op);
-        case DType::f16: return reduce<gloo::float16>(buffer, op);
-        case DType::i32: return reduce<std::int32_t>(buffer, op);
-        case DType::i64: return reduce<std::int64_t>(buffer, op);
+        case DType::f32:
+          return reduce<float>(buffer, op);
+        case DType::f64:
+          return reduce<double>(buffer, op);
+        case DType::f16:
+          return reduce<gloo::float16>(buffer, op);
+        case DType::i32:
+          return reduce<std::int32_t>(buffer, op);
+        case DType::i64:
+          return reduce<std::int64_t>(buffer, op);
         case DType::bf16:
           throw UsageError(
               "comm backend 'gloo' cannot reduce bf16 (this Gloo has no bfloat16 type); use "
@@ -187,8 +192,8 @@ class GlooCommunicator : public Communicator {
       return c.count == buffer.count && c.dtype == buffer.dtype && c.op == op;
     });
     if (hit == cache_.end()) {
-      CachedAllreduce entry{buffer.count, buffer.dtype, op, std::vector<std::uint8_t>(buffer.bytes()),
-                            nullptr};
+      CachedAllreduce entry{buffer.count, buffer.dtype, op,
+                            std::vector<std::uint8_t>(buffer.bytes()), nullptr};
       const gloo::ReductionFunction<T>* fn = gloo::ReductionFunction<T>::sum;
       if (op == ReduceOp::min) fn = gloo::ReductionFunction<T>::min;
       if (op == ReduceOp::max) fn = gloo::ReductionFunction<T>::max;
@@ -196,9 +201,11 @@ class GlooCommunicator : public Communicator {
       const int count = static_cast<int>(buffer.count);
       const bool power_of_two = (size() & (size() - 1)) == 0;
       if (buffer.bytes() < kSmallMessageBytes) {
-        entry.algorithm = std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count, fn);
+        entry.algorithm =
+            std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count, fn);
       } else if (size() == 2 || !power_of_two) {
-        entry.algorithm = std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
+        entry.algorithm =
+            std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
       } else {
         entry.algorithm = std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn);
       }

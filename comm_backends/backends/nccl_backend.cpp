@@ -26,29 +26,39 @@ using Clock = std::chrono::steady_clock;
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::f16: return ncclFloat16;
-    case DType::bf16: return ncclBfloat16;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
   }
   return ncclFloat32;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::min: return ncclMin;
-    case ReduceOp::max: return ncclMax;
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
   }
   return ncclSum;
 }
 
 void check_cuda(cudaError_t status, const char* what) {
-  PARTRAIN_CHECK(status == cudaSuccess, CommError, "nccl: ", what, " failed: ",
-                 cudaGetErrorString(status));
+  PARTRAIN_CHECK(status == cudaSuccess, CommError, "nccl: ", what,
+                 " failed: ", cudaGetErrorString(status));
 }
 
 class NcclCommunicator : public Communicator {
@@ -59,7 +69,8 @@ class NcclCommunicator : public Communicator {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
     if (rank == 0) {
-      PARTRAIN_CHECK(ncclGetUniqueId(&id) == ncclSuccess, CommError, "nccl: ncclGetUniqueId failed");
+      PARTRAIN_CHECK(ncclGetUniqueId(&id) == ncclSuccess, CommError,
+                     "nccl: ncclGetUniqueId failed");
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(&id);
       store.set(prefix + "unique_id", std::vector<std::uint8_t>(bytes, bytes + sizeof id));
     } else {
@@ -95,8 +106,10 @@ class NcclCommunicator : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_ != nullptr) {
-      if (broken_) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+      if (broken_)
+        ncclCommAbort(comm_);
+      else
+        ncclCommDestroy(comm_);
     }
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (own_stream_ != nullptr) cudaStreamDestroy(own_stream_);

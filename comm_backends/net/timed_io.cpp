@@ -36,10 +36,12 @@ IoResult to_result(const boost::system::error_code& ec) {
 // Runs a started operation to completion or cancels it at the deadline.
 IoResult finish(asio::io_context& io, tcp::socket& socket, bool& done,
                 boost::system::error_code& ec, Clock::time_point deadline) {
-  if (!run_until(io, [&] { return done; }, deadline)) {
+  if (!run_until(
+          io, [&] { return done; }, deadline)) {
     boost::system::error_code ignored;
     socket.cancel(ignored);
-    run_until(io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
+    run_until(
+        io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
     return {IoStatus::timeout, "timed out"};
   }
   return to_result(ec);
@@ -59,8 +61,8 @@ IoResult read_exact(asio::io_context& io, tcp::socket& socket, void* data, std::
   return finish(io, socket, done, ec, deadline);
 }
 
-IoResult write_all(asio::io_context& io, tcp::socket& socket, const void* data,
-                   std::size_t bytes, Clock::time_point deadline) {
+IoResult write_all(asio::io_context& io, tcp::socket& socket, const void* data, std::size_t bytes,
+                   Clock::time_point deadline) {
   bool done = false;
   boost::system::error_code ec;
   asio::async_write(socket, asio::buffer(data, bytes),
@@ -76,8 +78,8 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
   tcp::resolver resolver(io);
   boost::system::error_code ec;
   auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::numeric_service, ec);
-  PARTRAIN_CHECK(!ec && !endpoints.empty(), UsageError, "cannot resolve host '", host, "': ",
-                 ec.message());
+  PARTRAIN_CHECK(!ec && !endpoints.empty(), UsageError, "cannot resolve host '", host,
+                 "': ", ec.message());
   const tcp::endpoint endpoint = *endpoints.begin();
   auto pause = std::chrono::milliseconds(1);
   while (Clock::now() < deadline) {
@@ -91,9 +93,11 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
       connect_error = e;
       done = true;
     });
-    if (!run_until(io, [&] { return done; }, deadline)) {
+    if (!run_until(
+            io, [&] { return done; }, deadline)) {
       socket.close(ec);
-      run_until(io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
+      run_until(
+          io, [&] { return done; }, Clock::now() + std::chrono::seconds(5));
       return false;
     }
     if (!connect_error) return true;

@@ -32,8 +32,8 @@ struct IoResult {
   bool ok() const { return status == IoStatus::ok; }
 };
 
-IoResult read_exact(boost::asio::io_context& io, tcp::socket& socket, void* data,
-                    std::size_t bytes, Clock::time_point deadline);
+IoResult read_exact(boost::asio::io_context& io, tcp::socket& socket, void* data, std::size_t bytes,
+                    Clock::time_point deadline);
 IoResult write_all(boost::asio::io_context& io, tcp::socket& socket, const void* data,
                    std::size_t bytes, Clock::time_point deadline);
 

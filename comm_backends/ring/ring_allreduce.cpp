@@ -41,10 +41,10 @@
 #include <memory>
 #include <utility>
 
-#include "common/byte_codec.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/reduction.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -59,10 +59,14 @@ constexpr std::size_t kHeaderBytes = kRingFrameHeaderBytes;
 
 const char* kind_name(std::uint8_t kind) {
   switch (static_cast<Kind>(kind)) {
-    case Kind::allreduce: return "allreduce";
-    case Kind::broadcast: return "broadcast";
-    case Kind::allgather: return "allgather";
-    case Kind::barrier: return "barrier";
+    case Kind::allreduce:
+      return "allreduce";
+    case Kind::broadcast:
+      return "broadcast";
+    case Kind::allgather:
+      return "allgather";
+    case Kind::barrier:
+      return "barrier";
   }
   return "an unknown collective";
 }
@@ -142,8 +146,7 @@ struct RingCollectives::Header {
 };
 
 std::string RingCollectives::describe_frame(const std::uint8_t* header) {
-  const bool framed =
-      header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
+  const bool framed = header[0] == 'P' && header[1] == 'T' && header[2] == 'C' && header[3] == 'F';
   if (!framed) return "something unrecognisable";
   Header theirs;
   theirs.kind = header[4];
@@ -160,9 +163,9 @@ struct RingCollectives::Pass {
   std::uint8_t* work = nullptr;
   DType work_type = DType::f32;
   DType wire_type = DType::f32;
-  std::size_t work_elem = 1;  // bytes per element in memory
-  std::size_t wire_elem = 1;  // bytes per element on the wire
-  bool narrow = false;        // the wire type differs from the work type
+  std::size_t work_elem = 1;      // bytes per element in memory
+  std::size_t wire_elem = 1;      // bytes per element on the wire
+  bool narrow = false;            // the wire type differs from the work type
   std::uint16_t* wire = nullptr;  // narrow: the wire words of every element, see allreduce()
   ReduceOp op = ReduceOp::sum;
   int divisor = 1;  // avg: the world size, applied by the owner of each final value
@@ -184,7 +187,9 @@ struct RingCollectives::Pass {
 
 RingCollectives::RingCollectives(RingTransport& transport, std::chrono::milliseconds timeout,
                                  std::size_t chunk_bytes)
-    : transport_(transport), timeout_(timeout), chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
+    : transport_(transport),
+      timeout_(timeout),
+      chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
 
 // The state of one pass lives on the heap, shared by every completion handler it starts: a
 // handler that runs after run_pass() has returned (a pass abandoned after a failure, whose
@@ -196,7 +201,7 @@ struct RingCollectives::PassRun {
   std::uint8_t my_header[kHeaderBytes] = {};
   std::uint8_t left_header[kHeaderBytes] = {};
   std::size_t send_step = 0, send_chunk = 0, recv_step = 0, recv_chunk = 0;
-  std::vector<std::size_t> recv_done;  // per step: chunks received (and reduced)
+  std::vector<std::size_t> recv_done;       // per step: chunks received (and reduced)
   bool send_busy = true, recv_busy = true;  // the headers go first
   int failed_peer = -1;
   bool peer_failure = false;
@@ -272,8 +277,7 @@ void RingCollectives::run_pass(Pass pass_in, const Header& header_in) {
 
   // A completion handler: keeps the pass state alive, and does nothing once run_pass() has
   // returned (ops emptied) but record that its operation is over.
-  auto on_send = [run, ops, right, advance_send](const boost::system::error_code& ec,
-                                                 std::size_t) {
+  auto on_send = [run, ops, right, advance_send](const boost::system::error_code& ec, std::size_t) {
     run->send_busy = false;
     if (!ops->pump_send) return;
     if (ec) return ops->io_failure(right, ec, "sending to it");
@@ -316,38 +320,38 @@ void RingCollectives::run_pass(Pass pass_in, const Header& header_in) {
       }
       const std::size_t elements = pass.elements(piece);
       std::uint8_t* target = pass.work + piece.offset;
-      void* arrival = pass.narrow ? static_cast<void*>(pass.wire + pass.first_element(piece))
+      void* arrival = pass.narrow   ? static_cast<void*>(pass.wire + pass.first_element(piece))
                       : step.reduce ? recv_stage
                                     : target;
       st.recv_busy = true;
-      asio::async_read(
-          in, asio::buffer(arrival, elements * pass.wire_elem),
-          [run, ops, left, recv_stage, complete_recv, piece, elements, target](
-              const boost::system::error_code& ec, std::size_t) {
-            run->recv_busy = false;
-            if (!ops->pump_recv) return;
-            if (ec) return ops->io_failure(left, ec, "receiving from it");
-            const Pass& pass = run->pass;
-            const Step& done = pass.steps[run->recv_step];
-            if (pass.narrow) {
-              auto* acc = reinterpret_cast<float*>(target);
-              std::uint16_t* words = pass.wire + pass.first_element(piece);
-              if (done.reduce) {
-                reduce_from_wire(acc, words, pass.wire_type, elements, pass.op, done.finalize,
-                                 pass.divisor);
-              } else {
-                widen_from_wire(words, acc, pass.wire_type, elements);
-              }
-            } else if (done.reduce) {
-              reduce_into(target, pass.work_type, recv_stage, pass.work_type, elements, pass.op);
-              if (done.finalize && pass.divisor != 1) {
-                divide_elements(target, pass.work_type, elements, pass.divisor);
-              }
-            }
-            complete_recv();
-            ops->pump_recv();
-            ops->pump_send();
-          });
+      asio::async_read(in, asio::buffer(arrival, elements * pass.wire_elem),
+                       [run, ops, left, recv_stage, complete_recv, piece, elements, target](
+                           const boost::system::error_code& ec, std::size_t) {
+                         run->recv_busy = false;
+                         if (!ops->pump_recv) return;
+                         if (ec) return ops->io_failure(left, ec, "receiving from it");
+                         const Pass& pass = run->pass;
+                         const Step& done = pass.steps[run->recv_step];
+                         if (pass.narrow) {
+                           auto* acc = reinterpret_cast<float*>(target);
+                           std::uint16_t* words = pass.wire + pass.first_element(piece);
+                           if (done.reduce) {
+                             reduce_from_wire(acc, words, pass.wire_type, elements, pass.op,
+                                              done.finalize, pass.divisor);
+                           } else {
+                             widen_from_wire(words, acc, pass.wire_type, elements);
+                           }
+                         } else if (done.reduce) {
+                           reduce_into(target, pass.work_type, recv_stage, pass.work_type, elements,
+                                       pass.op);
+                           if (done.finalize && pass.divisor != 1) {
+                             divide_elements(target, pass.work_type, elements, pass.divisor);
+                           }
+                         }
+                         complete_recv();
+                         ops->pump_recv();
+                         ops->pump_send();
+                       });
     }
     ops->pump_send();
   };
@@ -395,8 +399,9 @@ void RingCollectives::run_pass(Pass pass_in, const Header& header_in) {
     // The sockets are closed, so the aborted operations complete at once; give their handlers
     // a bounded moment to run. Any that have not run by then find `ops` empty when they do.
     constexpr auto kDrainBound = std::chrono::seconds(5);
-    net::run_until(transport_.io(), [&st] { return !st.send_busy && !st.recv_busy; },
-                   Clock::now() + kDrainBound);
+    net::run_until(
+        transport_.io(), [&st] { return !st.send_busy && !st.recv_busy; },
+        Clock::now() + kDrainBound);
   }
   const std::string failure = st.failure;
   const int failed_peer = st.failed_peer;

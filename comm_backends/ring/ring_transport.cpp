@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "common/byte_codec.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/store.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -72,12 +72,12 @@ void read_handshake(const std::shared_ptr<AcceptState>& state,
               if (e || state->accepted || candidate->token != state->token) {
                 return state->refuse(candidate);
               }
-              asio::async_write(candidate->socket, asio::buffer(kRingAccept, 8),
-                                [state, candidate](const boost::system::error_code& w, std::size_t) {
-                                  if (w || state->accepted) return state->refuse(candidate);
-                                  state->accepted =
-                                      std::make_unique<tcp::socket>(std::move(candidate->socket));
-                                });
+              asio::async_write(
+                  candidate->socket, asio::buffer(kRingAccept, 8),
+                  [state, candidate](const boost::system::error_code& w, std::size_t) {
+                    if (w || state->accepted) return state->refuse(candidate);
+                    state->accepted = std::make_unique<tcp::socket>(std::move(candidate->socket));
+                  });
             });
       });
 }
@@ -115,8 +115,7 @@ std::string encode_ring_handshake(int rank, int world, const std::string& token)
   return message + token;
 }
 
-RingTransport::RingTransport(Store& store, int rank, int size,
-                             const RingTransportOptions& options)
+RingTransport::RingTransport(Store& store, int rank, int size, const RingTransportOptions& options)
     : rank_(rank), size_(size), to_right_(io_), from_left_(io_) {
   PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "ring: rank ", rank,
                  " is outside a world of ", size);
@@ -179,12 +178,12 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
   std::string host;
   int right_port = 0;
   const std::string right_text(right_address.begin(), right_address.end());
-  PARTRAIN_CHECK(net::split_host_port(right_text, host, right_port), CommError,
-                 "ring: rank ", right(), " published a bad address '", right_text, "'");
+  PARTRAIN_CHECK(net::split_host_port(right_text, host, right_port), CommError, "ring: rank ",
+                 right(), " published a bad address '", right_text, "'");
   if (!net::connect_with_retry(io_, to_right_, host, right_port, deadline,
                                options.socket_buffer_bytes)) {
-    throw PeerError(right(), "ring: could not connect to rank " + std::to_string(right()) +
-                                 " at " + right_text + " within the timeout");
+    throw PeerError(right(), "ring: could not connect to rank " + std::to_string(right()) + " at " +
+                                 right_text + " within the timeout");
   }
   const std::string hello = encode_ring_handshake(rank_, size_, options.token);
   auto result = net::write_all(io_, to_right_, hello.data(), hello.size(), deadline);
@@ -195,12 +194,13 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
                                  " refused our handshake (another run, or a different token?): " +
                                  (result.ok() ? "bad answer" : result.message));
   }
-  if (!net::run_until(io_, [&] { return state->accepted != nullptr; }, deadline)) {
-    throw PeerError(left(), "ring: rank " + std::to_string(left()) +
-                                " did not connect within the timeout" +
-                                (state->refused ? " (refused " + std::to_string(state->refused) +
-                                                      " other connections)"
-                                                : std::string()));
+  if (!net::run_until(
+          io_, [&] { return state->accepted != nullptr; }, deadline)) {
+    throw PeerError(
+        left(),
+        "ring: rank " + std::to_string(left()) + " did not connect within the timeout" +
+            (state->refused ? " (refused " + std::to_string(state->refused) + " other connections)"
+                            : std::string()));
   }
   from_left_ = std::move(*state->accepted);
   net::tune_socket(from_left_, options.socket_buffer_bytes);

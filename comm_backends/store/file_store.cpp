@@ -21,8 +21,8 @@ std::string encode_key(const std::string& key) {
   static const char kHex[] = "0123456789abcdef";
   std::string out;
   for (unsigned char c : key) {
-    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
     if (plain) {
       out += static_cast<char>(c);
     } else {

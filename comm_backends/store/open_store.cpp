@@ -2,11 +2,11 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -64,16 +64,17 @@ StoreUrl parse_store_url(const std::string& url) {
   }
   if (scheme == "tcp") return tcp_url(rest, url);
   if (scheme == "env") {
-    PARTRAIN_CHECK(rest.empty(), UsageError, "store url '", url, "': env:// takes nothing after it");
+    PARTRAIN_CHECK(rest.empty(), UsageError, "store url '", url,
+                   "': env:// takes nothing after it");
     const char* addr = std::getenv("MASTER_ADDR");
     const char* port = std::getenv("MASTER_PORT");
     PARTRAIN_CHECK(addr && *addr && port && *port, UsageError, "store url 'env://' needs ",
                    "MASTER_ADDR and MASTER_PORT in the environment");
     const std::string host = addr;
-    const std::string host_port = (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
-                                  ":" + port;
-    return tcp_url(host_port, std::string("env:// (MASTER_ADDR=") + addr + ", MASTER_PORT=" +
-                                  port + ")");
+    const std::string host_port =
+        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+    return tcp_url(host_port,
+                   std::string("env:// (MASTER_ADDR=") + addr + ", MASTER_PORT=" + port + ")");
   }
   throw UsageError("store url '" + url + "': unknown scheme '" + scheme +
                    "' (expected file, tcp or env)");

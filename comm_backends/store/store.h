@@ -14,11 +14,11 @@
 namespace partrain::comm {
 
 struct StoreOptions {
-  std::string token;                              // run token; a peer without it is refused
+  std::string token;  // run token; a peer without it is refused
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // bound on every wait
-  int rank = 0;                                   // rank 0 hosts the tcp store server
+  int rank = 0;  // rank 0 hosts the tcp store server
   int world_size = 1;
-  bool host_server = false;                       // tcp: serve here (launcher or rank 0)
+  bool host_server = false;  // tcp: serve here (launcher or rank 0)
 };
 
 class Store {

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <map>
 
+#include "comm_backends/net/timed_io.h"
 #include "common/byte_codec.h"
 #include "common/errors.h"
-#include "comm_backends/net/timed_io.h"
 
 namespace partrain::comm {
 
@@ -40,8 +40,8 @@ std::int64_t decode_i64(const std::uint8_t* in) {
 
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
   token_bytes = get_le<std::uint32_t>(hello + 12);
-  return std::memcmp(hello, kStoreMagic, 8) == 0 && get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion &&
-         token_bytes <= kMaxTokenBytes;
+  return std::memcmp(hello, kStoreMagic, 8) == 0 &&
+         get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && token_bytes <= kMaxTokenBytes;
 }
 
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request) {
@@ -53,7 +53,8 @@ bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request
 }
 
 bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response) {
+                         const std::vector<std::uint8_t>& body,
+                         std::vector<std::uint8_t>& response) {
   if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) return false;
   const std::string key(body.begin(), body.begin() + request.key_bytes);
   std::vector<std::uint8_t> value(body.begin() + request.key_bytes, body.end());
@@ -65,8 +66,10 @@ bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
       break;
     case 2: {  // get
       auto it = table.find(key);
-      if (it == table.end()) status = 0;
-      else payload = it->second;
+      if (it == table.end())
+        status = 0;
+      else
+        payload = it->second;
       break;
     }
     case 3: {  // add
@@ -123,8 +126,10 @@ class Session : public std::enable_shared_from_this<Session> {
     });
     asio::async_read(socket_, asio::buffer(header_, kHelloBytes),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (!ec) self->on_hello();
-                       else self->close();
+                       if (!ec)
+                         self->on_hello();
+                       else
+                         self->close();
                      });
   }
 
@@ -139,45 +144,50 @@ class Session : public std::enable_shared_from_this<Session> {
     std::uint32_t token_bytes = 0;
     if (!parse_store_hello(header_, token_bytes)) return close();
     body_.resize(token_bytes);
-    asio::async_read(socket_, asio::buffer(body_),
-                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (ec || std::string(self->body_.begin(), self->body_.end()) !=
-                                     self->token_) {
-                         return self->close();
-                       }
-                       self->accepted_ = true;
-                       self->timer_.cancel();
-                       asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
-                                         [self](const boost::system::error_code& e, std::size_t) {
-                                           if (!e) self->read_request();
-                                           else self->close();
-                                         });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(body_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (ec || std::string(self->body_.begin(), self->body_.end()) != self->token_) {
+            return self->close();
+          }
+          self->accepted_ = true;
+          self->timer_.cancel();
+          asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
+                            [self](const boost::system::error_code& e, std::size_t) {
+                              if (!e)
+                                self->read_request();
+                              else
+                                self->close();
+                            });
+        });
   }
 
   void read_request() {
-    asio::async_read(socket_, asio::buffer(header_, kRequestBytes),
-                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (ec || !parse_store_request(self->header_, self->request_)) {
-                         return self->close();
-                       }
-                       self->body_.resize(std::size_t{self->request_.key_bytes} +
-                                          self->request_.value_bytes);
-                       asio::async_read(self->socket_, asio::buffer(self->body_),
-                                        [self](const boost::system::error_code& e, std::size_t) {
-                                          if (e) return self->close();
-                                          self->serve();
-                                        });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(header_, kRequestBytes),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (ec || !parse_store_request(self->header_, self->request_)) {
+            return self->close();
+          }
+          self->body_.resize(std::size_t{self->request_.key_bytes} + self->request_.value_bytes);
+          asio::async_read(self->socket_, asio::buffer(self->body_),
+                           [self](const boost::system::error_code& e, std::size_t) {
+                             if (e) return self->close();
+                             self->serve();
+                           });
+        });
   }
 
   void serve() {
     if (!serve_store_request(data_, request_, body_, response_)) return close();
-    asio::async_write(socket_, asio::buffer(response_),
-                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                        if (!ec) self->read_request();
-                        else self->close();
-                      });
+    asio::async_write(
+        socket_, asio::buffer(response_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (!ec)
+            self->read_request();
+          else
+            self->close();
+        });
   }
 
   tcp::socket socket_;
@@ -264,9 +274,8 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};
   auto got = sent.ok() ? net::read_exact(io_, socket_, answer, 8, deadline) : sent;
-  PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError,
-                 "tcp store at ", endpoint_,
-                 " refused this client (wrong run token, or not a partrain store): ",
+  PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
+                 endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
 }
 
@@ -310,8 +319,10 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
     throw CommError("tcp store: request for key '" + key + "' to " + endpoint_ +
                     " failed: " + result.message);
   }
-  if (header[0] == 0) payload.assign(1, 0xff);  // not found: marked below by try_get
-  else payload.insert(payload.begin(), 0x01);
+  if (header[0] == 0)
+    payload.assign(1, 0xff);  // not found: marked below by try_get
+  else
+    payload.insert(payload.begin(), 0x01);
   return payload;
 }
 

@@ -8,13 +8,12 @@
 // protocol is disconnected. get/wait poll on the client side with a growing pause.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 
 #include "comm_backends/store/store.h"
 
@@ -47,7 +46,8 @@ bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request
 using StoreTable = std::map<std::string, std::vector<std::uint8_t>>;
 // Runs one request whose body (key then value) has arrived; `response` gets the whole answer.
 bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body, std::vector<std::uint8_t>& response);
+                         const std::vector<std::uint8_t>& body,
+                         std::vector<std::uint8_t>& response);
 
 class TcpStoreServer {
  public:

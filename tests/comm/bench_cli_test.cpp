@@ -1,12 +1,12 @@
 // `partrain bench allreduce` end to end: real processes, a checked JSON report, usage errors.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tests/comm/rank_threads.h"
 
@@ -36,8 +36,10 @@ TEST(BenchCommand, WritesACheckedReport) {
   testing::TempDir dir;
   const std::string json_path = (dir.path() / "bench.json").string();
   std::string output;
-  const int code = run(exe + " bench allreduce --backend asio-ring --world 3 --sizes 4K,100K"
-                             " --dtype f32 --wire-dtype bf16 --iters 3 --json " + json_path,
+  const int code = run(exe +
+                           " bench allreduce --backend asio-ring --world 3 --sizes 4K,100K"
+                           " --dtype f32 --wire-dtype bf16 --iters 3 --json " +
+                           json_path,
                        output);
   ASSERT_EQ(code, 0) << output;
   EXPECT_NE(output.find("busbw_GB/s"), std::string::npos) << output;
@@ -60,10 +62,9 @@ TEST(BenchCommand, WritesACheckedReport) {
 TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
-  for (const std::string args : {"--backend asio-ring --world 2 --sizes 6",
-                                 "--backend mpi --world 2 --sizes 4K",
-                                 "--backend asio-ring --world 2 --sizes 4X",
-                                 "--backend asio-ring --world 2 --dtype f8"}) {
+  for (const std::string args :
+       {"--backend asio-ring --world 2 --sizes 6", "--backend mpi --world 2 --sizes 4K",
+        "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

@@ -1,11 +1,12 @@
+#include "comm_backends/buffer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "comm_backends/buffer.h"
-#include "common/errors.h"
 #include "comm_backends/reduction.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 namespace {
@@ -29,7 +30,7 @@ TEST(Buffer, HalfConversionMatchesKnownBits) {
   EXPECT_EQ(float_to_half(1.0f), 0x3c00);
   EXPECT_EQ(float_to_half(-2.0f), 0xc000);
   EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_half(1e6f), 0x7c00);                   // overflow to inf
+  EXPECT_EQ(float_to_half(1e6f), 0x7c00);                    // overflow to inf
   EXPECT_EQ(float_to_half(5.9604644775390625e-8f), 0x0001);  // smallest subnormal
   EXPECT_EQ(float_to_half(1.0f + 1.0f / 2048), 0x3c00);      // tie rounds to even
   EXPECT_EQ(float_to_half(1.0f + 3.0f / 2048), 0x3c02);

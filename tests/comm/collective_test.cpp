@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {
@@ -26,10 +26,10 @@ struct BackendSetup {
 };
 
 std::string setup_name(const ::testing::TestParamInfo<BackendSetup>& info) {
-  std::string name = info.param.backend + "_w" + std::to_string(info.param.world) + "_wire_" +
-                     std::string(dtype_name(info.param.wire)) +
-                     (info.param.chunk_bytes ? "_chunk" + std::to_string(info.param.chunk_bytes)
-                                             : std::string());
+  std::string name =
+      info.param.backend + "_w" + std::to_string(info.param.world) + "_wire_" +
+      std::string(dtype_name(info.param.wire)) +
+      (info.param.chunk_bytes ? "_chunk" + std::to_string(info.param.chunk_bytes) : std::string());
   for (char& c : name) {
     if (c == '-') c = '_';
   }
@@ -43,23 +43,41 @@ double input_value(int rank, std::size_t i) {
 
 void store_value(void* data, DType dtype, std::size_t i, double v) {
   switch (dtype) {
-    case DType::f32: static_cast<float*>(data)[i] = static_cast<float>(v); break;
-    case DType::f64: static_cast<double*>(data)[i] = v; break;
-    case DType::f16: static_cast<std::uint16_t*>(data)[i] = float_to_half(static_cast<float>(v)); break;
-    case DType::bf16: static_cast<std::uint16_t*>(data)[i] = float_to_bf16(static_cast<float>(v)); break;
-    case DType::i32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v); break;
-    case DType::i64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v); break;
+    case DType::f32:
+      static_cast<float*>(data)[i] = static_cast<float>(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(data)[i] = v;
+      break;
+    case DType::f16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_half(static_cast<float>(v));
+      break;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(data)[i] = float_to_bf16(static_cast<float>(v));
+      break;
+    case DType::i32:
+      static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DType::i64:
+      static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v);
+      break;
   }
 }
 
 double load_value(const void* data, DType dtype, std::size_t i) {
   switch (dtype) {
-    case DType::f32: return static_cast<const float*>(data)[i];
-    case DType::f64: return static_cast<const double*>(data)[i];
-    case DType::f16: return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::i32: return static_cast<const std::int32_t*>(data)[i];
-    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
+    case DType::f32:
+      return static_cast<const float*>(data)[i];
+    case DType::f64:
+      return static_cast<const double*>(data)[i];
+    case DType::f16:
+      return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::bf16:
+      return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
+    case DType::i32:
+      return static_cast<const std::int32_t*>(data)[i];
+    case DType::i64:
+      return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
   }
   return 0;
 }
@@ -73,9 +91,12 @@ double expected_value(int world, std::size_t i, ReduceOp op, DType dtype) {
     hi = std::max(hi, v);
   }
   switch (op) {
-    case ReduceOp::sum: return sum;
-    case ReduceOp::min: return lo;
-    case ReduceOp::max: return hi;
+    case ReduceOp::sum:
+      return sum;
+    case ReduceOp::min:
+      return lo;
+    case ReduceOp::max:
+      return hi;
     case ReduceOp::avg:
       if (!is_floating(dtype)) return std::trunc(sum / world);  // integer division
       return sum / world;
@@ -104,7 +125,8 @@ std::vector<Case> allreduce_cases(int world) {
   cases.push_back({DType::f32, ReduceOp::sum, (3u << 20) / 4 + 3});  // a few MiB, odd count
   for (DType dtype : {DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
-      for (std::size_t count : {std::size_t{1}, std::size_t{1001}}) cases.push_back({dtype, op, count});
+      for (std::size_t count : {std::size_t{1}, std::size_t{1001}})
+        cases.push_back({dtype, op, count});
     }
   }
   return cases;
@@ -153,7 +175,8 @@ TEST_P(Collectives, AllreduceMatchesReference) {
     for (std::size_t c = 0; c < cases.size(); ++c) {
       const Case& k = cases[c];
       std::vector<std::uint8_t> data(k.count * dtype_size(k.dtype) + 1);
-      for (std::size_t i = 0; i < k.count; ++i) store_value(data.data(), k.dtype, i, input_value(rank, i));
+      for (std::size_t i = 0; i < k.count; ++i)
+        store_value(data.data(), k.dtype, i, input_value(rank, i));
       Buffer buffer{data.data(), k.count, k.dtype};
       if (unsupported(setup.backend, k.dtype) && world > 1) {
         EXPECT_THROW(comm->allreduce(buffer, k.op), UsageError);
@@ -167,8 +190,8 @@ TEST_P(Collectives, AllreduceMatchesReference) {
         if (std::abs(got - want) > tolerance(k.dtype, setup.wire) * std::max(1.0, std::abs(want))) {
           if (++bad <= 3) {
             ADD_FAILURE() << "rank " << rank << " " << dtype_name(k.dtype) << " "
-                          << reduce_op_name(k.op) << " count " << k.count << " [" << i
-                          << "]: got " << got << ", want " << want;
+                          << reduce_op_name(k.op) << " count " << k.count << " [" << i << "]: got "
+                          << got << ", want " << want;
           }
         }
       }
@@ -181,8 +204,8 @@ TEST_P(Collectives, AllreduceMatchesReference) {
   for (std::size_t c = 0; c < cases.size(); ++c) {
     for (int r = 1; r < world; ++r) {
       EXPECT_EQ(results[c][r], results[c][0])
-          << "ranks 0 and " << r << " disagree on case " << c << " ("
-          << dtype_name(cases[c].dtype) << " " << reduce_op_name(cases[c].op) << ")";
+          << "ranks 0 and " << r << " disagree on case " << c << " (" << dtype_name(cases[c].dtype)
+          << " " << reduce_op_name(cases[c].op) << ")";
     }
   }
 }
@@ -202,7 +225,8 @@ TEST_P(Collectives, BroadcastAllgatherBarrier) {
         }
         comm->broadcast(Buffer{data.data(), count, DType::f32}, root);
         for (std::size_t i = 0; i < count; ++i) {
-          ASSERT_EQ(data[i], static_cast<float>(root * 100000 + i)) << "rank " << rank << " root " << root;
+          ASSERT_EQ(data[i], static_cast<float>(root * 100000 + i))
+              << "rank " << rank << " root " << root;
         }
       }
     }

@@ -1,19 +1,20 @@
+#include "comm_backends/store/file_store.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 
-#include "common/errors.h"
-#include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {
 namespace {
 
-using testing::TempDir;
 using std::chrono::milliseconds;
+using testing::TempDir;
 
 std::vector<std::uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -134,8 +135,7 @@ TEST(FileStore, ReaderNeverSeesAPartialValue) {
   writer.join();
   // No temp files or locks are left behind.
   int files = 0;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(dir.path())) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
     if (entry.is_regular_file()) {
       ++files;
       EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos);

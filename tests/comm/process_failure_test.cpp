@@ -29,13 +29,13 @@ struct RankProcess {
   Clock::time_point exited;
 };
 
-RankProcess spawn_rank(const testing::TempDir& dir, int rank, int world,
-                       const std::string& backend, int timeout_ms) {
+RankProcess spawn_rank(const testing::TempDir& dir, int rank, int world, const std::string& backend,
+                       int timeout_ms) {
   RankProcess p;
   p.stderr_path = (dir.path() / ("stderr-" + std::to_string(rank))).string();
   p.ready_path = (dir.path() / ("ready-" + std::to_string(rank))).string();
   const std::string store = "file://" + (dir.path() / "store").string();
-  std::vector<std::string> args = {COMM_RANK_PROCESS, store, std::to_string(rank),
+  std::vector<std::string> args = {COMM_RANK_PROCESS,     store,   std::to_string(rank),
                                    std::to_string(world), backend, std::to_string(timeout_ms),
                                    p.ready_path};
   p.pid = fork();

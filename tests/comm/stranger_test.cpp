@@ -5,10 +5,10 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {
@@ -59,19 +59,21 @@ TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
 
   // Before rank 0 shows up, four strangers knock on rank 1's door.
   const std::vector<std::string> knocks = {
-      "GET / HTTP/1.1\r\n\r\n" + std::string(16, 'x'),          // garbage
-      encode_ring_handshake(0, kWorld, "not-the-token"),          // wrong run token
-      encode_ring_handshake(2, kWorld, token),                    // not rank 1's left neighbour
-      encode_ring_handshake(0, kWorld + 1, token),                // another world size
-      std::string(),                                              // connects, says nothing
+      "GET / HTTP/1.1\r\n\r\n" + std::string(16, 'x'),    // garbage
+      encode_ring_handshake(0, kWorld, "not-the-token"),  // wrong run token
+      encode_ring_handshake(2, kWorld, token),            // not rank 1's left neighbour
+      encode_ring_handshake(0, kWorld + 1, token),        // another world size
+      std::string(),                                      // connects, says nothing
   };
   std::vector<std::unique_ptr<Stranger>> strangers;
   for (const auto& knock : knocks) {
     auto s = std::make_unique<Stranger>();
-    ASSERT_TRUE(net::connect_with_retry(s->io, s->socket, host, port, net::deadline_after(milliseconds(3000))));
+    ASSERT_TRUE(net::connect_with_retry(s->io, s->socket, host, port,
+                                        net::deadline_after(milliseconds(3000))));
     if (!knock.empty()) {
       ASSERT_TRUE(net::write_all(s->io, s->socket, knock.data(), knock.size(),
-                                 net::deadline_after(milliseconds(3000))).ok());
+                                 net::deadline_after(milliseconds(3000)))
+                      .ok());
     }
     strangers.push_back(std::move(s));
   }

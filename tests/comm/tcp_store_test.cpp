@@ -1,3 +1,5 @@
+#include "comm_backends/store/tcp_store.h"
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -6,9 +8,8 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
-#include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {
@@ -35,7 +36,8 @@ bool stranger_is_closed(int port, const std::string& payload) {
   net::write_all(io, socket, payload.data(), payload.size(), deadline);
   char answer[8];
   // Either the server closes at once, or after its hello timeout; both are "closed".
-  auto result = net::read_exact(io, socket, answer, sizeof answer, net::deadline_after(milliseconds(12000)));
+  auto result =
+      net::read_exact(io, socket, answer, sizeof answer, net::deadline_after(milliseconds(12000)));
   return result.status == net::IoStatus::closed;
 }
 

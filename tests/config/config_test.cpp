@@ -1,12 +1,13 @@
 // Config loading: defaults, every kind of error with its file:line:col, --set overrides,
 // and the shipped configs.
+#include "trainer/config/config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "common/errors.h"
-#include "trainer/config/config.h"
 
 namespace partrain {
 namespace {
@@ -16,7 +17,8 @@ namespace fs = std::filesystem;
 class ConfigTest : public ::testing::Test {
  protected:
   std::string write(const std::string& text) {
-    fs::path dir = fs::temp_directory_path() / ("partrain_config_test_" + std::to_string(::getpid()));
+    fs::path dir =
+        fs::temp_directory_path() / ("partrain_config_test_" + std::to_string(::getpid()));
     fs::create_directories(dir);
     fs::path path = dir / (std::to_string(counter_++) + ".yaml");
     std::ofstream(path) << text;
@@ -40,8 +42,9 @@ class ConfigTest : public ::testing::Test {
 };
 
 TEST_F(ConfigTest, DefaultsAndValues) {
-  Config c = load_config(write("name: x\nstrategy: ddp\nlaunch: {nproc_per_node: 3}\n"
-                               "data: {batch_size: 7, dataset: cifar100}\ntrain: {epochs: 2}\n"));
+  Config c =
+      load_config(write("name: x\nstrategy: ddp\nlaunch: {nproc_per_node: 3}\n"
+                        "data: {batch_size: 7, dataset: cifar100}\ntrain: {epochs: 2}\n"));
   EXPECT_EQ(c.name, "x");
   EXPECT_EQ(c.strategy, "ddp");
   EXPECT_EQ(c.launch.nproc_per_node, 3);
@@ -67,16 +70,20 @@ TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
 }
 
 TEST_F(ConfigTest, WrongTypes) {
-  EXPECT_EQ(error_of("train:\n  epochs: ten\n"), ":2:11: train.epochs: expected an integer, got 'ten'");
-  EXPECT_EQ(error_of("data: {augment: maybe}\n"), ":1:17: data.augment: expected true or false, got 'maybe'");
+  EXPECT_EQ(error_of("train:\n  epochs: ten\n"),
+            ":2:11: train.epochs: expected an integer, got 'ten'");
+  EXPECT_EQ(error_of("data: {augment: maybe}\n"),
+            ":1:17: data.augment: expected true or false, got 'maybe'");
   EXPECT_EQ(error_of("train: {optimizer: {lr: [1, 2]}}\n"),
             ":1:25: train.optimizer.lr: expected a number, got 'a collection'");
   EXPECT_EQ(error_of("data: 5\n"), ":1:7: data: expected a mapping of keys");
 }
 
 TEST_F(ConfigTest, OutOfRange) {
-  EXPECT_EQ(error_of("data: {batch_size: 0}\n"), ":1:20: data.batch_size: 0 is out of range [1, 1048576]");
-  EXPECT_EQ(error_of("data: {batch_size: -5}\n"), ":1:20: data.batch_size: -5 is out of range [1, 1048576]");
+  EXPECT_EQ(error_of("data: {batch_size: 0}\n"),
+            ":1:20: data.batch_size: 0 is out of range [1, 1048576]");
+  EXPECT_EQ(error_of("data: {batch_size: -5}\n"),
+            ":1:20: data.batch_size: -5 is out of range [1, 1048576]");
   // Larger than any integer type: a clear error, not an overflow.
   EXPECT_EQ(error_of("train: {epochs: 99999999999999999999999}\n"),
             ":1:17: train.epochs: expected an integer, got '99999999999999999999999'");
@@ -112,7 +119,8 @@ TEST_F(ConfigTest, MissingFiles) {
 
 TEST_F(ConfigTest, OverridesApplyAndNameThemselvesInErrors) {
   std::string path = write("data: {batch_size: 8}\n");
-  Config c = load_config(path, {"data.batch_size=32", "train.optimizer.lr=0.1", "comm.backend=gloo"});
+  Config c =
+      load_config(path, {"data.batch_size=32", "train.optimizer.lr=0.1", "comm.backend=gloo"});
   EXPECT_EQ(c.data.batch_size, 32);
   EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.1);
   EXPECT_EQ(c.comm.backend, "gloo");

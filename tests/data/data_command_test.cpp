@@ -127,16 +127,22 @@ TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(4));
   const std::string config = dir_.path() + "/slow.yaml";
-  const std::string yaml = std::string("name: slow\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
-              "launch: {nproc_per_node: 2}\n"
-              "comm: {backend: asio-ring, timeout_s: 2}\n"
-              "data: {dataset: cifar100, root: '") + dir_.path() + "/data/cifar-100-binary', "
-              "download: true, url: '" + server.url("/c.tgz") + "#md5=" + md5 + "', "
-              "batch_size: 4, num_workers: 1}\n"
-              "model: {name: digitalnet, width: 4}\n"
-              "train: {epochs: 1, threads: 1}\n"
-              "checkpoint: {every_epochs: 0, resume: never}\n"
-              "output: {dir: '" + dir_.path() + "/out'}\n";
+  const std::string yaml = std::string(
+                               "name: slow\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
+                               "launch: {nproc_per_node: 2}\n"
+                               "comm: {backend: asio-ring, timeout_s: 2}\n"
+                               "data: {dataset: cifar100, root: '") +
+                           dir_.path() +
+                           "/data/cifar-100-binary', "
+                           "download: true, url: '" +
+                           server.url("/c.tgz") + "#md5=" + md5 +
+                           "', "
+                           "batch_size: 4, num_workers: 1}\n"
+                           "model: {name: digitalnet, width: 4}\n"
+                           "train: {epochs: 1, threads: 1}\n"
+                           "checkpoint: {every_epochs: 0, resume: never}\n"
+                           "output: {dir: '" +
+                           dir_.path() + "/out'}\n";
   test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
   RunResult r = run_partrain("run '" + config + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <boost/asio.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,8 +85,7 @@ class LoopbackHttpServer {
           }
           connection->timer.expires_after(delay_);
           connection->timer.async_wait([connection](boost::system::error_code) {
-            boost::asio::async_write(connection->socket,
-                                     boost::asio::buffer(connection->response),
+            boost::asio::async_write(connection->socket, boost::asio::buffer(connection->response),
                                      [connection](boost::system::error_code, std::size_t) {
                                        boost::system::error_code ignored;
                                        connection->socket.shutdown(tcp::socket::shutdown_both,

@@ -19,8 +19,7 @@ bool have_cuda() {
 #define REQUIRE_CUDA() \
   if (!have_cuda()) GTEST_SKIP() << "LibTorch sees no CUDA device here"
 
-const char* kCuda =
-    "device: cuda\ntrain: {epochs: 2}\n";
+const char* kCuda = "device: cuda\ntrain: {epochs: 2}\n";
 
 void expect_cuda_report(const fs::path& dir, int world, const std::string& backend) {
   Json report = read_report(dir);
@@ -46,7 +45,8 @@ void expect_cuda_report(const fs::path& dir, int world, const std::string& backe
 TEST(Gpu, SingleDevice) {
   REQUIRE_CUDA();
   auto dir = scratch("gpu_single");
-  Result r = partrain("run " + write_config(dir, std::string("strategy: single\n") + kCuda).string(), dir, 300);
+  Result r = partrain(
+      "run " + write_config(dir, std::string("strategy: single\n") + kCuda).string(), dir, 300);
   ASSERT_EQ(r.code, 0) << r.output;
   expect_cuda_report(dir, 1, "none");
 }
@@ -64,9 +64,12 @@ TEST(Gpu, DdpOneRankOverNccl) {
 void two_ranks_share_the_gpu(const std::string& backend) {
   REQUIRE_CUDA();
   auto dir = scratch("gpu_two_" + backend);
-  Result r = partrain("run " + write_config(dir, std::string("strategy: ddp\nlaunch: {nproc_per_node: 2}\n") + kCuda).string() +
-                          " --set comm.backend=" + backend,
-                      dir, 300);
+  Result r = partrain(
+      "run " +
+          write_config(dir, std::string("strategy: ddp\nlaunch: {nproc_per_node: 2}\n") + kCuda)
+              .string() +
+          " --set comm.backend=" + backend,
+      dir, 300);
   ASSERT_EQ(r.code, 0) << r.output;
   expect_cuda_report(dir, 2, backend);
 }
@@ -77,7 +80,8 @@ TEST(Gpu, TwoRanksShareTheGpuOverAsioRing) { two_ranks_share_the_gpu("asio-ring"
 TEST(Gpu, DataParallel) {
   REQUIRE_CUDA();
   auto dir = scratch("gpu_dp");
-  Result r = partrain("run " + write_config(dir, std::string("strategy: dp\n") + kCuda).string(), dir, 300);
+  Result r = partrain("run " + write_config(dir, std::string("strategy: dp\n") + kCuda).string(),
+                      dir, 300);
   ASSERT_EQ(r.code, 0) << r.output;
   Json report = read_report(dir);
   EXPECT_EQ(report["env"]["strategy"], "dp");

@@ -10,11 +10,11 @@
 #include <iostream>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {
@@ -84,8 +84,10 @@ TEST(TcpStorePortStrangers, HugeLengthPrefixesAreDroppedAtOnce) {
   // A client of this run whose request announces 4 GiB keys or values is cut off before
   // anything of that size is allocated; the next request on that connection fails clearly.
   for (const auto& [key_bytes, value_bytes] :
-       {std::pair<std::uint32_t, std::uint32_t>{0xffffffffu, 1}, {1, 0xffffffffu},
-        {kMaxKeyBytes + 1, 0}, {1, kMaxValueBytes + 1}}) {
+       {std::pair<std::uint32_t, std::uint32_t>{0xffffffffu, 1},
+        {1, 0xffffffffu},
+        {kMaxKeyBytes + 1, 0},
+        {1, kMaxValueBytes + 1}}) {
     std::string conversation = store_hello(3) + "tok";
     std::string request(kStoreRequestBytes, '\0');
     request[0] = 1;  // set
@@ -94,10 +96,12 @@ TEST(TcpStorePortStrangers, HugeLengthPrefixesAreDroppedAtOnce) {
     Stranger member(host.port(), conversation, false);
     char accept[8];
     ASSERT_TRUE(net::read_exact(member.io, member.socket, accept, 8,
-                                net::deadline_after(milliseconds(3000))).ok());
+                                net::deadline_after(milliseconds(3000)))
+                    .ok());
     ASSERT_EQ(std::memcmp(accept, kStoreAccept, 8), 0);
     ASSERT_TRUE(net::write_all(member.io, member.socket, request.data(), request.size(),
-                               net::deadline_after(milliseconds(3000))).ok());
+                               net::deadline_after(milliseconds(3000)))
+                    .ok());
     const double seconds = member.seconds_until_closed(milliseconds(5000));
     EXPECT_GE(seconds, 0.0) << key_bytes << "/" << value_bytes << " was not dropped";
     EXPECT_LT(seconds, 2.0);

@@ -1,8 +1,8 @@
 // Model shapes and structure: DigitalNet exactly as DESIGN.md draws it.
+#include "trainer/train/models.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include "trainer/train/models.h"
 
 namespace partrain {
 namespace {

@@ -2,6 +2,8 @@
 // each step's gradients averaged by the Reducer, end with the same parameters as one
 // process at batch W*b — for every CPU backend, with SGD momentum and weight decay, with
 // several buckets, and with gradient accumulation.
+#include "trainer/train/reducer.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,7 +13,6 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "trainer/train/models.h"
-#include "trainer/train/reducer.h"
 
 namespace partrain {
 namespace {
@@ -170,10 +171,12 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReducerEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
-                           std::string name = info.param.backend + "_w" + std::to_string(info.param.world) +
-                                              "_acc" + std::to_string(info.param.accumulate) +
+                           std::string name = info.param.backend + "_w" +
+                                              std::to_string(info.param.world) + "_acc" +
+                                              std::to_string(info.param.accumulate) +
                                               (info.param.bucket_mb < 1 ? "_small" : "_big");
-                           for (auto& ch : name) if (ch == '-') ch = '_';
+                           for (auto& ch : name)
+                             if (ch == '-') ch = '_';
                            return name;
                          });
 

@@ -21,7 +21,8 @@ TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
   auto cfg = write_config(dir, kBody);
   int kills = 0;
   for (int delay_ms : {300, 900, 1500, 2100, 2700}) {
-    pid_t pid = start_partrain({"run", cfg.string(), "--set", "checkpoint.resume=auto"}, dir / "attempt.txt");
+    pid_t pid = start_partrain({"run", cfg.string(), "--set", "checkpoint.resume=auto"},
+                               dir / "attempt.txt");
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == 0) {  // still running: this kill interrupts it
@@ -43,13 +44,18 @@ TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
 TEST(Reliability, RestartResumesTheGroupAfterARankDies) {
   auto straight = scratch("restart_straight"), dir = scratch("restart");
   const std::string body =
-      "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 1}\ntrain: {epochs: 3, threads: 1}\n";
-  ASSERT_EQ(partrain("run " + write_config(straight, body).string() + " --set comm.backend=asio-ring", straight).code, 0);
+      "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 1}\ntrain: {epochs: 3, threads: "
+      "1}\n";
+  ASSERT_EQ(
+      partrain("run " + write_config(straight, body).string() + " --set comm.backend=asio-ring",
+               straight)
+          .code,
+      0);
   auto cfg = write_config(dir, body);
   fs::path log = dir / "output.txt";
-  pid_t launcher = start_partrain({"run", cfg.string(), "--set", "comm.backend=asio-ring", "--set",
-                                   "checkpoint.resume=auto"},
-                                  log);
+  pid_t launcher = start_partrain(
+      {"run", cfg.string(), "--set", "comm.backend=asio-ring", "--set", "checkpoint.resume=auto"},
+      log);
   // After the first epoch's checkpoint, rank 1 dies.
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3", std::chrono::seconds(120)));
   pid_t victim = find_worker(launcher, 1);
@@ -69,8 +75,11 @@ TEST(Reliability, BadSettingsAreNotRetried) {
   // A rank that cannot start (its rendezvous directory is a file) fails every attempt.
   auto blocker = dir / "not_a_dir";
   std::ofstream(blocker) << "x";
-  auto cfg = write_config(dir, "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 2}\ntrain: {epochs: 1}\n");
-  Result r = partrain("run " + cfg.string() + " --set launch.rendezvous=file://" + (blocker / "sub").string(), dir, 120);
+  auto cfg = write_config(
+      dir, "strategy: ddp\nlaunch: {nproc_per_node: 2, max_restarts: 2}\ntrain: {epochs: 1}\n");
+  Result r = partrain(
+      "run " + cfg.string() + " --set launch.rendezvous=file://" + (blocker / "sub").string(), dir,
+      120);
   // Bad settings are not retried: exit 2 at once, with the reason.
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("not_a_dir"), std::string::npos) << r.output;
@@ -81,7 +90,9 @@ TEST(Reliability, CheckpointThatDoesNotFitIsRefused) {
   auto dir = scratch("misfit");
   auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, threads: 1}\n");
   ASSERT_EQ(partrain("run " + cfg.string(), dir).code, 0);
-  Result r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto --set train.epochs=2 --set model.width=16", dir);
+  Result r = partrain("run " + cfg.string() +
+                          " --set checkpoint.resume=auto --set train.epochs=2 --set model.width=16",
+                      dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("was written for another model"), std::string::npos) << r.output;
 
@@ -103,8 +114,9 @@ TEST(Reliability, RankThatNeverArrivesIsNamedWithinTheBound) {
   auto dir = scratch("absent");
   auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1}\n");
   auto start = Clock::now();
-  std::string cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file://" + (dir / "rdzv").string() + " " + exe() +
-                    " worker " + cfg.string() + " --set comm.timeout_s=2 --set comm.backend=asio-ring > " +
+  std::string cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file://" + (dir / "rdzv").string() +
+                    " " + exe() + " worker " + cfg.string() +
+                    " --set comm.timeout_s=2 --set comm.backend=asio-ring > " +
                     (dir / "output.txt").string() + " 2>&1";
   int status = std::system(cmd.c_str());
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -128,16 +140,17 @@ TEST(Reliability, PortInUseAndUnusableRendezvousExitTwo) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
-  std::string cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=tcp://127.0.0.1:" + std::to_string(port) + " " +
-                    exe() + " worker " + cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
+  std::string cmd =
+      "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=tcp://127.0.0.1:" + std::to_string(port) + " " +
+      exe() + " worker " + cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
   int status = std::system(cmd.c_str());
   close(fd);
   EXPECT_EQ(WEXITSTATUS(status), 2);
   std::string output = read_text(dir / "output.txt");
   EXPECT_NE(output.find("already in use"), std::string::npos) << output;
 
-  cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file:///proc/partrain-cannot-be-here " + exe() + " worker " +
-        cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
+  cmd = "RANK=0 WORLD_SIZE=2 PARTRAIN_RENDEZVOUS=file:///proc/partrain-cannot-be-here " + exe() +
+        " worker " + cfg.string() + " > " + (dir / "output.txt").string() + " 2>&1";
   status = std::system(cmd.c_str());
   EXPECT_EQ(WEXITSTATUS(status), 2);
   output = read_text(dir / "output.txt");

@@ -3,7 +3,11 @@
 // finding (to kill) the worker of a given rank.
 #pragma once
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,14 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
-#include <gtest/gtest.h>
-
 namespace partrain_test {
-
 
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
@@ -36,7 +33,8 @@ inline std::string exe() {
 }
 
 inline fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
+  fs::path dir =
+      fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -117,7 +115,8 @@ inline pid_t start_partrain(const std::vector<std::string>& args, const fs::path
 }
 
 // Waits (bounded) until `log` contains `text` `count` times.
-inline bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::seconds bound, int count = 1) {
+inline bool wait_for_text(const fs::path& log, const std::string& text, std::chrono::seconds bound,
+                          int count = 1) {
   auto deadline = Clock::now() + bound;
   for (;;) {
     std::string t = read_text(log);

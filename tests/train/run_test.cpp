@@ -9,7 +9,8 @@ using namespace partrain_test;
 
 TEST(Run, SingleProcessLearnsAndReports) {
   auto dir = scratch("single");
-  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 2, threads: 1, optimizer: {lr: 0.05}}\n");
+  auto cfg = write_config(
+      dir, "strategy: single\ntrain: {epochs: 2, threads: 1, optimizer: {lr: 0.05}}\n");
   Result r = partrain("run " + cfg.string(), dir);
   ASSERT_EQ(r.code, 0) << r.output;
   Json report = read_report(dir);
@@ -31,7 +32,8 @@ TEST(Run, SingleProcessLearnsAndReports) {
 
 TEST(Run, SameConfigTwiceGivesSameLosses) {
   auto a = scratch("repeat_a"), b = scratch("repeat_b");
-  const std::string body = "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 1, max_steps: 12, threads: 1}\n";
+  const std::string body =
+      "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 1, max_steps: 12, threads: 1}\n";
   const std::string ring = " --set comm.backend=asio-ring";
   ASSERT_EQ(partrain("run " + write_config(a, body).string() + ring, a).code, 0);
   ASSERT_EQ(partrain("run " + write_config(b, body).string() + ring, b).code, 0);
@@ -45,17 +47,22 @@ void expect_ddp_matches_single(const std::string& backend) {
   auto single = scratch("eq_single_" + backend), ddp = scratch("eq_ddp_" + backend);
   const std::string no_bn = " --set model.norm=none";
   auto cfg1 = write_config(single, "strategy: single\ntrain: {epochs: 2, threads: 1}\n");
-  auto cfg2 = write_config(ddp, "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
-                                "train: {epochs: 2, threads: 1}\n");
+  auto cfg2 = write_config(ddp,
+                           "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
+                           "train: {epochs: 2, threads: 1}\n");
   Result r1 = partrain("run " + cfg1.string() + no_bn + " --set data.batch_size=32", single);
   ASSERT_EQ(r1.code, 0) << r1.output;
-  Result r2 = partrain("run " + cfg2.string() + no_bn + " --set data.batch_size=16 --set comm.backend=" + backend, ddp);
+  Result r2 = partrain(
+      "run " + cfg2.string() + no_bn + " --set data.batch_size=16 --set comm.backend=" + backend,
+      ddp);
   ASSERT_EQ(r2.code, 0) << r2.output;
   auto l1 = epoch_losses(single), l2 = epoch_losses(ddp);
   ASSERT_EQ(l1.size(), 2u);
   ASSERT_EQ(l2.size(), 2u);
-  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-4 * std::abs(l1[i])) << "epoch " << i + 1;
-  double acc1 = read_report(single)["final"]["test_accuracy"], acc2 = read_report(ddp)["final"]["test_accuracy"];
+  for (size_t i = 0; i < l1.size(); ++i)
+    EXPECT_NEAR(l1[i], l2[i], 1e-4 * std::abs(l1[i])) << "epoch " << i + 1;
+  double acc1 = read_report(single)["final"]["test_accuracy"],
+         acc2 = read_report(ddp)["final"]["test_accuracy"];
   EXPECT_NEAR(acc1, acc2, 0.006);  // at most a couple of the 400 test images flip
 }
 
@@ -65,9 +72,12 @@ TEST(Run, DdpGlooMatchesSingleProcess) { expect_ddp_matches_single("gloo"); }
 TEST(Run, ThreeRanksWithUnevenDatasetFinish) {
   auto dir = scratch("uneven");
   // 1001 samples over 3 ranks at batch 32: padded shards and a short last batch.
-  auto cfg = write_config(dir, "strategy: ddp\nlaunch: {nproc_per_node: 3}\ntrain: {epochs: 1, threads: 1}\n");
-  Result r = partrain("run " + cfg.string() + " --set comm.backend=asio-ring --set data.synthetic_train=1001 "
-                      "--set data.synthetic_test=101", dir, 180);
+  auto cfg = write_config(
+      dir, "strategy: ddp\nlaunch: {nproc_per_node: 3}\ntrain: {epochs: 1, threads: 1}\n");
+  Result r = partrain("run " + cfg.string() +
+                          " --set comm.backend=asio-ring --set data.synthetic_train=1001 "
+                          "--set data.synthetic_test=101",
+                      dir, 180);
   ASSERT_EQ(r.code, 0) << r.output;
   Json report = read_report(dir);
   EXPECT_EQ(report["env"]["world_size"], 3);
@@ -77,7 +87,9 @@ TEST(Run, ThreeRanksWithUnevenDatasetFinish) {
 
 TEST(Run, KilledRankStopsTheRunNamingIt) {
   auto dir = scratch("kill");
-  auto cfg = write_config(dir, "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 50, threads: 1, log_every: 1}\n");
+  auto cfg = write_config(dir,
+                          "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 50, "
+                          "threads: 1, log_every: 1}\n");
   fs::path log = dir / "output.txt";
   pid_t launcher = start_partrain({"run", cfg.string()}, log);
   ASSERT_TRUE(wait_for_text(log, "step", std::chrono::seconds(120))) << "training never started";
@@ -115,18 +127,20 @@ TEST(Run, CheckpointLoadsInPythonWithTorchLoad) {
   auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, max_steps: 3, threads: 1}\n");
   ASSERT_EQ(partrain("run " + cfg.string(), dir).code, 0);
   fs::path script = dir / "load.py";
-  std::ofstream(script) << "import sys, torch\n"
-                           "ck = torch.load(sys.argv[1])\n"
-                           "m = ck['model']\n"
-                           "assert m['conv1.weight'].shape == (8, 3, 3, 3), m['conv1.weight'].shape\n"
-                           "assert m['fc.weight'].shape == (100, 64)\n"
-                           "assert not any(k.startswith('module.') for k in m)\n"
-                           "print('loaded', len(m))\n";
+  std::ofstream(script)
+      << "import sys, torch\n"
+         "ck = torch.load(sys.argv[1])\n"
+         "m = ck['model']\n"
+         "assert m['conv1.weight'].shape == (8, 3, 3, 3), m['conv1.weight'].shape\n"
+         "assert m['fc.weight'].shape == (100, 64)\n"
+         "assert not any(k.startswith('module.') for k in m)\n"
+         "print('loaded', len(m))\n";
   std::string cmd = "/usr/bin/python3 " + script.string() + " " +
                     (dir / "out" / "checkpoints" / "epoch-0001.pt").string() + " > " +
                     (dir / "python.txt").string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(dir / "python.txt");
-  EXPECT_NE(read_text(dir / "python.txt").find("loaded 26"), std::string::npos) << read_text(dir / "python.txt");
+  EXPECT_NE(read_text(dir / "python.txt").find("loaded 26"), std::string::npos)
+      << read_text(dir / "python.txt");
 }
 
 TEST(Run, BadInputExitsTwoWithOneLine) {
@@ -138,7 +152,8 @@ TEST(Run, BadInputExitsTwoWithOneLine) {
   r = partrain("run " + cfg.string() + " --set strategy=dp", dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("CUDA"), std::string::npos) << r.output;
-  r = partrain("run " + cfg.string() + " --set data.dataset=cifar100 --set data.root=/nonexistent", dir);
+  r = partrain("run " + cfg.string() + " --set data.dataset=cifar100 --set data.root=/nonexistent",
+               dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
 }
@@ -161,8 +176,12 @@ std::vector<std::string> lines_of(const fs::path& path) {
 TEST(Run, MetricsFilesAgreeWithTheReportAcrossResumeAndReuse) {
   auto dir = scratch("metrics");
   auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 2, threads: 1, log_every: 5}\n");
-  ASSERT_EQ(partrain("run " + cfg.string() + " --set train.epochs=1 --set data.synthetic_train=320", dir).code, 0);
-  Result r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto --set data.synthetic_train=320", dir);
+  ASSERT_EQ(
+      partrain("run " + cfg.string() + " --set train.epochs=1 --set data.synthetic_train=320", dir)
+          .code,
+      0);
+  Result r = partrain(
+      "run " + cfg.string() + " --set checkpoint.resume=auto --set data.synthetic_train=320", dir);
   ASSERT_EQ(r.code, 0) << r.output;
   ASSERT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   const auto csv = lines_of(dir / "out" / "metrics.csv");
@@ -199,10 +218,11 @@ TEST(Run, ShortLastAccumulationGroupIsAveragedOverItsOwnBatches) {
   const std::string common =
       " --set model.norm=none --set data.synthetic_train=96 --set train.optimizer.lr=0.5";
   Result a = partrain("run " + write_config(acc, body).string() + common +
-                          " --set data.batch_size=32 --set train.accumulate_steps=2", acc);
+                          " --set data.batch_size=32 --set train.accumulate_steps=2",
+                      acc);
   ASSERT_EQ(a.code, 0) << a.output;
-  Result b = partrain("run " + write_config(plain, body).string() + common +
-                          " --set data.batch_size=64", plain);
+  Result b = partrain(
+      "run " + write_config(plain, body).string() + common + " --set data.batch_size=64", plain);
   ASSERT_EQ(b.code, 0) << b.output;
   Json ra = read_report(acc), rb = read_report(plain);
   EXPECT_EQ(ra["epochs"][0]["steps"], 2);

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace {
 
@@ -32,20 +32,46 @@ constexpr const char* kSystem = "linux";
 // Small integers, exact in every dtype (bf16 included) and in their sums over a few ranks,
 // so every result can be compared exactly.
 double element(int rank, std::size_t i, int salt) {
-  return static_cast<double>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13 +
-                                               static_cast<std::size_t>(salt)) % 29) - 14);
+  return static_cast<double>(
+      static_cast<int>(
+          (i * 7 + static_cast<std::size_t>(rank) * 13 + static_cast<std::size_t>(salt)) % 29) -
+      14);
 }
 
 // Element i of a buffer of `dtype` as a double; set_element writes one.
 double get_element(const std::vector<std::uint8_t>& bytes, DType dtype, std::size_t i) {
   const std::uint8_t* at = bytes.data() + i * dtype_size(dtype);
   switch (dtype) {
-    case DType::f32: { float v; std::memcpy(&v, at, 4); return v; }
-    case DType::f64: { double v; std::memcpy(&v, at, 8); return v; }
-    case DType::f16: { std::uint16_t v; std::memcpy(&v, at, 2); return half_to_float(v); }
-    case DType::bf16: { std::uint16_t v; std::memcpy(&v, at, 2); return bf16_to_float(v); }
-    case DType::i32: { std::int32_t v; std::memcpy(&v, at, 4); return v; }
-    case DType::i64: { std::int64_t v; std::memcpy(&v, at, 8); return static_cast<double>(v); }
+    case DType::f32: {
+      float v;
+      std::memcpy(&v, at, 4);
+      return v;
+    }
+    case DType::f64: {
+      double v;
+      std::memcpy(&v, at, 8);
+      return v;
+    }
+    case DType::f16: {
+      std::uint16_t v;
+      std::memcpy(&v, at, 2);
+      return half_to_float(v);
+    }
+    case DType::bf16: {
+      std::uint16_t v;
+      std::memcpy(&v, at, 2);
+      return bf16_to_float(v);
+    }
+    case DType::i32: {
+      std::int32_t v;
+      std::memcpy(&v, at, 4);
+      return v;
+    }
+    case DType::i64: {
+      std::int64_t v;
+      std::memcpy(&v, at, 8);
+      return static_cast<double>(v);
+    }
   }
   return 0;
 }
@@ -53,8 +79,15 @@ double get_element(const std::vector<std::uint8_t>& bytes, DType dtype, std::siz
 void set_element(std::vector<std::uint8_t>& bytes, DType dtype, std::size_t i, double value) {
   std::uint8_t* at = bytes.data() + i * dtype_size(dtype);
   switch (dtype) {
-    case DType::f32: { const float v = static_cast<float>(value); std::memcpy(at, &v, 4); return; }
-    case DType::f64: { std::memcpy(at, &value, 8); return; }
+    case DType::f32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(at, &v, 4);
+      return;
+    }
+    case DType::f64: {
+      std::memcpy(at, &value, 8);
+      return;
+    }
     case DType::f16: {
       const std::uint16_t v = float_to_half(static_cast<float>(value));
       std::memcpy(at, &v, 2);
@@ -89,18 +122,27 @@ double expected_allreduce(int world, std::size_t i, int salt, DType dtype, Reduc
     hi = std::max(hi, v);
   }
   switch (op) {
-    case ReduceOp::sum: return sum;
-    case ReduceOp::min: return lo;
-    case ReduceOp::max: return hi;
-    case ReduceOp::avg: break;
+    case ReduceOp::sum:
+      return sum;
+    case ReduceOp::min:
+      return lo;
+    case ReduceOp::max:
+      return hi;
+    case ReduceOp::avg:
+      break;
   }
   switch (dtype) {
     case DType::i32:
-    case DType::i64: return static_cast<double>(static_cast<std::int64_t>(sum) / world);
-    case DType::f64: return sum / world;
-    case DType::f32: return static_cast<float>(sum) / static_cast<float>(world);
-    case DType::f16: return half_to_float(float_to_half(static_cast<float>(sum) / static_cast<float>(world)));
-    case DType::bf16: return bf16_to_float(float_to_bf16(static_cast<float>(sum) / static_cast<float>(world)));
+    case DType::i64:
+      return static_cast<double>(static_cast<std::int64_t>(sum) / world);
+    case DType::f64:
+      return sum / world;
+    case DType::f32:
+      return static_cast<float>(sum) / static_cast<float>(world);
+    case DType::f16:
+      return half_to_float(float_to_half(static_cast<float>(sum) / static_cast<float>(world)));
+    case DType::bf16:
+      return bf16_to_float(float_to_bf16(static_cast<float>(sum) / static_cast<float>(world)));
   }
   return 0;
 }
@@ -144,8 +186,9 @@ std::string check_store(Store& store, int rank, int world, Tally& tally) {
                 "store: bytes written by rank " + std::to_string(r) + " came back changed");
   }
   const auto arrived = store.get("arrived");
-  tally.check(std::string(arrived.begin(), arrived.end()) == std::to_string(world * (world + 1) / 2),
-              "store: add() from every rank gave " + std::string(arrived.begin(), arrived.end()));
+  tally.check(
+      std::string(arrived.begin(), arrived.end()) == std::to_string(world * (world + 1) / 2),
+      "store: add() from every rank gave " + std::string(arrived.begin(), arrived.end()));
   return peers;
 }
 
@@ -172,7 +215,8 @@ void check_broadcast_allgather(Communicator& comm, Tally& tally) {
   const std::size_t count = 40000;
   for (int root = 0; root < world; ++root) {
     std::vector<std::uint8_t> data(count * 8);
-    for (std::size_t i = 0; i < count; ++i) set_element(data, DType::i64, i, element(rank, i, root));
+    for (std::size_t i = 0; i < count; ++i)
+      set_element(data, DType::i64, i, element(rank, i, root));
     comm.broadcast(Buffer{data.data(), count, DType::i64}, root);
     ++tally.collectives;
     for (std::size_t i = 0; i < count; ++i) {
@@ -182,7 +226,8 @@ void check_broadcast_allgather(Communicator& comm, Tally& tally) {
   }
   std::vector<std::uint8_t> in(count * 4), out(count * 4 * world);
   for (std::size_t i = 0; i < count; ++i) set_element(in, DType::f32, i, element(rank, i, 5));
-  comm.allgather(Buffer{in.data(), count, DType::f32}, Buffer{out.data(), count * world, DType::f32});
+  comm.allgather(Buffer{in.data(), count, DType::f32},
+                 Buffer{out.data(), count * world, DType::f32});
   ++tally.collectives;
   for (int r = 0; r < world; ++r) {
     for (std::size_t i = 0; i < count; ++i) {
@@ -222,8 +267,8 @@ int main(int argc, char** argv) {
       for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
         // 1 and 2 leave some ranks' segments empty; 65537 spans pipeline chunks (f32 and
         // wider) with a ragged end.
-        for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{1000},
-                                  std::size_t{65537}}) {
+        for (std::size_t count :
+             {std::size_t{1}, std::size_t{2}, std::size_t{1000}, std::size_t{65537}}) {
           check_allreduce(*comm, dtype, op, count, ++salt, tally);
         }
       }

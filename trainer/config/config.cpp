@@ -44,11 +44,16 @@ std::size_t invalid_utf8_at(const std::string& text) {
     std::size_t extra = 0;
     unsigned min = 0;
     unsigned code = lead;
-    if (lead < 0x80) extra = 0;
-    else if ((lead & 0xe0) == 0xc0) extra = 1, min = 0x80, code = lead & 0x1f;
-    else if ((lead & 0xf0) == 0xe0) extra = 2, min = 0x800, code = lead & 0x0f;
-    else if ((lead & 0xf8) == 0xf0) extra = 3, min = 0x10000, code = lead & 0x07;
-    else return i;
+    if (lead < 0x80)
+      extra = 0;
+    else if ((lead & 0xe0) == 0xc0)
+      extra = 1, min = 0x80, code = lead & 0x1f;
+    else if ((lead & 0xf0) == 0xe0)
+      extra = 2, min = 0x800, code = lead & 0x0f;
+    else if ((lead & 0xf8) == 0xf0)
+      extra = 3, min = 0x10000, code = lead & 0x07;
+    else
+      return i;
     if (i + extra >= text.size() && extra > 0) return i;  // cut off at the end
     for (std::size_t k = 1; k <= extra; ++k) {
       const auto next = static_cast<unsigned char>(text[i + k]);
@@ -89,9 +94,7 @@ class Section {
     }
   }
 
-  Section section(const std::string& key) {
-    return Section(child(key), full(key), origins_);
-  }
+  Section section(const std::string& key) { return Section(child(key), full(key), origins_); }
 
   void read(const std::string& key, std::string& out,
             std::initializer_list<const char*> allowed = {}) {
@@ -100,8 +103,8 @@ class Section {
     if (!n.IsScalar()) fail(origins_, full(key), n.Mark(), "expected a string");
     std::string value = n.Scalar();
     if (const auto bad = invalid_utf8_at(value); bad != std::string::npos) {
-      fail(origins_, full(key), n.Mark(), detail::concat("not UTF-8 text (byte ", bad,
-                                                         " of the value)"));
+      fail(origins_, full(key), n.Mark(),
+           detail::concat("not UTF-8 text (byte ", bad, " of the value)"));
     }
     if (allowed.size() > 0) {
       bool ok = false;
@@ -122,9 +125,11 @@ class Section {
     long long value = 0;
     if (!n.IsScalar() || !YAML::convert<long long>::decode(n, value)) {
       fail(origins_, full(key), n.Mark(),
-           "expected an integer, got '" + (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
+           "expected an integer, got '" +
+               (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
     }
-    check_range(key, n, static_cast<double>(value), static_cast<double>(min), static_cast<double>(max));
+    check_range(key, n, static_cast<double>(value), static_cast<double>(min),
+                static_cast<double>(max));
     out = static_cast<Int>(value);
   }
 
@@ -134,7 +139,8 @@ class Section {
     double value = 0;
     if (!n.IsScalar() || !YAML::convert<double>::decode(n, value) || !std::isfinite(value)) {
       fail(origins_, full(key), n.Mark(),
-           "expected a number, got '" + (n.IsScalar() ? n.Scalar() : std::string("a collection")) + "'");
+           "expected a number, got '" + (n.IsScalar() ? n.Scalar() : std::string("a collection")) +
+               "'");
     }
     check_range(key, n, value, min, max);
     out = value;
@@ -356,7 +362,8 @@ void read_config(Section& top, Config& c) {
     top.read("reference", c.reference);
     if (!c.reference.empty() && !std::filesystem::exists(c.reference)) {
       fail(top.origins(), "reference", n.Mark(),
-           "file '" + c.reference + "' does not exist (paths are relative to the working directory)");
+           "file '" + c.reference +
+               "' does not exist (paths are relative to the working directory)");
     }
   }
   top.finish();
@@ -449,11 +456,12 @@ std::string config_to_json(const Config& c) {
   j["seed"] = c.seed;
   j["device"] = c.device;
   j["strategy"] = c.strategy;
-  j["launch"] = {{"nproc_per_node", c.launch.nproc_auto ? nlohmann::ordered_json("auto")
-                                                        : nlohmann::ordered_json(c.launch.nproc_per_node)},
-                 {"nnodes", c.launch.nnodes},
-                 {"rendezvous", c.launch.rendezvous},
-                 {"max_restarts", c.launch.max_restarts}};
+  j["launch"] = {
+      {"nproc_per_node", c.launch.nproc_auto ? nlohmann::ordered_json("auto")
+                                             : nlohmann::ordered_json(c.launch.nproc_per_node)},
+      {"nnodes", c.launch.nnodes},
+      {"rendezvous", c.launch.rendezvous},
+      {"max_restarts", c.launch.max_restarts}};
   j["comm"] = {{"backend", c.comm.backend},
                {"bucket_mb", c.comm.bucket_mb},
                {"wire_dtype", c.comm.wire_dtype},
@@ -489,7 +497,8 @@ std::string config_to_json(const Config& c) {
                      {"keep", c.checkpoint.keep},
                      {"resume", c.checkpoint.resume}};
   j["output"] = {{"dir", c.output_dir}};
-  j["reference"] = c.reference.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.reference);
+  j["reference"] =
+      c.reference.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.reference);
   return j.dump();
 }
 

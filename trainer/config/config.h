@@ -28,10 +28,10 @@ struct CommConfig {
 struct DataConfig {
   // cifar100 | cifar10 | fashion-mnist | mnist | image-folder | tensors | synthetic
   std::string dataset = "synthetic";
-  std::string root;                   // empty: the dataset's default
+  std::string root;  // empty: the dataset's default
   bool download = false;
-  std::string url;                    // cifar100 archive; empty: the official one
-  int batch_size = 128;               // per rank
+  std::string url;       // cifar100 archive; empty: the official one
+  int batch_size = 128;  // per rank
   int num_workers = 2;
   bool augment = false;
   std::int64_t train_limit = 0;
@@ -48,7 +48,7 @@ struct DataConfig {
 struct ModelConfig {
   std::string name = "digitalnet";  // digitalnet | resnet18 | mlp
   int width = 64;
-  std::string norm = "batch";       // batch | none
+  std::string norm = "batch";  // batch | none
 };
 
 struct OptimizerConfig {

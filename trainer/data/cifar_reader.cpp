@@ -6,8 +6,8 @@
 #include <system_error>
 #include <vector>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 
 namespace partrain::data {
 

@@ -1,14 +1,13 @@
 #include "trainer/parity/parity.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <set>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 #include "trainer/parity/figure_format.h"
 
 namespace partrain::parity {
@@ -349,7 +348,6 @@ int exit_code(const ParityResult& result) {
   }
   return 0;
 }
-
 
 void write_parity_outputs(const ParityResult& result, const std::string& markdown_path,
                           const std::string& svg_path) {

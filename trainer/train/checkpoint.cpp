@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {
@@ -47,8 +47,8 @@ std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string bytes(size, '\0');
   in.read(bytes.data(), static_cast<std::streamsize>(size));
-  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ",
-                 path, ": short read");
+  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ", path,
+                 ": short read");
   return bytes;
 }
 
@@ -83,8 +83,10 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
   if (env_.rank == 0) {
     fs::create_directories(dir_);
     c10::Dict<std::string, at::Tensor> model_state;
-    for (const auto& item : model.named_parameters()) model_state.insert(item.key(), item.value().detach().cpu());
-    for (const auto& item : model.named_buffers()) model_state.insert(item.key(), item.value().detach().cpu());
+    for (const auto& item : model.named_parameters())
+      model_state.insert(item.key(), item.value().detach().cpu());
+    for (const auto& item : model.named_buffers())
+      model_state.insert(item.key(), item.value().detach().cpu());
 
     // SGD keeps one momentum buffer per parameter; they are saved under the parameter's name.
     c10::Dict<std::string, at::Tensor> momentum;
@@ -93,7 +95,8 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
       auto it = state.find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
       if (it == state.end()) continue;
       const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
-      if (sgd.momentum_buffer().defined()) momentum.insert(item.key(), sgd.momentum_buffer().detach().cpu());
+      if (sgd.momentum_buffer().defined())
+        momentum.insert(item.key(), sgd.momentum_buffer().detach().cpu());
     }
 
     Json meta = {{"format", kFormat},
@@ -114,7 +117,10 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
 
     std::string name = checkpoint_name(epoch);
     write_file_atomically(dir_ + "/" + name, std::string(bytes.begin(), bytes.end()));
-    Json manifest = {{"format", kFormat}, {"file", name}, {"epoch", epoch}, {"step", step},
+    Json manifest = {{"format", kFormat},
+                     {"file", name},
+                     {"epoch", epoch},
+                     {"step", step},
                      {"bytes", bytes.size()}};
     write_file_atomically(dir_ + "/latest.json", manifest.dump(2) + "\n");
 
@@ -122,7 +128,8 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
     std::vector<fs::path> files;
     for (const auto& entry : fs::directory_iterator(dir_)) {
       const auto file = entry.path().filename().string();
-      if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt") files.push_back(entry.path());
+      if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
+        files.push_back(entry.path());
       if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
     }
     std::sort(files.begin(), files.end());
@@ -147,8 +154,8 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
     } catch (const Json::exception& e) {
       throw UsageError("checkpoint manifest " + manifest_path + " is not valid: " + e.what());
     }
-    PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path,
-                   " names ", path, ", which does not exist");
+    PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path, " names ",
+                   path, ", which does not exist");
   } else {
     path = mode;
   }
@@ -158,9 +165,11 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
     std::string bytes = read_file(path);
     loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const c10::Error& e) {
-    throw UsageError("checkpoint " + path + " cannot be read (truncated or not a partrain checkpoint)");
+    throw UsageError("checkpoint " + path +
+                     " cannot be read (truncated or not a partrain checkpoint)");
   }
-  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path, " is not a partrain checkpoint");
+  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
+                 " is not a partrain checkpoint");
   auto top = loaded.toGenericDict();
   PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
                      top.at("format").toStringRef() == kFormat && top.contains("model") &&
@@ -168,8 +177,8 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
                  UsageError, "checkpoint ", path, " is not a ", kFormat, " checkpoint");
   Json meta = Json::parse(top.at("meta").toStringRef());
   const int saved_world = meta.at("world_size").get<int>();
-  PARTRAIN_CHECK(saved_world == env_.world_size, UsageError, "checkpoint ", path, " was written by a run of ",
-                 saved_world, " ranks; this run has ", env_.world_size,
+  PARTRAIN_CHECK(saved_world == env_.world_size, UsageError, "checkpoint ", path,
+                 " was written by a run of ", saved_world, " ranks; this run has ", env_.world_size,
                  " (the global batch would change); use checkpoint.resume: never to start afresh");
 
   auto model_state = top.at("model").toGenericDict();
@@ -177,8 +186,9 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
   torch::NoGradGuard no_grad;
   std::size_t expected = 0;
   auto load_into = [&](const std::string& name, at::Tensor& target) {
-    PARTRAIN_CHECK(model_state.contains(name), UsageError, "checkpoint ", path, " was written for another model (",
-                   meta.at("model").get<std::string>(), "): it has no '", name, "'");
+    PARTRAIN_CHECK(model_state.contains(name), UsageError, "checkpoint ", path,
+                   " was written for another model (", meta.at("model").get<std::string>(),
+                   "): it has no '", name, "'");
     at::Tensor saved = model_state.at(name).toTensor();
     PARTRAIN_CHECK(saved.sizes() == target.sizes(), UsageError, "checkpoint ", path,
                    " was written for another model: '", name, "' is ", shape_text(saved),

@@ -16,7 +16,8 @@ DeviceMemory read_device_memory(int cuda_device) {
   if (cuda_device < 0) return m;
   constexpr double kMiB = 1024.0 * 1024.0;
   auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_device);
-  const auto aggregate = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+  const auto aggregate =
+      static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
   m.peak_allocated_mb = static_cast<double>(stats.allocated_bytes[aggregate].peak) / kMiB;
   m.peak_reserved_mb = static_cast<double>(stats.reserved_bytes[aggregate].peak) / kMiB;
   std::size_t free_bytes = 0, total_bytes = 0;

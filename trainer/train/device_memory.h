@@ -14,6 +14,6 @@ struct DeviceMemory {
 };
 
 DeviceMemory read_device_memory(int cuda_device);  // cuda_device < 0: CPU, all empty
-void select_cuda_device(int cuda_device);           // before any other CUDA work
+void select_cuda_device(int cuda_device);          // before any other CUDA work
 
 }  // namespace partrain

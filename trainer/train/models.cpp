@@ -20,7 +20,8 @@ class BasicBlockImpl : public nn::Cloneable<BasicBlockImpl> {
 
   void reset() override {
     conv1_ = register_module(
-        "conv1", nn::Conv2d(nn::Conv2dOptions(in_, out_, 3).stride(stride_).padding(1).bias(!batch_norm_)));
+        "conv1",
+        nn::Conv2d(nn::Conv2dOptions(in_, out_, 3).stride(stride_).padding(1).bias(!batch_norm_)));
     conv2_ = register_module(
         "conv2", nn::Conv2d(nn::Conv2dOptions(out_, out_, 3).padding(1).bias(!batch_norm_)));
     if (batch_norm_) {
@@ -29,7 +30,8 @@ class BasicBlockImpl : public nn::Cloneable<BasicBlockImpl> {
     }
     if (stride_ != 1 || in_ != out_) {
       nn::Sequential shortcut;
-      shortcut->push_back("conv", nn::Conv2d(nn::Conv2dOptions(in_, out_, 1).stride(stride_).bias(!batch_norm_)));
+      shortcut->push_back(
+          "conv", nn::Conv2d(nn::Conv2dOptions(in_, out_, 1).stride(stride_).bias(!batch_norm_)));
       if (batch_norm_) shortcut->push_back("bn", nn::BatchNorm2d(out_));
       shortcut_ = register_module("shortcut", shortcut);
     }
@@ -57,7 +59,8 @@ TORCH_MODULE(BasicBlock);
 // conv3x3 -> [BN] -> ReLU, the unit DigitalNet repeats.
 void add_conv_unit(nn::Sequential& seq, int index, int in, int out, bool batch_norm) {
   std::string n = std::to_string(index);
-  seq->push_back("conv" + n, nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(!batch_norm)));
+  seq->push_back("conv" + n,
+                 nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(!batch_norm)));
   if (batch_norm) seq->push_back("bn" + n, nn::BatchNorm2d(out));
   seq->push_back("relu" + n, nn::ReLU(nn::ReLUOptions().inplace(true)));
 }

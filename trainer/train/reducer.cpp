@@ -71,13 +71,15 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
       slots_[k].offset = offset;
       offset += static_cast<std::size_t>(params_[k].numel());
     }
-    bucket.flat = at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
+    bucket.flat =
+        at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
     bucket.params = std::move(group);
     buckets_.push_back(std::move(bucket));
   }
 
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    hooks_.push_back(params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
+    hooks_.push_back(
+        params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
   }
   ready_.assign(buckets_.size(), false);
   next_ = buckets_.size();  // idle until the first sync step
@@ -180,7 +182,8 @@ void Reducer::finish_backward() {
     for (std::size_t k = 0; k < params_.size(); ++k) {
       Slot& slot = slots_[k];
       if (slot.ready) continue;
-      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset),
+                                                    params_[k].numel());
       const at::Tensor& g = params_[k].grad();
       if (g.defined()) {
         at::mul_out(view, g.reshape(-1), at::scalar_tensor(scale_, g.options()));
@@ -201,7 +204,8 @@ void Reducer::finish_backward() {
   }
   for (std::size_t k = 0; k < params_.size(); ++k) {
     const Slot& slot = slots_[k];
-    auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+    auto view =
+        buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
     at::Tensor& g = params_[k].mutable_grad();
     if (!g.defined()) g = at::zeros_like(params_[k]);
     g.copy_(view.view_as(params_[k]));

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {
@@ -72,11 +72,10 @@ MetricsLog::MetricsLog(const std::string& output_dir, const std::vector<EpochRec
     : dir_(output_dir), epochs_(resumed) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", dir_, ": ",
-                 ec.message());
+  PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", dir_, ": ", ec.message());
   const std::string jsonl = dir_ + "/metrics.jsonl";
-  write_file_atomically(jsonl, resumed.empty() ? std::string()
-                                               : lines_up_to_epoch(jsonl, resumed.back().epoch));
+  write_file_atomically(
+      jsonl, resumed.empty() ? std::string() : lines_up_to_epoch(jsonl, resumed.back().epoch));
   if (!resumed.empty()) write_csv(dir_ + "/metrics.csv", epochs_);
   jsonl_.open(jsonl, std::ios::app);
   PARTRAIN_CHECK(jsonl_.good(), UsageError, "cannot write ", jsonl);
@@ -84,8 +83,13 @@ MetricsLog::MetricsLog(const std::string& output_dir, const std::vector<EpochRec
 
 void MetricsLog::log_step(int epoch, std::int64_t step, double loss, double images_per_s,
                           double lr) {
-  jsonl_ << Json{{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", loss},
-                 {"images_per_s", images_per_s}, {"lr", lr}}.dump()
+  jsonl_ << Json{{"type", "step"},
+                 {"epoch", epoch},
+                 {"step", step},
+                 {"loss", loss},
+                 {"images_per_s", images_per_s},
+                 {"lr", lr}}
+                .dump()
          << "\n";
   jsonl_.flush();
 }

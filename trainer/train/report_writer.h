@@ -18,8 +18,8 @@ struct EpochRecord {
   double seconds = 0;        // wall time of the epoch: training plus evaluation
   double train_seconds = 0;  // training part only; images/s is measured on it
   double train_images_per_s = 0;
-  std::int64_t images = 0;   // training images, all ranks
-  std::int64_t steps = 0;    // optimizer steps taken so far
+  std::int64_t images = 0;  // training images, all ranks
+  std::int64_t steps = 0;   // optimizer steps taken so far
   double train_loss = 0;
   double test_loss = 0;
   double test_accuracy = 0;

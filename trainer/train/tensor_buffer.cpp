@@ -11,7 +11,8 @@ bool reads_device_memory(const comm::Communicator& comm) { return comm.name() ==
 
 // Runs `collective` on the tensor's memory, or on a host copy that is written back.
 template <typename Collective>
-void on_reachable_memory(comm::Communicator& comm, const at::Tensor& tensor, Collective collective) {
+void on_reachable_memory(comm::Communicator& comm, const at::Tensor& tensor,
+                         Collective collective) {
   if (!tensor.is_cuda() || reads_device_memory(comm)) {
     collective(as_buffer(tensor));
     return;

@@ -12,13 +12,20 @@ namespace partrain {
 
 inline comm::DType to_comm_dtype(c10::ScalarType type) {
   switch (type) {
-    case c10::ScalarType::Float: return comm::DType::f32;
-    case c10::ScalarType::Double: return comm::DType::f64;
-    case c10::ScalarType::Half: return comm::DType::f16;
-    case c10::ScalarType::BFloat16: return comm::DType::bf16;
-    case c10::ScalarType::Int: return comm::DType::i32;
-    case c10::ScalarType::Long: return comm::DType::i64;
-    default: throw Error(std::string("no collective for tensors of type ") + c10::toString(type));
+    case c10::ScalarType::Float:
+      return comm::DType::f32;
+    case c10::ScalarType::Double:
+      return comm::DType::f64;
+    case c10::ScalarType::Half:
+      return comm::DType::f16;
+    case c10::ScalarType::BFloat16:
+      return comm::DType::bf16;
+    case c10::ScalarType::Int:
+      return comm::DType::i32;
+    case c10::ScalarType::Long:
+      return comm::DType::i64;
+    default:
+      throw Error(std::string("no collective for tensors of type ") + c10::toString(type));
   }
 }
 

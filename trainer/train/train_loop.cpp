@@ -19,17 +19,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <thread>
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "common/stopwatch.h"
 #include "common/temp_dir.h"
-#include "comm_backends/store/store.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/download.h"
 #include "trainer/data/loader.h"
@@ -76,7 +76,8 @@ void set_threads(const Config& cfg, const WorkerEnv& env) {
 
 // Sums `values` over all ranks (in place, f64). They travel as a tensor on the training
 // device, because a backend such as nccl only reads device memory.
-void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values, const torch::Device& device) {
+void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
+                    const torch::Device& device) {
   if (!comm || comm->size() == 1 || values.empty()) return;
   auto t = torch::tensor(values, torch::kFloat64).to(device);
   allreduce_tensor(*comm, t, comm::ReduceOp::sum);
@@ -135,9 +136,10 @@ EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Co
     auto images = batch->images.narrow(0, 0, valid).to(device, /*non_blocking=*/true);
     auto labels = batch->labels.narrow(0, 0, valid).to(device, true);
     torch::Tensor out = forward(model, images, dp_devices, device);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    out, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
+    loss_sum +=
+        torch::nn::functional::cross_entropy(
+            out, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
     correct += out.argmax(1).eq(labels).sum().item<double>();
     count += static_cast<double>(valid);
   }
@@ -162,8 +164,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
-  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ", cfg.strategy,
-                 " runs in one process, but the launch has ", env.world_size, " ranks; use strategy: ddp");
+  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ",
+                 cfg.strategy, " runs in one process, but the launch has ", env.world_size,
+                 " ranks; use strategy: ddp");
   if (cfg.strategy == "ddp") {
     std::string rendezvous = env.rendezvous;
     if (rendezvous.empty() && env.world_size == 1) {
@@ -212,10 +215,10 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     } else {
       const data::DownloadOptions download;
       const auto bound =
-          timeout + (cfg.data.download ? std::chrono::milliseconds(static_cast<int64_t>(
-                                             1000 * (download.connect_timeout_s +
-                                                     download.total_timeout_s)))
-                                       : std::chrono::milliseconds(0));
+          timeout + (cfg.data.download
+                         ? std::chrono::milliseconds(static_cast<int64_t>(
+                               1000 * (download.connect_timeout_s + download.total_timeout_s)))
+                         : std::chrono::milliseconds(0));
       store->wait({loaded_key}, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
       // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
@@ -233,14 +236,15 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   lo.augment = cfg.data.augment;
   lo.seed = cfg.seed;
   lo.timeout_s = cfg.comm.timeout_s;
-  data::Loader train_loader(train_set,
-                            data::DistributedSampler(train_set->size, {env.world_size, env.rank, cfg.seed, true}),
-                            lo);
+  data::Loader train_loader(
+      train_set,
+      data::DistributedSampler(train_set->size, {env.world_size, env.rank, cfg.seed, true}), lo);
   data::LoaderOptions eval_lo = lo;
   eval_lo.augment = false;
-  data::Loader test_loader(test_set,
-                           data::DistributedSampler(test_set->size, {env.world_size, env.rank, cfg.seed, false}),
-                           eval_lo);
+  data::Loader test_loader(
+      test_set,
+      data::DistributedSampler(test_set->size, {env.world_size, env.rank, cfg.seed, false}),
+      eval_lo);
 
   // Model: the same seed on every rank, then rank 0's state broadcast so that nothing
   // (e.g. a different LibTorch build) can make the replicas start apart.
@@ -296,7 +300,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     model->train();
     train_loader.start_epoch(epoch - 1);
     double loss_sum = 0, images = 0;
-    torch::Tensor running_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    torch::Tensor running_loss =
+        torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
     auto window_start = Clock::now();
     int64_t window_images = 0;
     int64_t batch_index = 0;
@@ -324,7 +329,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
       images += static_cast<double>(batch->count);
       window_images += batch->count;
       ++batch_index;
-      compute_seconds += seconds_since(step_start) - ((reducer ? reducer->comm_wait_seconds() : 0) - wait_before);
+      compute_seconds +=
+          seconds_since(step_start) - ((reducer ? reducer->comm_wait_seconds() : 0) - wait_before);
 
       const bool log_now = sync && (step % cfg.train.log_every == 0 || batch_index == batches);
       if (is_rank0 && (log_now || progress.on_terminal())) {
@@ -366,11 +372,11 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     epochs.push_back(record);
     if (is_rank0) {
       metrics->log_epoch(record);
-      progress.finish(format("epoch %d/%d done in %.1f s: train loss %.4f, test loss %.4f, "
-                             "test accuracy %.2f%%, %.0f img/s",
-                             epoch, cfg.train.epochs, record.seconds, record.train_loss,
-                             record.test_loss, 100.0 * record.test_accuracy,
-                             record.train_images_per_s));
+      progress.finish(
+          format("epoch %d/%d done in %.1f s: train loss %.4f, test loss %.4f, "
+                 "test accuracy %.2f%%, %.0f img/s",
+                 epoch, cfg.train.epochs, record.seconds, record.train_loss, record.test_loss,
+                 100.0 * record.test_accuracy, record.train_images_per_s));
     }
     checkpointer.maybe_save(epoch, step, *model, optimizer, epochs, comm.get());
   }
@@ -405,7 +411,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     summary.env.world_size = env.world_size;
     summary.env.strategy = cfg.strategy;
     if (device.is_cuda()) summary.env.cuda = describe_torch();
-    auto optional = [](double v) { return std::isnan(v) ? std::optional<double>() : std::optional<double>(v); };
+    auto optional = [](double v) {
+      return std::isnan(v) ? std::optional<double>() : std::optional<double>(v);
+    };
     for (int r = 0; r < env.world_size; ++r) {
       const double* f = &all[r * kFields];
       RankRecord rr;
@@ -434,9 +442,10 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     summary.total_seconds = seconds_since(run_start);
     summary.images_per_s = images / std::max(1e-9, train_seconds);
     write_report(cfg.output_dir, summary);
-    std::printf("report: %s/report.json (final test accuracy %.2f%%, %.0f img/s, peak RSS %.0f MiB)\n",
-                cfg.output_dir.c_str(), epochs.empty() ? 0.0 : 100.0 * epochs.back().test_accuracy,
-                summary.images_per_s, mine[0]);
+    std::printf(
+        "report: %s/report.json (final test accuracy %.2f%%, %.0f img/s, peak RSS %.0f MiB)\n",
+        cfg.output_dir.c_str(), epochs.empty() ? 0.0 : 100.0 * epochs.back().test_accuracy,
+        summary.images_per_s, mine[0]);
     std::fflush(stdout);
   }
   if (comm) comm->barrier();
