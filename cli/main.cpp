@@ -1,7 +1,6 @@
 // defines: main() of the partrain executable — subcommand dispatch and the exit-code rule:
 // 0 success, 1 the run failed, 2 bad usage, config or input (one line on stderr).
 #include <CLI/CLI.hpp>
-
 #include <cstdlib>
 #include <exception>
 #include <iostream>

@@ -1,6 +1,5 @@
 // defines: `partrain validate CONFIG [--set k=v]...` — prints the resolved config.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "cli/commands.h"

@@ -1,6 +1,5 @@
 // defines: `partrain version` — LibTorch version, CUDA, the backends compiled in, the malloc.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "cli/commands.h"

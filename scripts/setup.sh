@@ -19,6 +19,8 @@ packages=(
   libgloo-dev                       # the gloo backend
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   zlib1g-dev libcurl4-openssl-dev libarchive-dev libssl-dev
+  libjpeg-dev libpng-dev            # image-folder: JPEG and PNG decoding
+  libopencv-imgcodecs-dev libopencv-imgproc-dev  # image-folder: other formats, resizing
   libgtest-dev libgmock-dev
   python3 python3-torch python3-torchvision  # torch.load of checkpoints; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs

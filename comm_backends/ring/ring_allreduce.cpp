@@ -41,10 +41,10 @@
 #include <memory>
 #include <utility>
 
-#include "common/byte_codec.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/reduction.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 

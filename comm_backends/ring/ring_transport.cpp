@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "common/byte_codec.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/store.h"
+#include "common/byte_codec.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 

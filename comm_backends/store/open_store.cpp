@@ -2,11 +2,11 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 

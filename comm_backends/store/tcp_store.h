@@ -9,13 +9,12 @@
 // protocol is disconnected. get/wait poll on the client side with a growing pause.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
-
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 
 #include "comm_backends/store/store.h"
 

@@ -16,6 +16,7 @@
 // the other ranks are where they should be when the failure comes.
 // --spam N prints N long lines in a burst (for the interleaving test); --long-line prints
 // BYTES 'y's and no newline at all, last.
+#include <boost/process/environment.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -25,8 +26,6 @@
 #include <iostream>
 #include <string>
 #include <thread>
-
-#include <boost/process/environment.hpp>
 
 namespace {
 

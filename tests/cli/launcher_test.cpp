@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/process.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,8 +18,6 @@
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <boost/process.hpp>
 
 #include "cli/platform_process.h"
 #include "common/errors.h"

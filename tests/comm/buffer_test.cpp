@@ -1,11 +1,12 @@
+#include "comm_backends/buffer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "comm_backends/buffer.h"
-#include "common/errors.h"
 #include "comm_backends/reduction.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 namespace {

@@ -8,9 +8,9 @@
 #include <mutex>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 int main(int argc, char** argv) {
   using namespace partrain::comm;

@@ -1,12 +1,13 @@
+#include "comm_backends/store/file_store.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <thread>
 
-#include "common/errors.h"
-#include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {

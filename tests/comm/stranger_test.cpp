@@ -5,10 +5,10 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {

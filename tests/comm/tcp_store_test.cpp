@@ -1,3 +1,5 @@
+#include "comm_backends/store/tcp_store.h"
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
@@ -6,9 +8,8 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 
-#include "common/errors.h"
 #include "comm_backends/net/timed_io.h"
-#include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_threads.h"
 
 namespace partrain::comm {

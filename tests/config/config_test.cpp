@@ -1,12 +1,13 @@
 // Config loading: defaults, every kind of error with its file:line:col, --set overrides,
 // and the shipped configs.
+#include "trainer/config/config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "common/errors.h"
-#include "trainer/config/config.h"
 
 namespace partrain {
 namespace {
@@ -63,8 +64,8 @@ TEST_F(ConfigTest, NprocAuto) {
 TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
   EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
             ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "
-            "download, num_workers, root, synthetic_test, synthetic_train, test_limit, "
-            "train_limit, url)");
+            "download, image_size, mean, num_workers, root, std, synthetic_test, "
+            "synthetic_train, test_limit, train_limit, url)");
   EXPECT_EQ(error_of("nmae: x\n").substr(0, 20), ":1:1: nmae: unknown ");
 }
 
@@ -159,6 +160,45 @@ TEST_F(ConfigTest, OverridesApplyAndNameThemselvesInErrors) {
             "--set data.batch_size=0: data.batch_size: 0 is out of range [1, 1048576]");
   EXPECT_EQ(error_of("{}\n", {"data.nope=1"}).substr(0, 29), "--set data.nope=1: data.nope:");
   EXPECT_THROW(load_config(path, {"novalue"}), UsageError);
+}
+
+TEST_F(ConfigTest, DatasetKeysImageSizeMeanAndStd) {
+  Config c =
+      load_config(write("data:\n  dataset: image-folder\n  image_size: 64\n"
+                        "  mean: [0.5, 0.4, 0.3]\n  std: 0.25\n"));
+  EXPECT_EQ(c.data.dataset, "image-folder");
+  EXPECT_EQ(c.data.image_size, 64);
+  EXPECT_EQ(c.data.mean, (std::vector<double>{0.5, 0.4, 0.3}));
+  EXPECT_EQ(c.data.std, (std::vector<double>{0.25}));
+  for (const char* name : {"cifar10", "mnist", "tensors"}) {
+    EXPECT_EQ(load_config(write(std::string("data: {dataset: ") + name + "}\n")).data.dataset,
+              name);
+  }
+  // The YAML form carries the lists and reads back the same.
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(Config{})))), config_to_json(Config{}));
+
+  EXPECT_EQ(error_of("data: {dataset: imagenet}\n").substr(0, 40),
+            ":1:17: data.dataset: 'imagenet' is not o");
+  EXPECT_EQ(error_of("data: {dataset: image-folder, image_size: -1}\n"),
+            ":1:43: data.image_size: -1 is out of range [0, 4096]");
+  EXPECT_EQ(error_of("data: {dataset: cifar10, image_size: 32}\n"),
+            ":1:38: data.image_size: resizing applies to data.dataset image-folder only, not "
+            "cifar10 (set it to 0 or remove it)");
+  EXPECT_EQ(error_of("data:\n  std: [0.2, 0, 0.2]\n"),
+            ":2:14: data.std: item 1: 0 is out of range (0, 100]");
+  EXPECT_EQ(error_of("data:\n  mean: [0.5, x]\n"),
+            ":2:15: data.mean: item 1: expected a number, got 'x'");
+  EXPECT_EQ(error_of("data:\n  mean: []\n"), ":2:9: data.mean: expected 1 to 64 numbers, got 0");
+  EXPECT_EQ(error_of("data:\n  mean: {r: 1}\n"),
+            ":2:9: data.mean: expected a number or a list of numbers");
+  EXPECT_EQ(error_of("data:\n  dataset: mnist\n  mean: [0.1, 0.2, 0.3]\n"),
+            ":3:9: data.mean: 3 values, but mnist images have 1 channel (give 1)");
+  EXPECT_EQ(error_of("data: {dataset: cifar10, std: [0.2, 0.2]}\n"),
+            ":1:31: data.std: 2 values, but cifar10 images have 3 channels (give 1 or 3)");
+  EXPECT_EQ(error_of("data: {dataset: mnist}\n", {"data.mean=[1, 2]"}),
+            "--set data.mean=[1, 2]: data.mean: 2 values, but mnist images have 1 channel (give "
+            "1)");
 }
 
 TEST_F(ConfigTest, YamlAndJsonRoundTrip) {

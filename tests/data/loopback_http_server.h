@@ -5,8 +5,8 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <boost/asio.hpp>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>

@@ -1,8 +1,8 @@
 // Model shapes and structure: DigitalNet exactly as DESIGN.md draws it.
+#include "trainer/train/models.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include "trainer/train/models.h"
 
 namespace partrain {
 namespace {
@@ -25,6 +25,14 @@ TEST(Models, OutputShapes) {
   ModelConfig c;
   auto gray = make_model(c, ModelShape{1, 28, 10});
   EXPECT_EQ(gray->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  // Images that are wider than tall (an image folder kept at its own size).
+  for (std::string name : {"digitalnet", "mlp"}) {
+    c.name = name;
+    c.width = 4;
+    auto wide = make_model(c, ModelShape{3, 8, 4, 12});
+    EXPECT_EQ(wide->forward(torch::randn({2, 3, 8, 12})).sizes(), (std::vector<int64_t>{2, 4}))
+        << name;
+  }
 }
 
 TEST(Models, DigitalNetLayersAsDesigned) {

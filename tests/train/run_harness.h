@@ -3,7 +3,11 @@
 // finding (to kill) the worker of a given rank.
 #pragma once
 
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,12 +20,6 @@
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
-#include <gtest/gtest.h>
 
 namespace partrain_test {
 

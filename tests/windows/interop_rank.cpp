@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "comm_backends/communicator.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <random>
 #include <string>
 
-#include "common/errors.h"
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 namespace {

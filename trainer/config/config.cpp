@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
@@ -170,6 +171,46 @@ class Section {
     out = value;
   }
 
+  // A list of finite numbers, each in [min, max]; a single number is a list of one. Returns
+  // the node (null when absent) so that callers can point at it.
+  YAML::Node read_double_list(const std::string& key, std::vector<double>& out, double min,
+                              double max, std::size_t max_count) {
+    YAML::Node n = child(key);
+    if (!present(n)) return YAML::Node();
+    std::vector<YAML::Node> items;
+    if (n.IsScalar()) {
+      items.push_back(n);
+    } else if (n.IsSequence()) {
+      for (const auto& item : n) items.push_back(item);
+    } else {
+      fail(origins_, full(key), n.Mark(), "expected a number or a list of numbers");
+    }
+    if (items.empty() || items.size() > max_count) {
+      fail(origins_, full(key), n.Mark(),
+           detail::concat("expected 1 to ", max_count, " numbers, got ", items.size()));
+    }
+    std::vector<double> values;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const YAML::Node& item = items[i];
+      double value = 0;
+      if (!item.IsScalar() || !YAML::convert<double>::decode(item, value) ||
+          !std::isfinite(value)) {
+        fail(origins_, full(key), item.Mark(),
+             detail::concat("item ", i, ": expected a number, got '",
+                            item.IsScalar() ? item.Scalar() : std::string("a collection"), "'"));
+      }
+      if (value < min || value > max) {
+        std::ostringstream msg;
+        msg << "item " << i << ": " << item.Scalar() << " is out of range " << (min > 0 ? "(" : "[")
+            << (min > 0 ? 0.0 : min) << ", " << max << "]";
+        fail(origins_, full(key), item.Mark(), msg.str());
+      }
+      values.push_back(value);
+    }
+    out = values;
+    return n;
+  }
+
   // The node itself, for keys that accept more than one shape.
   YAML::Node raw(const std::string& key) { return child(key); }
   std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -259,6 +300,15 @@ std::string interface_problem(const std::string& name) {
 }
 
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr std::size_t kMaxChannels = 64;
+
+// Channels of the images a dataset yields (image-folder decodes everything as RGB, as
+// torchvision's ImageFolder does); 0 where only the files know (tensors).
+int dataset_channels(const std::string& dataset) {
+  if (dataset == "fashion-mnist" || dataset == "mnist") return 1;
+  if (dataset == "tensors") return 0;
+  return 3;
+}
 constexpr long long kMaxCount = 1LL << 40;
 
 void read_config(Section& top, Config& c) {
@@ -291,7 +341,9 @@ void read_config(Section& top, Config& c) {
   comm.finish();
 
   Section data = top.section("data");
-  data.read("dataset", c.data.dataset, {"cifar100", "fashion-mnist", "synthetic"});
+  data.read(
+      "dataset", c.data.dataset,
+      {"cifar100", "cifar10", "fashion-mnist", "mnist", "image-folder", "tensors", "synthetic"});
   data.read("root", c.data.root);
   data.read_bool("download", c.data.download);
   data.read("url", c.data.url);
@@ -302,7 +354,33 @@ void read_config(Section& top, Config& c) {
   data.read_int("test_limit", c.data.test_limit, 0, kMaxCount);
   data.read_int("synthetic_train", c.data.synthetic_train, 1, 10'000'000);
   data.read_int("synthetic_test", c.data.synthetic_test, 1, 10'000'000);
+  const YAML::Node image_size = data.raw("image_size");
+  data.read_int("image_size", c.data.image_size, 0, 4096);
+  // Pixels are in [0, 1] when normalised, so a mean far outside that is a typo (255 units).
+  const YAML::Node mean = data.read_double_list("mean", c.data.mean, -1.0, 2.0, kMaxChannels);
+  // std must be > 0; the smallest positive double stands for the open bound.
+  const YAML::Node std_dev = data.read_double_list(
+      "std", c.data.std, std::numeric_limits<double>::min(), 100.0, kMaxChannels);
   data.finish();
+  if (c.data.image_size != 0 && c.data.dataset != "image-folder") {
+    fail(top.origins(), "data.image_size", image_size.Mark(),
+         "resizing applies to data.dataset image-folder only, not " + c.data.dataset +
+             " (set it to 0 or remove it)");
+  }
+  // Datasets whose channel count is fixed: a mean or std list of another length is caught here
+  // with its place in the file; for tensors the count is known only once the file is read.
+  const int channels = dataset_channels(c.data.dataset);
+  for (const auto& [key, values, node] :
+       {std::tuple{"mean", &c.data.mean, mean}, std::tuple{"std", &c.data.std, std_dev}}) {
+    if (channels > 0 && !values->empty() && values->size() != 1 &&
+        values->size() != static_cast<std::size_t>(channels)) {
+      fail(
+          top.origins(), std::string("data.") + key, node.Mark(),
+          detail::concat(values->size(), " values, but ", c.data.dataset, " images have ", channels,
+                         channels == 1 ? std::string(" channel (give 1)")
+                                       : detail::concat(" channels (give 1 or ", channels, ")")));
+    }
+  }
 
   Section model = top.section("model");
   model.read("name", c.model.name, {"digitalnet", "resnet18", "mlp"});
@@ -452,7 +530,12 @@ std::string config_to_json(const Config& c) {
                {"train_limit", c.data.train_limit},
                {"test_limit", c.data.test_limit},
                {"synthetic_train", c.data.synthetic_train},
-               {"synthetic_test", c.data.synthetic_test}};
+               {"synthetic_test", c.data.synthetic_test},
+               {"image_size", c.data.image_size},
+               {"mean", c.data.mean.empty() ? nlohmann::ordered_json(nullptr)
+                                            : nlohmann::ordered_json(c.data.mean)},
+               {"std", c.data.std.empty() ? nlohmann::ordered_json(nullptr)
+                                          : nlohmann::ordered_json(c.data.std)}};
   j["model"] = {{"name", c.model.name}, {"width", c.model.width}, {"norm", c.model.norm}};
   j["train"] = {{"epochs", c.train.epochs},
                 {"max_steps", c.train.max_steps},
@@ -484,6 +567,10 @@ void emit_json(YAML::Emitter& out, const nlohmann::ordered_json& j) {
       emit_json(out, v);
     }
     out << YAML::EndMap;
+  } else if (j.is_array()) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& v : j) emit_json(out, v);
+    out << YAML::EndSeq;
   } else if (j.is_null()) {
     out << YAML::Null;
   } else if (j.is_boolean()) {

@@ -28,8 +28,9 @@ struct CommConfig {
 };
 
 struct DataConfig {
-  std::string dataset = "synthetic";  // cifar100 | fashion-mnist | synthetic
-  std::string root;                   // empty: the dataset's default
+  // cifar100 | cifar10 | fashion-mnist | mnist | image-folder | tensors | synthetic
+  std::string dataset = "synthetic";
+  std::string root;  // empty: the dataset's default
   bool download = false;
   std::string url;       // cifar100 archive; empty: the official one
   int batch_size = 128;  // per rank
@@ -37,6 +38,10 @@ struct DataConfig {
   bool augment = false;
   std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
+  int image_size = 0;  // image-folder: shorter side resized to this, then centre-cropped; 0 = keep
+  // Normalisation, 1 value (every channel) or one per channel; empty: the dataset's own.
+  std::vector<double> mean;
+  std::vector<double> std;
   // synthetic only
   std::int64_t synthetic_train = 5000;
   std::int64_t synthetic_test = 1000;

@@ -4,12 +4,15 @@
 #include <cmath>
 #include <filesystem>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "common/errors.h"
 #include "trainer/config/config.h"
 #include "trainer/data/cifar_reader.h"
 #include "trainer/data/download.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/data/image_folder.h"
 #include "trainer/data/synthetic.h"
 
 namespace partrain::data {
@@ -19,6 +22,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFashionMnistClasses = 10;
+constexpr int kMnistClasses = 10;
+// MNIST's published statistics of its 60000 training digits, in [0, 1] units.
+constexpr float kMnistMean = 0.1307f;
+constexpr float kMnistStd = 0.3081f;
 
 ImageDataset load_cifar100(const DataConfig& cfg, bool train, std::int64_t limit) {
   const std::string root = cfg.root.empty() ? default_root("cifar100") : cfg.root;
@@ -43,45 +50,114 @@ ImageDataset load_cifar100(const DataConfig& cfg, bool train, std::int64_t limit
   return read_cifar100_bin(file.string(), limit);
 }
 
-// Fashion-MNIST files may be plain or gzipped; the plain one wins when both exist.
-std::string find_idx_file(const std::string& root, const std::string& stem) {
+// IDX files may be plain or gzipped; the plain one wins when both exist.
+std::string find_idx_file(const std::string& dataset, const std::string& root,
+                          const std::string& stem) {
   std::error_code ec;
   for (const std::string& name : {stem, stem + ".gz"}) {
     const fs::path candidate = fs::path(root) / name;
     if (fs::exists(candidate, ec)) return candidate.string();
   }
-  throw UsageError(detail::concat("fashion-mnist: ", (fs::path(root) / stem).string(),
-                                  "[.gz] not found; install it with "
-                                  "`apt-get install dataset-fashion-mnist` (files in ",
-                                  default_root("fashion-mnist"),
-                                  ") or point data.root at a folder holding the IDX files"));
+  const std::string hint =
+      dataset == "fashion-mnist"
+          ? detail::concat("install it with `apt-get install dataset-fashion-mnist` (files in ",
+                           default_root("fashion-mnist"), ")")
+          : std::string("download the four IDX files of the MNIST release");
+  throw UsageError(detail::concat(dataset, ": ", (fs::path(root) / stem).string(),
+                                  "[.gz] not found; ", hint,
+                                  " or point data.root at a folder holding the IDX files"));
 }
 
-ImageDataset load_fashion_mnist(const DataConfig& cfg, bool train, std::int64_t limit) {
-  const std::string root = cfg.root.empty() ? default_root("fashion-mnist") : cfg.root;
+ImageDataset load_mnist_like(const DataConfig& cfg, bool train, std::int64_t limit) {
+  const std::string root = cfg.root.empty() ? default_root(cfg.dataset) : cfg.root;
   const std::string prefix = train ? "train" : "t10k";
-  const std::string images = find_idx_file(root, prefix + "-images-idx3-ubyte");
-  const std::string labels = find_idx_file(root, prefix + "-labels-idx1-ubyte");
-  return read_idx_dataset(images, labels, kFashionMnistClasses, limit);
+  const std::string images = find_idx_file(cfg.dataset, root, prefix + "-images-idx3-ubyte");
+  const std::string labels = find_idx_file(cfg.dataset, root, prefix + "-labels-idx1-ubyte");
+  if (cfg.dataset == "fashion-mnist") {
+    return read_idx_dataset(images, labels, kFashionMnistClasses, limit);
+  }
+  // MNIST and Fashion-MNIST share the file format; only the name and statistics differ.
+  ImageDataset out = read_idx_dataset(images, labels, kMnistClasses, limit);
+  out.name = "mnist";
+  out.mean = {kMnistMean};
+  out.std = {kMnistStd};
+  return out;
 }
 
-}  // namespace
-
-std::string default_root(const std::string& dataset) {
-  if (dataset == "cifar100") return "data/cifar-100-binary";
-  if (dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
-  return "";
+ImageDataset load_cifar10(const DataConfig& cfg, bool train, std::int64_t limit) {
+  const std::string root = cfg.root.empty() ? default_root("cifar10") : cfg.root;
+  std::vector<std::string> files;
+  if (train) {
+    for (int b = 1; b <= 5; ++b) {
+      files.push_back((fs::path(root) / ("data_batch_" + std::to_string(b) + ".bin")).string());
+    }
+  } else {
+    files.push_back((fs::path(root) / "test_batch.bin").string());
+  }
+  std::error_code ec;
+  for (const std::string& file : files) {
+    PARTRAIN_CHECK(fs::exists(file, ec), UsageError, "cifar10: ", file,
+                   " not found; download the binary release "
+                   "(https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz), unpack it and "
+                   "point data.root at its cifar-10-batches-bin folder");
+  }
+  return read_cifar10_bin(files, limit);
 }
 
-ImageDataset load_dataset(const DataConfig& cfg, bool train, std::uint64_t seed) {
+ImageDataset load_image_folder(const DataConfig& cfg, bool train, std::int64_t limit) {
+  PARTRAIN_CHECK(!cfg.root.empty(), UsageError,
+                 "image-folder: set data.root to a folder holding train/<class>/<images> and "
+                 "val/<class>/<images>");
+  const fs::path train_dir = fs::path(cfg.root) / "train";
+  ImageFolderOptions options;
+  options.image_size = cfg.image_size;
+  options.threads = cfg.num_workers;
+  options.limit = limit;
+  if (train) return read_image_folder(train_dir.string(), options);
+  // The labels of the validation split are the training split's class indices.
+  options.classes = list_image_classes(train_dir.string());
+  std::error_code ec;
+  fs::path test_dir = fs::path(cfg.root) / "val";
+  if (!fs::is_directory(test_dir, ec) && fs::is_directory(fs::path(cfg.root) / "test", ec)) {
+    test_dir = fs::path(cfg.root) / "test";
+  }
+  PARTRAIN_CHECK(fs::is_directory(test_dir, ec), UsageError, "image-folder: ", test_dir.string(),
+                 " not found; the validation split goes in val/<class>/ (or "
+                 "test/<class>/) beside train/");
+  return read_image_folder(test_dir.string(), options);
+}
+
+ImageDataset load_tensors(const DataConfig& cfg, bool train, std::int64_t limit,
+                          TensorFileReader tensor_reader) {
+  PARTRAIN_CHECK(tensor_reader != nullptr, UsageError,
+                 "data.dataset tensors needs LibTorch's reader, which this program lacks");
+  PARTRAIN_CHECK(!cfg.root.empty(), UsageError,
+                 "tensors: set data.root to a folder holding train.pt and test.pt");
+  return tensor_reader((fs::path(cfg.root) / (train ? "train.pt" : "test.pt")).string(), limit);
+}
+
+// Whether the dataset's statistics come from its training split rather than a table.
+bool computes_own_stats(const std::string& dataset) {
+  return dataset == "image-folder" || dataset == "tensors";
+}
+
+// One split as its reader gives it: for image-folder and tensors without mean and std.
+ImageDataset read_split(const DataConfig& cfg, bool train, std::uint64_t seed,
+                        TensorFileReader tensor_reader) {
   const std::int64_t limit = train ? cfg.train_limit : cfg.test_limit;
   PARTRAIN_CHECK(limit >= 0, UsageError, "data.", train ? "train_limit" : "test_limit",
                  " must be >= 0, not ", limit);
   ImageDataset out;
   if (cfg.dataset == "cifar100") {
     out = load_cifar100(cfg, train, limit);
-  } else if (cfg.dataset == "fashion-mnist") {
-    out = load_fashion_mnist(cfg, train, limit);
+  } else if (cfg.dataset == "cifar10") {
+    out = load_cifar10(cfg, train, limit);
+  } else if (cfg.dataset == "fashion-mnist" || cfg.dataset == "mnist") {
+    out = load_mnist_like(cfg, train, limit);
+  } else if (cfg.dataset == "image-folder") {
+    out = load_image_folder(cfg, train, limit);
+  } else if (cfg.dataset == "tensors") {
+    out = load_tensors(cfg, train, limit, tensor_reader);
   } else if (cfg.dataset == "synthetic") {
     SyntheticOptions options;
     options.size = train ? cfg.synthetic_train : cfg.synthetic_test;
@@ -99,10 +175,87 @@ ImageDataset load_dataset(const DataConfig& cfg, bool train, std::uint64_t seed)
     }
   } else {
     throw UsageError(detail::concat("data.dataset '", cfg.dataset,
-                                    "' is not one of cifar100, fashion-mnist, synthetic"));
+                                    "' is not one of cifar100, cifar10, fashion-mnist, mnist, "
+                                    "image-folder, tensors, synthetic"));
   }
   out.split = train ? "train" : "test";
   return out;
+}
+
+// The test split must fit the model the training split shapes: same image shape, labels
+// among the training split's classes.
+void check_test_split(const DataConfig& cfg, const ImageDataset& train, ImageDataset& test) {
+  const std::string where = cfg.dataset == "tensors" ? (fs::path(cfg.root) / "test.pt").string()
+                                                     : detail::concat(cfg.dataset, " test split");
+  PARTRAIN_CHECK(
+      test.channels == train.channels && test.height == train.height && test.width == train.width,
+      UsageError, where, ": images are ", test.channels, "x", test.height, "x", test.width,
+      " but the training split's are ", train.channels, "x", train.height, "x", train.width,
+      cfg.dataset == "image-folder" ? "; set data.image_size to bring both to one size" : "");
+  if (cfg.dataset != "tensors") return;
+  for (std::size_t i = 0; i < test.labels.size(); ++i) {
+    PARTRAIN_CHECK(test.labels[i] < train.num_classes, UsageError, where, ": \"labels\"[", i,
+                   "] is ", test.labels[i], ", outside the training split's ", train.num_classes,
+                   " classes (0..", train.num_classes - 1, ")");
+  }
+  PARTRAIN_CHECK(test.num_classes <= train.num_classes, UsageError, where, ": names ",
+                 test.num_classes, " classes, the training split ", train.num_classes);
+  test.num_classes = train.num_classes;
+}
+
+// data.mean / data.std (1 value for every channel, or one per channel) replace the dataset's.
+void apply_config_stats(const DataConfig& cfg, ImageDataset& d) {
+  for (const auto& [key, given, target] :
+       {std::tuple{"mean", &cfg.mean, &d.mean}, std::tuple{"std", &cfg.std, &d.std}}) {
+    if (given->empty()) continue;
+    PARTRAIN_CHECK(given->size() == 1 || given->size() == static_cast<std::size_t>(d.channels),
+                   UsageError, "data.", key, ": ", given->size(), " values, but ", d.name,
+                   " images have ", d.channels,
+                   d.channels == 1 ? std::string(" channel (give 1)")
+                                   : detail::concat(" channels (give 1 or ", d.channels, ")"));
+    target->assign(static_cast<std::size_t>(d.channels), 0.0f);
+    for (int c = 0; c < d.channels; ++c) {
+      (*target)[c] = static_cast<float>((*given)[given->size() == 1 ? 0 : c]);
+    }
+  }
+}
+
+}  // namespace
+
+std::string default_root(const std::string& dataset) {
+  if (dataset == "cifar100") return "data/cifar-100-binary";
+  if (dataset == "cifar10") return "data/cifar-10-batches-bin";
+  if (dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
+  if (dataset == "mnist") return "data/mnist";
+  return "";
+}
+
+ImageDataset load_dataset(const DataConfig& cfg, bool train, std::uint64_t seed,
+                          TensorFileReader tensor_reader) {
+  if (!train && computes_own_stats(cfg.dataset)) {
+    // The test split is normalised with, and checked against, the training split.
+    return load_splits(cfg, seed, tensor_reader).test;
+  }
+  ImageDataset out = read_split(cfg, train, seed, tensor_reader);
+  if (computes_own_stats(cfg.dataset)) compute_channel_stats(out, out.mean, out.std);
+  apply_config_stats(cfg, out);
+  return out;
+}
+
+DatasetSplits load_splits(const DataConfig& cfg, std::uint64_t seed,
+                          TensorFileReader tensor_reader) {
+  DatasetSplits splits;
+  splits.train = read_split(cfg, true, seed, tensor_reader);
+  splits.test = read_split(cfg, false, seed, tensor_reader);
+  if (computes_own_stats(cfg.dataset)) {
+    check_test_split(cfg, splits.train, splits.test);
+    compute_channel_stats(splits.train, splits.train.mean, splits.train.std);
+    splits.test.mean = splits.train.mean;
+    splits.test.std = splits.train.std;
+  }
+  apply_config_stats(cfg, splits.train);
+  apply_config_stats(cfg, splits.test);
+  return splits;
 }
 
 void truncate_dataset(ImageDataset& dataset, std::int64_t limit) {

@@ -1,5 +1,6 @@
 // defines: ImageDataset (an image classification split held in memory), load_dataset(),
-// default_root(), and the byte limit every reader checks before it allocates.
+// load_splits(), TensorFileReader, default_root(), and the byte limit every reader checks
+// before it allocates.
 //
 // LibTorch-free: pixels stay uint8 here; the loader (trainer/data/loader.h) turns them into
 // normalised float tensors batch by batch.
@@ -20,7 +21,7 @@ namespace partrain::data {
 inline constexpr std::uint64_t kMaxDatasetBytes = 4ull << 30;
 
 struct ImageDataset {
-  std::string name;       // "cifar100", "fashion-mnist", "synthetic"
+  std::string name;       // the data.dataset name: "cifar100", "image-folder", ...
   std::string split;      // "train" or "test"
   std::int64_t size = 0;  // number of samples
   int channels = 0;
@@ -40,13 +41,42 @@ struct ImageDataset {
   const std::uint8_t* image(std::int64_t i) const { return pixels.data() + i * sample_bytes(); }
 };
 
+// The reader of torch.save'd tensor files (read_tensor_file in trainer/data/tensor_file.h).
+// It needs LibTorch, which this library must not link, so callers that have it pass it in.
+using TensorFileReader = ImageDataset (*)(const std::string& path, std::int64_t limit);
+
 // Loads the training (train = true) or test split named by cfg: dataset, root (empty: the
 // default_root), download (fetch CIFAR-100 when its files are missing), url, train_limit /
-// test_limit (keep only the first N samples; 0 = all) and, for "synthetic",
+// test_limit (keep only the first N samples; 0 = all), image_size (image-folder), mean / std
+// (1 value or one per channel; empty: the dataset's own) and, for "synthetic",
 // synthetic_train / synthetic_test samples generated from `seed`.
+//
+// Where the files are, per dataset (ROOT = data.root):
+//   cifar100       ROOT/train.bin, ROOT/test.bin
+//   cifar10        ROOT/data_batch_1.bin .. data_batch_5.bin, ROOT/test_batch.bin
+//   fashion-mnist  ROOT/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]
+//   mnist          the same names as fashion-mnist
+//   image-folder   ROOT/train/<class>/<images>, ROOT/val/<class>/<images> (or ROOT/test/)
+//   tensors        ROOT/train.pt, ROOT/test.pt
+// The datasets with published statistics (cifar100, cifar10, fashion-mnist, mnist) carry
+// them; image-folder and tensors compute the per-channel mean and std of their training split
+// (test splits are normalised with those too).
+//
 // Missing files, corrupt files and bad settings throw UsageError with one line saying what
-// and where (the path, and the byte offset for a bad value inside a file).
-ImageDataset load_dataset(const DataConfig& cfg, bool train, std::uint64_t seed);
+// and where (the path, and the byte offset for a bad value inside a file). "tensors" needs
+// `tensor_reader`; without it, it is a UsageError.
+ImageDataset load_dataset(const DataConfig& cfg, bool train, std::uint64_t seed,
+                          TensorFileReader tensor_reader = nullptr);
+
+struct DatasetSplits {
+  ImageDataset train;
+  ImageDataset test;
+};
+
+// Both splits, as load_dataset would give them, but reading the training split once where
+// the test split's statistics come from it.
+DatasetSplits load_splits(const DataConfig& cfg, std::uint64_t seed,
+                          TensorFileReader tensor_reader = nullptr);
 
 // Where a dataset is looked for when data.root is empty.
 std::string default_root(const std::string& dataset);

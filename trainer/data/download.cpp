@@ -15,8 +15,8 @@
 #include <system_error>
 #include <vector>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 #include "common/temp_dir.h"
 #include "trainer/data/cifar_reader.h"
 

@@ -6,8 +6,8 @@
 #include <numeric>
 #include <set>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 #include "trainer/parity/figure_format.h"
 
 namespace partrain::parity {

@@ -104,7 +104,8 @@ nn::Sequential make_resnet18(int c, bool bn, const ModelShape& s) {
 nn::Sequential make_mlp(int width, const ModelShape& s) {
   nn::Sequential seq;
   seq->push_back("flatten", nn::Flatten());
-  seq->push_back("fc1", nn::Linear(s.in_channels * s.image_size * s.image_size, width));
+  const int image_width = s.image_width > 0 ? s.image_width : s.image_size;
+  seq->push_back("fc1", nn::Linear(s.in_channels * s.image_size * image_width, width));
   seq->push_back("relu1", nn::ReLU());
   seq->push_back("fc2", nn::Linear(width, s.num_classes));
   return seq;

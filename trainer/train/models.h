@@ -12,8 +12,9 @@ namespace partrain {
 
 struct ModelShape {
   int in_channels = 3;
-  int image_size = 32;
+  int image_size = 32;  // height
   int num_classes = 100;
+  int image_width = 0;  // 0: square (image_size); image folders and tensor files need not be
 };
 
 torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape);

@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "common/errors.h"
 #include "common/atomic_file.h"
+#include "common/errors.h"
 
 namespace partrain {
 namespace {

@@ -19,19 +19,21 @@
 #include <cstdlib>
 #include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <thread>
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/local_address.h"
+#include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "common/stopwatch.h"
 #include "common/temp_dir.h"
-#include "comm_backends/store/store.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/download.h"
 #include "trainer/data/loader.h"
+#include "trainer/data/tensor_file.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/data_parallel.h"
 #include "trainer/train/device_memory.h"
@@ -208,8 +210,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   // own timeouts (DownloadOptions), which the wait adds to the usual bound.
   std::shared_ptr<const data::ImageDataset> train_set, test_set;
   auto load = [&] {
-    train_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, true, cfg.seed));
-    test_set = std::make_shared<data::ImageDataset>(data::load_dataset(cfg.data, false, cfg.seed));
+    data::DatasetSplits splits = data::load_splits(cfg.data, cfg.seed, &data::read_tensor_file);
+    train_set = std::make_shared<data::ImageDataset>(std::move(splits.train));
+    test_set = std::make_shared<data::ImageDataset>(std::move(splits.test));
   };
   if (store && env.local_world_size > 1) {
     const std::string loaded_key = "data-loaded/" + std::to_string(env.rank - env.local_rank);
@@ -230,7 +233,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                          : std::chrono::milliseconds(0));
       store->wait({loaded_key}, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
-      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), CommError, "rank ",
+      // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
+      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), UsageError, "rank ",
                      env.rank - env.local_rank, " could not load the data set (see its error)");
       load();
     }
@@ -257,7 +261,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   // Model: the same seed on every rank, then rank 0's state broadcast so that nothing
   // (e.g. a different LibTorch build) can make the replicas start apart.
   torch::manual_seed(cfg.seed);
-  ModelShape shape{train_set->channels, train_set->height, train_set->num_classes};
+  ModelShape shape{train_set->channels, train_set->height, train_set->num_classes,
+                   train_set->width};
   torch::nn::Sequential model = make_model(cfg.model, shape);
   model->to(device);
   if (comm) broadcast_from_rank0(state_tensors(*model), *comm);

@@ -1,0 +1,274 @@
+// image-folder: class folders, labels, exact pixels of PNGs, the resize + centre-crop
+// convention, JPEG decoding, statistics, and every broken folder and file it must name.
+#include "trainer/data/image_folder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+
+#include "tests/data/scratch_files.h"
+#include "trainer/config/config.h"
+#include "trainer/data/dataset.h"
+
+namespace partrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+using test_files::ScratchDir;
+using test_files::usage_error_of;
+using test_files::write_bytes;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// An 8-bit BGR image whose pixel (y, x) is (b, g, r) = (seed + x, seed + y, seed + x + y).
+cv::Mat pattern(int width, int height, int seed) {
+  cv::Mat image(height, width, CV_8UC3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      image.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(static_cast<std::uint8_t>(seed + x), static_cast<std::uint8_t>(seed + y),
+                    static_cast<std::uint8_t>(seed + x + y));
+    }
+  }
+  return image;
+}
+
+std::string write_image(const std::string& dir, const std::string& name, const cv::Mat& image) {
+  fs::create_directories(dir);
+  const std::string path = (fs::path(dir) / name).string();
+  EXPECT_TRUE(cv::imwrite(path, image)) << path;
+  return path;
+}
+
+DataConfig folder_config(const std::string& root) {
+  DataConfig cfg;
+  cfg.dataset = "image-folder";
+  cfg.root = root;
+  cfg.num_workers = 3;
+  return cfg;
+}
+
+// train/{cat,ant}/ with 2 and 3 PNGs of 6x4 pixels; val/cat/ with one.
+class ImageFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 3; ++i)
+      write_image(dir / "train/ant", "a" + std::to_string(i) + ".png", pattern(6, 4, 10 * i));
+    for (int i = 0; i < 2; ++i)
+      write_image(dir / "train/cat", "c" + std::to_string(i) + ".PNG", pattern(6, 4, 100 + i));
+    write_image(dir / "val/cat", "v.png", pattern(6, 4, 200));
+    write_bytes(dir / "train/cat/notes.txt", {'h', 'i'});  // not an image: skipped
+  }
+  ScratchDir dir;
+};
+
+TEST_F(ImageFolder, SortedClassesLabelsAndExactRgbPlanes) {
+  const DatasetSplits splits = load_splits(folder_config(dir.path()), 0);
+  const ImageDataset& train = splits.train;
+  EXPECT_EQ(train.name, "image-folder");
+  EXPECT_EQ(train.size, 5);
+  EXPECT_EQ(train.num_classes, 2);
+  EXPECT_EQ(train.channels, 3);
+  EXPECT_EQ(train.height, 4);
+  EXPECT_EQ(train.width, 6);
+  EXPECT_EQ(train.labels, (std::vector<std::int64_t>{0, 0, 0, 1, 1}));  // ant < cat
+  // Sample 3 is cat/c0.PNG, seed 100: R plane first (seed + x + y), then G, then B.
+  const std::uint8_t* image = train.image(3);
+  EXPECT_EQ(image[0 * 24 + 2 * 6 + 5], 100 + 5 + 2);  // R at (y 2, x 5)
+  EXPECT_EQ(image[1 * 24 + 2 * 6 + 5], 100 + 2);      // G
+  EXPECT_EQ(image[2 * 24 + 2 * 6 + 5], 100 + 5);      // B
+  // val/ has only cat, which keeps the training split's label 1.
+  EXPECT_EQ(splits.test.size, 1);
+  EXPECT_EQ(splits.test.labels, (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(splits.test.num_classes, 2);
+  EXPECT_EQ(splits.test.image(0)[0], 200);
+}
+
+TEST_F(ImageFolder, OwnStatisticsComeFromTheTrainingSplitUnlessGiven) {
+  const DataConfig cfg = folder_config(dir.path());
+  const DatasetSplits splits = load_splits(cfg, 0);
+  std::vector<float> mean, std;
+  compute_channel_stats(splits.train, mean, std);
+  EXPECT_EQ(splits.train.mean, mean);
+  EXPECT_EQ(splits.train.std, std);
+  EXPECT_EQ(splits.test.mean, mean);  // the test split is normalised like the training split
+  EXPECT_EQ(splits.test.std, std);
+  // B of every image is seed + x: over the 5 images the mean is known exactly.
+  const double b_mean = ((0 + 10 + 20 + 100 + 101) / 5.0 + 2.5) / 255.0;
+  EXPECT_NEAR(mean[2], b_mean, 1e-6);
+  // load_dataset's test split gets the same statistics on its own.
+  EXPECT_EQ(load_dataset(cfg, false, 0).mean, mean);
+
+  DataConfig given = cfg;
+  given.mean = {0.5};
+  given.std = {0.1, 0.2, 0.3};
+  const ImageDataset train = load_dataset(given, true, 0);
+  EXPECT_EQ(train.mean, (std::vector<float>{0.5f, 0.5f, 0.5f}));
+  EXPECT_EQ(train.std, (std::vector<float>{0.1f, 0.2f, 0.3f}));
+  given.std = {0.1, 0.2};
+  EXPECT_THAT(usage_error_of([&] { load_dataset(given, true, 0); }),
+              HasSubstr("data.std: 2 values, but image-folder images have 3 channels"));
+}
+
+TEST_F(ImageFolder, DecodingIsTheSameWithAnyNumberOfThreadsAndLimitKeepsAPrefix) {
+  ImageFolderOptions one;
+  one.threads = 1;
+  ImageFolderOptions many;
+  many.threads = 8;
+  const std::string train = dir / "train";
+  EXPECT_EQ(read_image_folder(train, one).pixels, read_image_folder(train, many).pixels);
+  many.limit = 2;
+  const ImageDataset two = read_image_folder(train, many);
+  EXPECT_EQ(two.size, 2);
+  EXPECT_EQ(two.num_classes, 2);
+  EXPECT_EQ(two.pixels.size(), 2u * 3 * 4 * 6);
+}
+
+TEST_F(ImageFolder, ResizesTheShorterSideThenCropsTheCentre) {
+  ScratchDir other;
+  // 12 x 8, R = 20 * x: halving (shorter side 8 -> 4) averages column pairs to 40 j + 10 over
+  // 6 columns; the centre 4 start at column 1 (torchvision's round(2 / 2)).
+  cv::Mat image(8, 12, CV_8UC3);
+  for (int y = 0; y < 8; ++y) {
+    for (int x = 0; x < 12; ++x)
+      image.at<cv::Vec3b>(y, x) = cv::Vec3b(0, 0, static_cast<std::uint8_t>(20 * x));
+  }
+  write_image(other / "k", "wide.png", image);
+  write_image(other / "k", "tall.png", pattern(5, 9, 0));  // 5x9 -> 4x7 (int(4 * 9 / 5)) -> 4x4
+  ImageFolderOptions options;
+  options.image_size = 4;
+  const ImageDataset d = read_image_folder(other.path(), options);
+  ASSERT_EQ(d.height, 4);
+  ASSERT_EQ(d.width, 4);
+  const std::uint8_t* wide = d.image(1);  // "tall" < "wide"
+  for (int y = 0; y < 4; ++y) {
+    for (int x = 0; x < 4; ++x) EXPECT_EQ(wide[y * 4 + x], 40 * (x + 1) + 10) << y << "," << x;
+  }
+}
+
+TEST_F(ImageFolder, JpegDecodesCloseToWhatWasWritten) {
+  ScratchDir other;
+  cv::Mat flat(16, 16, CV_8UC3, cv::Scalar(30, 120, 220));  // B, G, R
+  cv::imwrite(other / "one.jpg", flat, {cv::IMWRITE_JPEG_QUALITY, 95});
+  fs::create_directories(other / "c");
+  fs::rename(other / "one.jpg", other / "c/one.jpg");
+  const ImageDataset d = read_image_folder(other.path(), {});
+  ASSERT_EQ(d.size, 1);
+  EXPECT_NEAR(d.image(0)[0], 220, 3);        // R plane
+  EXPECT_NEAR(d.image(0)[256], 120, 3);      // G
+  EXPECT_NEAR(d.image(0)[512 + 17], 30, 3);  // B
+}
+
+TEST_F(ImageFolder, MixedSizesWithoutImageSizeNameBothFiles) {
+  write_image(dir / "train/cat", "c9.png", pattern(5, 4, 0));
+  const std::string message = usage_error_of([&] { read_image_folder(dir / "train", {}); });
+  EXPECT_THAT(message, AllOf(HasSubstr("c9.png: 5x4 pixels, but "), HasSubstr("a0.png is 6x4"),
+                             HasSubstr("set data.image_size")));
+  ImageFolderOptions resized;
+  resized.image_size = 3;
+  EXPECT_EQ(read_image_folder(dir / "train", resized).size, 6);
+}
+
+TEST_F(ImageFolder, CorruptFilesAreNamed) {
+  write_bytes(dir / "train/cat/junk.png", {'n', 'o', 't', ' ', 'p', 'n', 'g'});
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(dir.path()), 0); }),
+              AllOf(HasSubstr("train/cat/junk.png: corrupt or unsupported image"),
+                    ::testing::Not(HasSubstr("\n"))));
+  fs::remove(dir / "train/cat/junk.png");
+
+  // A cut-off PNG and a cut-off JPEG: what an interrupted copy leaves.
+  const std::vector<std::uint8_t> png = test_files::read_bytes(dir / "train/cat/c0.PNG");
+  write_bytes(dir / "train/cat/cut.png", {png.begin(), png.begin() + png.size() / 2});
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", {}); }),
+              HasSubstr("train/cat/cut.png: corrupt PNG (libpng: "));
+  fs::remove(dir / "train/cat/cut.png");
+
+  cv::Mat noise(48, 64, CV_8UC3);
+  cv::RNG(7).fill(noise, cv::RNG::UNIFORM, 0, 256);  // so the scan data is most of the file
+  cv::imwrite(dir / "whole.jpg", noise);
+  const std::vector<std::uint8_t> jpeg = test_files::read_bytes(dir / "whole.jpg");
+  write_bytes(dir / "train/cat/cut.jpg", {jpeg.begin(), jpeg.begin() + jpeg.size() * 2 / 3});
+  ImageFolderOptions resized;
+  resized.image_size = 4;
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", resized); }),
+              HasSubstr("train/cat/cut.jpg: corrupt JPEG (libjpeg: Premature end of JPEG file)"));
+  write_bytes(dir / "train/cat/empty.jpg", {});
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", resized); }),
+              HasSubstr("train/cat/cut.jpg"));  // the first bad file in order
+  fs::remove(dir / "train/cat/cut.jpg");
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", resized); }),
+              HasSubstr("train/cat/empty.jpg: empty file"));
+  fs::remove(dir / "train/cat/empty.jpg");
+
+  // Damage inside the compressed data of a file that still ends properly: the scan cut short
+  // by an end-of-image marker.
+  std::vector<std::uint8_t> damaged(jpeg.begin(), jpeg.begin() + jpeg.size() * 2 / 3);
+  damaged.push_back(0xff);
+  damaged.push_back(0xd9);
+  write_bytes(dir / "train/cat/damaged.jpg", damaged);
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", resized); }),
+              HasSubstr("train/cat/damaged.jpg: corrupt JPEG (libjpeg: Corrupt JPEG data"));
+}
+
+// A PNG whose header announces width x height RGB pixels, with next to no pixel data.
+std::vector<std::uint8_t> png_header_only(std::uint32_t width, std::uint32_t height) {
+  std::vector<std::uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  auto chunk = [&](const char* type, std::vector<std::uint8_t> body) {
+    const std::uint32_t length = static_cast<std::uint32_t>(body.size());
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(length >> s));
+    body.insert(body.begin(), type, type + 4);
+    const auto crc =
+        static_cast<std::uint32_t>(crc32(0, body.data(), static_cast<uInt>(body.size())));
+    out.insert(out.end(), body.begin(), body.end());
+    for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<std::uint8_t>(crc >> s));
+  };
+  std::vector<std::uint8_t> ihdr;
+  for (std::uint32_t v : {width, height}) {
+    for (int s = 24; s >= 0; s -= 8) ihdr.push_back(static_cast<std::uint8_t>(v >> s));
+  }
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8-bit RGB
+  chunk("IHDR", ihdr);
+  chunk("IDAT", {0x78, 0x9c});  // the header is read up to the first data chunk
+  chunk("IEND", {});
+  return out;
+}
+
+TEST_F(ImageFolder, HugeAnnouncedSizesAreRefusedBeforeDecoding) {
+  write_bytes(dir / "train/cat/huge.png", png_header_only(20000, 20000));
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "train", {}); }),
+              HasSubstr("huge.png: 20000x20000 pixels, more than 67108864 an image may have"));
+}
+
+TEST_F(ImageFolder, BrokenLayoutsAreOneLineErrors) {
+  fs::create_directories(dir / "train/dog");
+  write_bytes(dir / "train/dog/readme.txt", {'x'});
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(dir.path()), 0); }),
+              HasSubstr("train/dog: empty class folder"));
+  fs::remove_all(dir / "train/dog");
+
+  write_image(dir / "val/emu", "e.png", pattern(6, 4, 0));
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(dir.path()), 0); }),
+              HasSubstr("val/emu: class 'emu' is not one of the 2 classes of the training split"));
+  fs::remove_all(dir / "val");
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(dir.path()), 0); }),
+              HasSubstr("/val not found"));
+  write_image(dir / "test/cat", "t.png", pattern(6, 4, 0));  // test/ stands in for val/
+  EXPECT_EQ(load_splits(folder_config(dir.path()), 0).test.size, 1);
+  write_image(dir / "test/cat", "t.png", pattern(7, 4, 0));
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(dir.path()), 0); }),
+              HasSubstr("images are 3x4x7 but the training split's are 3x4x6"));
+
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "nowhere", {}); }),
+              HasSubstr("nowhere: no such folder"));
+  fs::create_directories(dir / "bare");
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(dir / "bare", {}); }),
+              HasSubstr("bare: no class folders"));
+  EXPECT_THAT(usage_error_of([&] { load_splits(folder_config(""), 0); }),
+              HasSubstr("set data.root"));
+}
+
+}  // namespace
+}  // namespace partrain::data

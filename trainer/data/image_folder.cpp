@@ -1,0 +1,344 @@
+#include "trainer/data/image_folder.h"
+
+// jpeglib.h needs FILE and size_t declared before it.
+#include <jpeglib.h>
+#include <png.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <csetjmp>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <mutex>
+#include <opencv2/core.hpp>
+#include <opencv2/core/utils/logger.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <system_error>
+#include <thread>
+
+#include "common/errors.h"
+
+namespace partrain::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Larger files are refused before they are read: no photograph a classifier trains on comes
+// near this, and a wrong path (a disk image, a video) should not be pulled into memory.
+constexpr std::uintmax_t kMaxImageFileBytes = 256u << 20;
+// A header may announce far more pixels than its file holds; decoding buffers are checked
+// against this before they are allocated (8192 x 8192).
+constexpr std::uint64_t kMaxImagePixels = 1ull << 26;
+
+struct ImageFile {
+  std::string path;
+  std::int64_t label = 0;
+};
+
+bool is_image_name(const fs::path& path) {
+  std::string ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  for (const char* known :
+       {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pbm", ".tif", ".tiff", ".webp"}) {
+    if (ext == known) return true;
+  }
+  return false;
+}
+
+// Sorted sub-folder names (directories == true) or image file paths of `dir`.
+std::vector<std::string> list_entries(const fs::path& dir, bool directories) {
+  std::error_code ec;
+  std::vector<std::string> out;
+  fs::directory_iterator it(dir, ec);
+  PARTRAIN_CHECK(!ec, UsageError, dir.string(), ": cannot list: ", ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    PARTRAIN_CHECK(!ec, UsageError, dir.string(), ": cannot list: ", ec.message());
+    const fs::path& p = it->path();
+    if (directories) {
+      if (it->is_directory(ec)) out.push_back(p.filename().string());
+    } else if (is_image_name(p) && !it->is_directory(ec)) {
+      out.push_back(p.string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::uint8_t> read_file(const std::string& path) {
+  std::error_code ec;
+  // A FIFO or device named like an image would block or never end; only plain files are read.
+  PARTRAIN_CHECK(fs::is_regular_file(path, ec), UsageError, path, ": not a regular file");
+  const std::uintmax_t bytes = fs::file_size(path, ec);
+  PARTRAIN_CHECK(!ec, UsageError, path, ": cannot read its size: ", ec.message());
+  PARTRAIN_CHECK(bytes > 0, UsageError, path, ": empty file, not an image");
+  PARTRAIN_CHECK(bytes <= kMaxImageFileBytes, UsageError, path, ": ", bytes,
+                 " bytes, more than the ", kMaxImageFileBytes, " an image file may have");
+  std::vector<std::uint8_t> data(static_cast<std::size_t>(bytes));
+  std::ifstream in(path, std::ios::binary);
+  PARTRAIN_CHECK(in, UsageError, path, ": cannot open for reading");
+  in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(data.size()), UsageError, path,
+                 ": read failed at byte ", in.gcount(), " of ", bytes);
+  return data;
+}
+
+bool starts_with(const std::vector<std::uint8_t>& data, std::initializer_list<std::uint8_t> magic) {
+  return data.size() >= magic.size() && std::equal(magic.begin(), magic.end(), data.begin());
+}
+
+// JPEG goes through libjpeg(-turbo) directly rather than OpenCV: OpenCV lets libjpeg print
+// its warnings ("Premature end of JPEG file", "Corrupt JPEG data") to stderr and returns a
+// grey-filled image, so a truncated or damaged file would train silently. Here every warning
+// is an error that names the file.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void jpeg_fail(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void jpeg_message(j_common_ptr cinfo, int level) {
+  if (level < 0) jpeg_fail(cinfo);  // a warning: the data is damaged
+}
+
+// Decodes to 8-bit RGB; an empty Mat for CMYK files, which OpenCV converts instead.
+cv::Mat decode_jpeg(const std::string& path, const std::vector<std::uint8_t>& data) {
+  jpeg_decompress_struct cinfo{};
+  JpegErrors errors{};
+  cinfo.err = jpeg_std_error(&errors.mgr);
+  errors.mgr.error_exit = jpeg_fail;
+  errors.mgr.emit_message = jpeg_message;
+  // Everything that lives across the setjmp is declared first and only read after it by
+  // its destructor (the jump lands in this frame, so it runs normally).
+  cv::Mat image;
+  bool cmyk = false;
+  if (setjmp(errors.jump) != 0) {
+    jpeg_destroy_decompress(&cinfo);
+    throw UsageError(detail::concat(path, ": corrupt JPEG (libjpeg: ", errors.message, ")"));
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data.data(), static_cast<unsigned long>(data.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  if (std::uint64_t{cinfo.image_width} * cinfo.image_height > kMaxImagePixels) {
+    const std::string size =
+        detail::concat(cinfo.image_width, "x", cinfo.image_height, " pixels, more than ");
+    jpeg_destroy_decompress(&cinfo);
+    throw UsageError(detail::concat(path, ": ", size, kMaxImagePixels, " an image may have"));
+  }
+  cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  if (!cmyk) {
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    image.create(static_cast<int>(cinfo.output_height), static_cast<int>(cinfo.output_width),
+                 CV_8UC3);
+    while (cinfo.output_scanline < cinfo.output_height) {
+      JSAMPROW row = image.ptr<std::uint8_t>(static_cast<int>(cinfo.output_scanline));
+      jpeg_read_scanlines(&cinfo, &row, 1);  // each call makes progress or fails
+    }
+    jpeg_finish_decompress(&cinfo);
+  }
+  jpeg_destroy_decompress(&cinfo);
+  return image;
+}
+
+// PNG through libpng's simplified API, which reports damage (bad CRC, cut-off data) as an
+// error message instead of printing it. Alpha is dropped, as PIL's convert("RGB") does.
+cv::Mat decode_png(const std::string& path, const std::vector<std::uint8_t>& data) {
+  png_image png{};
+  png.version = PNG_IMAGE_VERSION;
+  if (png_image_begin_read_from_memory(&png, data.data(), data.size()) == 0) {
+    throw UsageError(detail::concat(path, ": corrupt PNG (libpng: ", png.message, ")"));
+  }
+  if (std::uint64_t{png.width} * png.height > kMaxImagePixels) {
+    png_image_free(&png);
+    throw UsageError(detail::concat(path, ": ", png.width, "x", png.height, " pixels, more than ",
+                                    kMaxImagePixels, " an image may have"));
+  }
+  png.format = PNG_FORMAT_RGBA;
+  cv::Mat rgba(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC4);
+  if (png_image_finish_read(&png, nullptr, rgba.data, static_cast<png_int_32>(rgba.step),
+                            nullptr) == 0) {
+    const std::string message = png.message;
+    png_image_free(&png);
+    throw UsageError(detail::concat(path, ": corrupt PNG (libpng: ", message, ")"));
+  }
+  cv::Mat rgb;
+  cv::cvtColor(rgba, rgb, cv::COLOR_RGBA2RGB);
+  return rgb;
+}
+
+// Python's round() (half to even) of diff / 2, as torchvision's CenterCrop computes offsets.
+int centre_offset(int diff) {
+  const int half = diff / 2;
+  if (diff % 2 == 0) return half;
+  return half % 2 == 0 ? half : half + 1;
+}
+
+// Decodes `path` to 8-bit RGB and, when size > 0, brings it to size x size.
+cv::Mat decode_image(const std::string& path, int size) {
+  const std::vector<std::uint8_t> data = read_file(path);
+  cv::Mat image;
+  if (starts_with(data, {0xff, 0xd8, 0xff})) {
+    image = decode_jpeg(path, data);
+  } else if (starts_with(data, {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'})) {
+    image = decode_png(path, data);
+  }
+  if (image.empty()) {
+    // BMP, PPM/PGM, TIFF, WebP and CMYK JPEG: OpenCV. EXIF orientation is ignored, as
+    // torchvision's ImageFolder (PIL) ignores it.
+    cv::Mat bgr;
+    try {
+      bgr = cv::imdecode(cv::Mat(1, static_cast<int>(data.size()), CV_8UC1,
+                                 const_cast<std::uint8_t*>(data.data())),
+                         cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+    } catch (const cv::Exception& e) {
+      throw UsageError(
+          detail::concat(path, ": corrupt or unsupported image (OpenCV: ", e.msg, ")"));
+    }
+    PARTRAIN_CHECK(!bgr.empty(), UsageError, path,
+                   ": corrupt or unsupported image (OpenCV cannot decode its ", data.size(),
+                   " bytes)");
+    cv::cvtColor(bgr, image, cv::COLOR_BGR2RGB);
+  }
+  if (size <= 0) return image;
+  const int h = image.rows, w = image.cols;
+  // torchvision's Resize(int): the shorter side becomes `size`, the longer one
+  // int(size * long / short).
+  int new_h = size, new_w = size;
+  if (w <= h) {
+    new_h = static_cast<int>(static_cast<std::int64_t>(size) * h / w);
+  } else {
+    new_w = static_cast<int>(static_cast<std::int64_t>(size) * w / h);
+  }
+  if (new_h != h || new_w != w) {
+    // INTER_AREA averages the source pixels each output pixel covers (antialiased, like
+    // PIL's resampling that torchvision uses); for enlarging it is bilinear.
+    cv::Mat resized;
+    cv::resize(image, resized, cv::Size(new_w, new_h), 0, 0,
+               new_h < h ? cv::INTER_AREA : cv::INTER_LINEAR);
+    image = resized;
+  }
+  const cv::Rect crop(centre_offset(new_w - size), centre_offset(new_h - size), size, size);
+  return image(crop).clone();
+}
+
+// Writes an 8-bit interleaved RGB image as planar R, G, B.
+void store_planar(const cv::Mat& rgb, std::uint8_t* out) {
+  const std::int64_t plane = static_cast<std::int64_t>(rgb.rows) * rgb.cols;
+  for (int y = 0; y < rgb.rows; ++y) {
+    const auto* row = rgb.ptr<cv::Vec3b>(y);
+    for (int x = 0; x < rgb.cols; ++x) {
+      const std::int64_t p = static_cast<std::int64_t>(y) * rgb.cols + x;
+      out[p] = row[x][0];
+      out[plane + p] = row[x][1];
+      out[2 * plane + p] = row[x][2];
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> list_image_classes(const std::string& dir) {
+  std::error_code ec;
+  PARTRAIN_CHECK(fs::is_directory(dir, ec), UsageError, dir,
+                 ": no such folder (image-folder expects DIR/<class>/<image files>)");
+  std::vector<std::string> classes = list_entries(dir, true);
+  PARTRAIN_CHECK(!classes.empty(), UsageError, dir,
+                 ": no class folders (image-folder expects DIR/<class>/<image files>)");
+  return classes;
+}
+
+ImageDataset read_image_folder(const std::string& dir, const ImageFolderOptions& options) {
+  const std::vector<std::string> found = list_image_classes(dir);
+  const std::vector<std::string>& classes = options.classes.empty() ? found : options.classes;
+  std::vector<ImageFile> files;
+  for (const std::string& name : found) {
+    const auto it = std::find(classes.begin(), classes.end(), name);
+    PARTRAIN_CHECK(it != classes.end(), UsageError, (fs::path(dir) / name).string(), ": class '",
+                   name, "' is not one of the ", classes.size(), " classes of the training split");
+    const std::int64_t label = it - classes.begin();
+    const std::vector<std::string> images = list_entries(fs::path(dir) / name, false);
+    PARTRAIN_CHECK(!images.empty(), UsageError, (fs::path(dir) / name).string(),
+                   ": empty class folder (no .jpg, .jpeg, .png, .bmp, .ppm, .pgm, .pbm, .tif, "
+                   ".tiff or .webp files)");
+    for (const std::string& path : images) files.push_back({path, label});
+  }
+  if (options.limit > 0 && options.limit < static_cast<std::int64_t>(files.size())) {
+    files.resize(static_cast<std::size_t>(options.limit));
+  }
+
+  // OpenCV's own log lines (e.g. about an unknown TIFF tag) would reach stderr; errors are
+  // reported here, one line each.
+  cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+
+  // The first image fixes the size when images are kept as they are.
+  const cv::Mat first = decode_image(files[0].path, options.image_size);
+  ImageDataset out;
+  out.name = "image-folder";
+  out.size = static_cast<std::int64_t>(files.size());
+  out.channels = 3;
+  out.height = first.rows;
+  out.width = first.cols;
+  out.num_classes = static_cast<int>(classes.size());
+  const std::uint64_t pixel_bytes = static_cast<std::uint64_t>(out.size) * out.sample_bytes();
+  PARTRAIN_CHECK(pixel_bytes <= kMaxDatasetBytes, UsageError, dir, ": ", out.size, " images of 3x",
+                 out.height, "x", out.width, " (", pixel_bytes, " bytes) exceed the ",
+                 kMaxDatasetBytes,
+                 " bytes held in memory; set data.image_size or data.train_limit / test_limit");
+  out.pixels.resize(pixel_bytes);
+  out.labels.resize(files.size());
+  for (std::size_t i = 0; i < files.size(); ++i) out.labels[i] = files[i].label;
+  store_planar(first, out.pixels.data());
+
+  // Threads take the next undecoded index until none is left or one failed; each runs through
+  // a finite list, so joining them is bounded by the work itself. Of several failures the one
+  // with the lowest index is reported, so the message does not depend on timing.
+  std::atomic<std::int64_t> next{1};
+  std::atomic<bool> failed{false};
+  std::mutex error_mu;
+  std::int64_t error_index = out.size;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (std::int64_t i = next++; i < out.size && !failed; i = next++) {
+      const ImageFile& file = files[static_cast<std::size_t>(i)];
+      try {
+        const cv::Mat image = decode_image(file.path, options.image_size);
+        PARTRAIN_CHECK(image.rows == out.height && image.cols == out.width, UsageError, file.path,
+                       ": ", image.cols, "x", image.rows, " pixels, but ", files[0].path, " is ",
+                       out.width, "x", out.height,
+                       "; set data.image_size to resize them to one size");
+        store_planar(image, out.pixels.data() + i * out.sample_bytes());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (i < error_index) {
+          error_index = i;
+          error = std::current_exception();
+        }
+        failed = true;
+      }
+    }
+  };
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int64_t wanted = options.threads > 0 ? options.threads : hardware;
+  const int threads = static_cast<int>(std::clamp<std::int64_t>(wanted, 1, out.size));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+}  // namespace partrain::data
