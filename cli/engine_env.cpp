@@ -13,6 +13,7 @@
 // clang-format on
 
 #include "common/errors.h"
+#include "common/hash.h"
 
 namespace partrain::cli {
 namespace {
@@ -52,25 +53,6 @@ bool is_loopback(const std::string& address) {
   boost::system::error_code ec;
   const auto parsed = boost::asio::ip::make_address(address, ec);
   return !ec && parsed.is_loopback();
-}
-
-std::uint64_t fnv1a(const std::string& text, std::uint64_t hash) {
-  for (const unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-std::string hex128(const std::string& text) {
-  std::ostringstream out;
-  out << std::hex;
-  out.fill('0');
-  out.width(16);
-  out << fnv1a(text, 0xcbf29ce484222325ULL);
-  out.width(16);
-  out << fnv1a(text, 0x84222325cbf29ce4ULL);
-  return out.str();
 }
 
 // Who this process is; the engine decides which variables count.
@@ -192,7 +174,7 @@ std::string derive_token(const EnvLookup& env, const EngineRank& r) {
     shared += '\0';
     shared += field;
   }
-  return hex128(shared);
+  return fnv1a_128_hex(shared);
 }
 
 }  // namespace

@@ -367,17 +367,6 @@ void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(plan.grace.count() >= 0, UsageError, "the stop grace period is negative");
 }
 
-std::string to_hex(std::uint64_t high, std::uint64_t low) {
-  std::ostringstream hex;
-  hex << std::hex;
-  hex.fill('0');
-  hex.width(16);
-  hex << high;
-  hex.width(16);
-  hex << low;
-  return hex.str();
-}
-
 std::string env_value(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr ? value : "";
@@ -495,7 +484,7 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
       return (static_cast<std::uint64_t>(random()) << 32) ^ static_cast<std::uint64_t>(random());
     };
     const std::uint64_t high = draw64();
-    return to_hex(high, draw64());
+    return hex_128(high, draw64());
   }
   // Fields separated by a byte no argument contains, so ("ab","c") and ("a","bc") differ.
   std::string shared = "partrain-run-token";
@@ -513,7 +502,7 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
     add(std::filesystem::path(plan.executable).filename().string());
     for (const auto& arg : plan.worker_args) add(arg);
   }
-  return to_hex(fnv1a_64(shared), fnv1a_64(shared, 0x84222325cbf29ce4ULL));
+  return fnv1a_128_hex(shared);
 }
 
 std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir) {

@@ -1,8 +1,11 @@
-// defines: fnv1a_64() — a small, stable hash (the same on every platform and build) for
-// names derived from text: run-token directories, tokens agreed without talking.
+// defines: fnv1a_64(), hex_128() and fnv1a_128_hex() — a small, stable hash (the same on
+// every platform and build) for names derived from text: run-token directories, tokens that
+// the nodes of a run agree on without talking.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace partrain {
@@ -13,6 +16,19 @@ constexpr std::uint64_t fnv1a_64(std::string_view text, std::uint64_t seed = kFn
   std::uint64_t hash = seed;
   for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
   return hash;
+}
+
+// 32 lowercase hex digits, high word first.
+inline std::string hex_128(std::uint64_t high, std::uint64_t low) {
+  char text[33];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(high),
+                static_cast<unsigned long long>(low));
+  return text;
+}
+
+// Two FNV-1a hashes with different offsets, as 32 hex digits: a token derived from text.
+inline std::string fnv1a_128_hex(std::string_view text) {
+  return hex_128(fnv1a_64(text), fnv1a_64(text, 0x84222325cbf29ce4ull));
 }
 
 }  // namespace partrain

@@ -100,6 +100,9 @@ TEST(Hash, Fnv1aMatchesThePublishedVectors) {
   EXPECT_EQ(fnv1a_64("a"), 0xaf63dc4c8601ec8cull);
   EXPECT_EQ(fnv1a_64("foobar"), 0x85944171f73967e8ull);
   static_assert(fnv1a_64("a") == 0xaf63dc4c8601ec8cull, "usable at compile time");
+  EXPECT_EQ(hex_128(0x1, 0xabcdefull), "00000000000000010000000000abcdef");
+  EXPECT_EQ(fnv1a_128_hex("a").size(), 32u);
+  EXPECT_EQ(fnv1a_128_hex("a").substr(0, 16), "af63dc4c8601ec8c");
 }
 
 TEST(ByteCodec, LittleEndianWhateverTheHost) {
