@@ -41,6 +41,7 @@
 #include <memory>
 #include <utility>
 
+#include "comm_backends/collective_call.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/reduction.h"
 #include "common/byte_codec.h"
@@ -53,23 +54,9 @@ using net::Clock;
 
 namespace {
 
-enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, barrier = 4 };
+using Kind = CollectiveKind;
 constexpr std::uint32_t kFrameMagic = 0x46435450;  // "PTCF"
 constexpr std::size_t kHeaderBytes = kRingFrameHeaderBytes;
-
-const char* kind_name(std::uint8_t kind) {
-  switch (static_cast<Kind>(kind)) {
-    case Kind::allreduce:
-      return "allreduce";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::allgather:
-      return "allgather";
-    case Kind::barrier:
-      return "barrier";
-  }
-  return "an unknown collective";
-}
 
 // A byte range of the pass's work buffer. In an allreduce both ends fall on element
 // boundaries of the work type (Pass::elements() converts); broadcast and allgather move bytes.
@@ -103,22 +90,8 @@ std::vector<Segment> equal_segments(std::size_t elements, std::size_t elem_bytes
 
 }  // namespace
 
-struct RingCollectives::Header {
-  std::uint8_t kind = 0;
-  std::uint8_t dtype = 0;
-  std::uint8_t wire = 0;
-  std::uint8_t op = 0;
-  std::int32_t root = 0;
-  std::uint64_t sequence = 0;
-  // The size of the call: elements for an allreduce (and barrier), bytes (per rank for
-  // allgather) for the others. One of them is zero; both travel in the same 8 bytes.
-  std::uint64_t elements = 0;
-  std::uint64_t bytes = 0;
-
-  bool counts_elements() const {
-    return static_cast<Kind>(kind) == Kind::allreduce || static_cast<Kind>(kind) == Kind::barrier;
-  }
-
+// A frame header is a CollectiveCall in a fixed little-endian layout behind the magic.
+struct RingCollectives::Header : CollectiveCall {
   void encode(std::uint8_t* out) const {
     std::memset(out, 0, kHeaderBytes);
     put_le<std::uint32_t>(out, kFrameMagic);
@@ -129,19 +102,6 @@ struct RingCollectives::Header {
     put_le(out + 8, static_cast<std::uint32_t>(root));
     put_le(out + 12, sequence);
     put_le(out + 20, counts_elements() ? elements : bytes);
-  }
-
-  std::string describe() const {
-    std::string text = std::string(kind_name(kind)) + " #" + std::to_string(sequence) + " of ";
-    if (counts_elements()) {
-      text += std::to_string(elements) + " " + std::string(dtype_name(static_cast<DType>(dtype))) +
-              " (" + std::string(reduce_op_name(static_cast<ReduceOp>(op))) + ", wire " +
-              std::string(dtype_name(static_cast<DType>(wire))) + ")";
-    } else {
-      text += std::to_string(bytes) + " bytes";
-    }
-    if (static_cast<Kind>(kind) == Kind::broadcast) text += " from root " + std::to_string(root);
-    return text;
   }
 };
 

@@ -47,6 +47,7 @@
 #include <fstream>
 #endif
 
+#include "comm_backends/collective_call.h"
 #include "comm_backends/reduction.h"
 #include "common/errors.h"
 
@@ -59,28 +60,7 @@ constexpr std::uint64_t kRegionMagic = 0x314d485354524150ull;  // "PARTSHM1"
 constexpr std::size_t kHeaderBytes = 64;
 constexpr std::size_t kPage = 4096;
 
-enum class Kind : std::uint8_t { allreduce = 1, broadcast = 2, allgather = 3, barrier = 4 };
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::allreduce:
-      return "allreduce";
-    case Kind::broadcast:
-      return "broadcast";
-    case Kind::allgather:
-      return "allgather";
-    case Kind::barrier:
-      return "barrier";
-  }
-  return "an unknown collective";
-}
-
-struct CallWords {
-  std::uint64_t sequence;
-  std::uint64_t size;  // elements for allreduce, bytes for broadcast and allgather
-  std::int32_t root;
-  std::uint8_t kind, dtype, wire, op;
-};
+using Kind = CollectiveKind;
 
 // One per rank, on a cache line pair of its own so that ranks polling one another's counts
 // do not also fight over the line being written.
@@ -91,7 +71,7 @@ struct alignas(128) RankState {
   // What the rank called, published with `arrived` of the call's first sync; two, by the
   // call's sequence number, because a rank may enter its next call while a slower one still
   // compares this one (a one-sync call lets it).
-  CallWords call[2];
+  CollectiveCall call[2];
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "shared-memory syncs need address-free atomics");
@@ -154,25 +134,10 @@ void for_each_segment(std::size_t count, int world, std::size_t begin, std::size
   }
 }
 
-std::string describe(const CallWords& c) {
-  const auto kind = static_cast<Kind>(c.kind);
-  std::string text = std::string(kind_name(kind)) + " #" + std::to_string(c.sequence);
-  if (kind == Kind::allreduce) {
-    text += " of " + std::to_string(c.size) + " " +
-            std::string(dtype_name(static_cast<DType>(c.dtype))) + " (" +
-            std::string(reduce_op_name(static_cast<ReduceOp>(c.op))) + ", wire " +
-            std::string(dtype_name(static_cast<DType>(c.wire))) + ")";
-  } else if (kind != Kind::barrier) {
-    text += " of " + std::to_string(c.size) + " bytes";
-  }
-  if (kind == Kind::broadcast) text += " from root " + std::to_string(c.root);
-  return text;
-}
-
 }  // namespace
 
 struct ShmCollectives::Call {
-  CallWords words{};
+  CollectiveCall words;
 };
 
 std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
@@ -229,7 +194,7 @@ void ShmCollectives::sync(const Call& call, int phase) {
           broken_ = true;
           throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) + " failed (rank " +
                                           std::to_string(r) + " saw it) during " +
-                                          describe(call.words));
+                                          call.words.describe());
         }
       }
       const auto now = Clock::now();
@@ -247,7 +212,7 @@ void ShmCollectives::sync(const Call& call, int phase) {
             "shm: rank " + std::to_string(missing) +
                 (gone ? " (pid " + std::to_string(pid) + ") exited"
                       : " did not arrive within " + std::to_string(timeout_.count()) + " ms") +
-                " during " + describe(call.words) +
+                " during " + call.words.describe() +
                 (gone ? "" : " (dead, hung, or not calling the same collective)"));
       }
     }
@@ -264,12 +229,12 @@ void ShmCollectives::sync(const Call& call, int phase) {
 
 void ShmCollectives::check_peers(const Call& call, int) {
   for (int r = 0; r < world_; ++r) {
-    const CallWords& theirs = state_of(region_, r).call[call.words.sequence % 2];
+    const CollectiveCall& theirs = state_of(region_, r).call[call.words.sequence % 2];
     if (std::memcmp(&theirs, &call.words, sizeof theirs) != 0) {
       broken_ = true;
       throw CommError("shm: ranks disagree: rank " + std::to_string(r) + " called " +
-                      describe(theirs) + " while rank " + std::to_string(rank_) + " called " +
-                      describe(call.words));
+                      theirs.describe() + " while rank " + std::to_string(rank_) + " called " +
+                      call.words.describe());
     }
   }
 }
@@ -288,13 +253,12 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
   const int W = world_;
 
   Call call;
-  call.words = {++sequence_,
-                count,
-                0,
-                static_cast<std::uint8_t>(Kind::allreduce),
-                static_cast<std::uint8_t>(dtype),
-                static_cast<std::uint8_t>(wire),
-                static_cast<std::uint8_t>(op)};
+  call.words.sequence = ++sequence_;
+  call.words.elements = count;
+  call.words.kind = static_cast<std::uint8_t>(Kind::allreduce);
+  call.words.dtype = static_cast<std::uint8_t>(dtype);
+  call.words.wire = static_cast<std::uint8_t>(wire);
+  call.words.op = static_cast<std::uint8_t>(op);
   if (count == 0) return sync(call, 0);
   auto* bytes = static_cast<std::uint8_t*>(data);
   const std::size_t piece_elems = kShmSlotBytes / work_elem;
@@ -364,7 +328,10 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
                  " is outside a world of ", world_);
   if (world_ == 1) return;
   Call call;
-  call.words = {++sequence_, bytes, root, static_cast<std::uint8_t>(Kind::broadcast), 0, 0, 0};
+  call.words.sequence = ++sequence_;
+  call.words.bytes = bytes;
+  call.words.root = root;
+  call.words.kind = static_cast<std::uint8_t>(Kind::broadcast);
   if (bytes == 0) return sync(call, 0);
   auto* out = static_cast<std::uint8_t*>(data);
   for (std::size_t p0 = 0; p0 < bytes; p0 += kShmSlotBytes) {
@@ -388,8 +355,9 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
     return;
   }
   Call call;
-  call.words = {
-      ++sequence_, bytes_per_rank, 0, static_cast<std::uint8_t>(Kind::allgather), 0, 0, 0};
+  call.words.sequence = ++sequence_;
+  call.words.bytes = bytes_per_rank;
+  call.words.kind = static_cast<std::uint8_t>(Kind::allgather);
   if (bytes_per_rank == 0) return sync(call, 0);
   for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kShmSlotBytes) {
     const std::size_t n = std::min(kShmSlotBytes, bytes_per_rank - p0);
@@ -409,7 +377,8 @@ void ShmCollectives::barrier() {
                  "shm: broken by an earlier failure; create a new communicator");
   if (world_ == 1) return;
   Call call;
-  call.words = {++sequence_, 0, 0, static_cast<std::uint8_t>(Kind::barrier), 0, 0, 0};
+  call.words.sequence = ++sequence_;
+  call.words.kind = static_cast<std::uint8_t>(Kind::barrier);
   sync(call, 0);
 }
 
