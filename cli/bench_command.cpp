@@ -34,6 +34,7 @@
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
 #include "comm_backends/communicator.h"
+#include "comm_backends/net/local_address.h"
 #include "common/errors.h"
 #include "comm_backends/store/store.h"
 #include "common/atomic_file.h"
@@ -64,8 +65,8 @@ struct BenchArgs {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
-  std::string host = "127.0.0.1";  // where this host's ranks listen
-  std::string rendezvous;          // under mpirun/srun/torchrun
+  std::string host;        // where this host's ranks listen; "": chosen as partrain run does
+  std::string rendezvous;  // under mpirun/srun/torchrun
 };
 
 std::vector<std::string> split(const std::string& text) {
@@ -217,6 +218,17 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   store_options.host_server = me.rank == 0;
   auto store = comm::open_store(me.rendezvous, store_options);
 
+  // The address the ranks listen on: --host, else what training would take (the route to the
+  // master, PARTRAIN_SOCKET_IFNAME, loopback when every rank is here).
+  comm::net::BindAddressRequest address;
+  address.host = args.host;
+  if (const auto url = comm::parse_store_url(me.rendezvous);
+      url.kind == comm::StoreUrl::Kind::tcp) {
+    address.master_host = url.host;
+  }
+  address.single_host = me.local_world_size == me.world_size;
+  const std::string bind_host = comm::net::choose_bind_address(address);
+
   std::vector<std::size_t> sizes;
   for (const auto& s : split(args.sizes)) sizes.push_back(parse_size(s));
   const std::size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
@@ -234,7 +246,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     options.timeout = timeout;
     options.wire_dtype = wire;
     options.token = me.token;
-    options.bind_host = args.host;
+    options.bind_host = bind_host;
     options.device = memory_kind;
     options.device_index = device;
     auto comm = comm::make_communicator(options, *store, me.rank, me.world_size);
@@ -386,8 +398,10 @@ int start_ranks(const BenchArgs& args) {
                       "--wire-dtype", args.wire_dtype,
                       "--iters",      std::to_string(args.iters),
                       "--warmup",     std::to_string(args.warmup),
-                      "--timeout-s",  std::to_string(args.timeout_s),
-                      "--host",       args.host};
+                      "--timeout-s",  std::to_string(args.timeout_s)};
+  // What every node shares, for the run token: the address this host listens on is its own.
+  for (const auto& arg : plan.worker_args) plan.run_identity += arg + '\n';
+  if (!args.host.empty()) plan.worker_args.insert(plan.worker_args.end(), {"--host", args.host});
   plan.nproc_per_node = args.world / args.nnodes;
   plan.nnodes = args.nnodes;
   plan.node_rank = args.node_rank;
@@ -450,7 +464,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 65535));
   allreduce->add_option("--host", args->host,
                         "Address this host's ranks listen on and advertise to the others "
-                        "(default 127.0.0.1; across hosts: this host's address on the network)");
+                        "(default: as partrain run chooses it: loopback on one host, else the "
+                        "route to the master or PARTRAIN_SOCKET_IFNAME's address)");
   allreduce->add_option("--rendezvous", args->rendezvous,
                         "Store url under mpirun/srun/torchrun (default: PARTRAIN_RENDEZVOUS, "
                         "MASTER_ADDR/MASTER_PORT, or Slurm's node list)");

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# DDP training across two test hosts joined by a rate-limited link: two network namespaces,
-# a veth pair, a token bucket (tc tbf) on each end's egress. Trains DigitalNet width 64 on
-# synthetic CIFAR-shaped data with one rank per host, for each link rate and backend/wire
-# format, and prints the images/s rank 0 reports. Needs root and iproute2.
+# Two test hosts joined by a rate-limited link: two network namespaces, a veth pair, a token
+# bucket (tc tbf) on each end's egress. For each link rate and backend/wire format:
+#   * `partrain bench allreduce` across the two hosts (one rank each), busbw against the line
+#     rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it);
+#   * DDP training of DigitalNet width 64 on synthetic CIFAR-shaped data with one rank per
+#     host, the images/s rank 0 reports (TRAIN=0 skips it).
+# Needs root and iproute2.
 #
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
 set -euo pipefail
@@ -43,6 +46,42 @@ checkpoint: {every_epochs: 0, resume: never}
 YAML
 
 port=29700
+if [ "${ALLREDUCE:-1}" = 1 ]; then
+  sizes=${ALLREDUCE_SIZES:-1M,4M,16M}
+  echo "| link | backend | wire | size | median ms | busbw GB/s | of the line rate |"
+  echo "|---|---|---|---|--:|--:|--:|"
+  for rate in $rates; do
+    for ns in "$a" "$b"; do
+      ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$rate" burst 256kb latency 50ms
+    done
+    for variant in $variants; do
+      backend=${variant%%:*}; wire=${variant##*:}
+      port=$((port + 1))
+      args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world 2 --sizes "$sizes"
+            --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
+      ip netns exec "$a" timeout 600 "$exe" "${args[@]}" --node-rank 0 --host 10.78.0.1 \
+        --json "$work/bench.json" > "$work/b0.log" 2>&1 &
+      p0=$!
+      ip netns exec "$b" timeout 600 "$exe" "${args[@]}" --node-rank 1 --host 10.78.0.2 > "$work/b1.log" 2>&1 &
+      p1=$!
+      if ! wait "$p0" || ! wait "$p1"; then
+        echo "link.sh: bench failed ($rate $variant):" >&2; tail -n 5 "$work/b0.log" "$work/b1.log" >&2; exit 1
+      fi
+      python3 - "$work/bench.json" "$rate" "$backend" "$wire" <<'PY'
+import json, re, sys
+report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
+line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9  # GB/s
+for r in report["results"]:
+    assert r["wrong"] == 0, r
+    print(f"| {rate} | {backend} | {wire} | {r['bytes'] >> 20} MiB | {r['median_us'] / 1e3:.1f} | "
+          f"{r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} |")
+PY
+    done
+  done
+  echo
+fi
+[ "${TRAIN:-1}" = 1 ] || exit 0
 echo "| link | backend | wire | images/s (epoch 2) | epoch 2 s |"
 echo "|---|---|---|---:|---:|"
 for rate in $rates; do
