@@ -113,8 +113,16 @@ TEST(TcpStoreAddresses, HostNamesAndIpv6Everywhere) {
   client6->set("k", bytes("v6"));
   EXPECT_EQ(v6.get("k"), bytes("v6"));
 
-  // This host's own name, as MASTER_ADDR=node01 would give it: served on every address.
-  const std::string name = boost::asio::ip::host_name();
+  // This host's own name, as MASTER_ADDR=node01 would give it: served on every address. A
+  // container may have a name that nothing resolves; then "localhost" stands in for it.
+  std::string name = boost::asio::ip::host_name();
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::resolver resolver(io);
+    boost::system::error_code ec;
+    resolver.resolve(name, "", ec);
+    if (ec) name = "localhost";
+  }
   TcpStore named(name, 0, store_options(true));
   auto by_name =
       open_store("tcp://" + name + ":" + std::to_string(named.port()), store_options(false));
