@@ -30,22 +30,6 @@ bool backend_compiled_in(const std::string& name) {
   return false;
 }
 
-namespace {
-
-// Whether every rank runs on this rank's host (host_identity(), exchanged through the store).
-bool all_on_one_host(Store& store, const std::string& prefix, int rank, int size) {
-  const std::string mine = host_identity();
-  store.set(prefix + std::to_string(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
-  bool same = true;
-  for (int r = 0; r < size; ++r) {
-    const auto theirs = store.get(prefix + std::to_string(r));
-    same = same && std::string(theirs.begin(), theirs.end()) == mine;
-  }
-  return same;
-}
-
-}  // namespace
-
 std::string resolve_backend(const CommOptions& options) {
   if (options.backend != "auto") return options.backend;
   for (const auto& backend : backends()) {
@@ -68,7 +52,7 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   const std::int64_t instance = store.add("comm/instances/" + std::to_string(rank), 1);
   std::string name = resolve_backend(options);
   if (options.backend == "auto" && name == "asio-ring" && size > 1 &&
-      all_on_one_host(store, "comm/" + std::to_string(instance) + "/hosts/", rank, size)) {
+      !rank_on_another_host(store, "comm/" + std::to_string(instance) + "/hosts/", rank, size)) {
     name = "shm";  // same results as asio-ring, through memory instead of loopback TCP
   }
   const Backend* chosen = nullptr;

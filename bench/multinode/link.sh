@@ -45,28 +45,40 @@ train: {epochs: 2, threads: 1, log_every: 10}
 checkpoint: {every_epochs: 0, resume: never}
 YAML
 
+# set_rate RATE: the token bucket on both ends of the link.
+set_rate() {
+  for ns in "$a" "$b"; do
+    ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$1" burst 256kb latency 50ms
+  done
+}
+
+# on_both WHAT BOUND_S: runs "${args[@]}" on both hosts, node 0 with "${extra0[@]}" and node 1
+# with "${extra1[@]}", logs in $work/WHAT0.log and WHAT1.log; stops the script if either fails.
+on_both() {
+  local what=$1 bound=$2 p0 p1
+  ip netns exec "$a" timeout "$bound" "$exe" "${args[@]}" --node-rank 0 "${extra0[@]}" > "$work/${what}0.log" 2>&1 &
+  p0=$!
+  ip netns exec "$b" timeout "$bound" "$exe" "${args[@]}" --node-rank 1 "${extra1[@]}" > "$work/${what}1.log" 2>&1 &
+  p1=$!
+  if ! wait "$p0" || ! wait "$p1"; then
+    echo "link.sh: $what failed ($rate $variant):" >&2; tail -n 5 "$work/${what}0.log" "$work/${what}1.log" >&2; exit 1
+  fi
+}
+
 port=29700
 if [ "${ALLREDUCE:-1}" = 1 ]; then
   sizes=${ALLREDUCE_SIZES:-1M,4M,16M}
   echo "| link | backend | wire | size | median ms | busbw GB/s | of the line rate |"
   echo "|---|---|---|---|--:|--:|--:|"
   for rate in $rates; do
-    for ns in "$a" "$b"; do
-      ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$rate" burst 256kb latency 50ms
-    done
+    set_rate "$rate"
     for variant in $variants; do
       backend=${variant%%:*}; wire=${variant##*:}
       port=$((port + 1))
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world 2 --sizes "$sizes"
             --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
-      ip netns exec "$a" timeout 600 "$exe" "${args[@]}" --node-rank 0 --host 10.78.0.1 \
-        --json "$work/bench.json" > "$work/b0.log" 2>&1 &
-      p0=$!
-      ip netns exec "$b" timeout 600 "$exe" "${args[@]}" --node-rank 1 --host 10.78.0.2 > "$work/b1.log" 2>&1 &
-      p1=$!
-      if ! wait "$p0" || ! wait "$p1"; then
-        echo "link.sh: bench failed ($rate $variant):" >&2; tail -n 5 "$work/b0.log" "$work/b1.log" >&2; exit 1
-      fi
+      extra0=(--host 10.78.0.1 --json "$work/bench.json"); extra1=(--host 10.78.0.2)
+      on_both bench 600
       python3 - "$work/bench.json" "$rate" "$backend" "$wire" <<'PY'
 import json, re, sys
 report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -85,21 +97,14 @@ fi
 echo "| link | backend | wire | images/s (epoch 2) | epoch 2 s |"
 echo "|---|---|---|---:|---:|"
 for rate in $rates; do
-  for ns in "$a" "$b"; do
-    ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$rate" burst 256kb latency 50ms
-  done
+  set_rate "$rate"
   for variant in $variants; do
     backend=${variant%%:*}; wire=${variant##*:}
     port=$((port + 1))
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
           --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
-    ip netns exec "$a" timeout 900 "$exe" "${args[@]}" --node-rank 0 --output "$work/out0" > "$work/n0.log" 2>&1 &
-    p0=$!
-    ip netns exec "$b" timeout 900 "$exe" "${args[@]}" --node-rank 1 --output "$work/out1" > "$work/n1.log" 2>&1 &
-    p1=$!
-    if ! wait "$p0" || ! wait "$p1"; then
-      echo "link.sh: run failed ($rate $variant):" >&2; tail -n 5 "$work/n0.log" "$work/n1.log" >&2; exit 1
-    fi
+    extra0=(--output "$work/out0"); extra1=(--output "$work/out1")
+    on_both run 900
     python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))

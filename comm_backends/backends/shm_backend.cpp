@@ -55,15 +55,10 @@ std::string region_name(const CommOptions& options, const std::string& prefix) {
 
 // Every rank on this rank's host, or a UsageError naming one that is not.
 void check_one_host(Store& store, const std::string& prefix, int rank, int size) {
-  const std::string mine = host_identity();
-  store.set(prefix + "host/" + std::to_string(rank), bytes_of(mine));
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    const std::string theirs = text_of(store.get(prefix + "host/" + std::to_string(r)));
-    PARTRAIN_CHECK(theirs == mine, UsageError, "comm backend 'shm' needs every rank on one host, ",
-                   "but rank ", r, " runs on '", theirs, "' and rank ", rank, " on '", mine,
-                   "'; use asio-ring or gloo across hosts");
-  }
+  const auto other = rank_on_another_host(store, prefix + "host/", rank, size);
+  PARTRAIN_CHECK(!other, UsageError, "comm backend 'shm' needs every rank on one host, but rank ",
+                 other->rank, " runs on '", other->identity, "' and rank ", rank, " on '",
+                 host_identity(), "'; use asio-ring or gloo across hosts");
 }
 
 // The region's name on rank 0, removed once (not the region: mappings keep it) when the

@@ -1,7 +1,10 @@
 #include "comm_backends/shm/host_identity.h"
 
+#include "comm_backends/store/store.h"
+
 #include <boost/asio/ip/host_name.hpp>
 #include <fstream>
+#include <vector>
 #include <system_error>
 
 #if !defined(_WIN32)
@@ -24,6 +27,19 @@ std::string host_identity() {
   }
 #endif
   return identity;
+}
+
+std::optional<ForeignRank> rank_on_another_host(Store& store, const std::string& prefix, int rank,
+                                                int size) {
+  const std::string mine = host_identity();
+  store.set(prefix + std::to_string(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const auto theirs = store.get(prefix + std::to_string(r));
+    std::string identity(theirs.begin(), theirs.end());
+    if (identity != mine) return ForeignRank{r, std::move(identity)};
+  }
+  return std::nullopt;
 }
 
 }  // namespace partrain::comm

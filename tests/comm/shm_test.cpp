@@ -47,6 +47,23 @@ std::vector<std::uint8_t> random_input(DType dtype, std::size_t count, int rank)
   return bytes;
 }
 
+// One rank's store and communicator over the file store in `dir`.
+struct RankComm {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Communicator> comm;
+};
+RankComm connect(const testing::TempDir& dir, int rank, int world, const CommOptions& options,
+                 milliseconds store_timeout = StoreOptions{}.timeout) {
+  StoreOptions so;
+  so.rank = rank;
+  so.world_size = world;
+  so.timeout = store_timeout;
+  RankComm r;
+  r.store = open_store(dir.url(), so);
+  r.comm = make_communicator(options, *r.store, rank, world);
+  return r;
+}
+
 // Each rank's allreduce result with `backend`.
 std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend, int world,
                                                       DType dtype, ReduceOp op, DType wire,
@@ -55,17 +72,12 @@ std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend
   testing::TempDir dir;
   std::vector<std::vector<std::uint8_t>> results(world);
   testing::run_ranks(world, [&](int rank) {
-    StoreOptions so;
-    so.rank = rank;
-    so.world_size = world;
-    so.timeout = milliseconds(20000);
-    auto store = open_store(dir.url(), so);
     CommOptions options;
     options.backend = backend;
     options.timeout = milliseconds(20000);
     options.wire_dtype = wire;
     options.token = token;
-    auto comm = make_communicator(options, *store, rank, world);
+    auto [store, comm] = connect(dir, rank, world, options, milliseconds(20000));
     results[rank] = random_input(dtype, count, rank);
     comm->allreduce({results[rank].data(), count, dtype}, op);
   });
@@ -122,14 +134,10 @@ TEST(Shm, LargeBroadcastAndAllgather) {
   const std::size_t bytes = kShmSlotBytes * 2 + 77;
   testing::TempDir dir;
   testing::run_ranks(world, [&](int rank) {
-    StoreOptions so;
-    so.rank = rank;
-    so.world_size = world;
-    auto store = open_store(dir.url(), so);
     CommOptions options;
     options.backend = "shm";
     options.timeout = milliseconds(20000);
-    auto comm = make_communicator(options, *store, rank, world);
+    auto [store, comm] = connect(dir, rank, world, options);
     std::vector<std::uint8_t> data(bytes, static_cast<std::uint8_t>(rank));
     if (rank == 1) {
       for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 31);
@@ -153,14 +161,10 @@ TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
   testing::TempDir dir;
   std::vector<std::string> errors(world);
   testing::run_ranks(world, [&](int rank) {
-    StoreOptions so;
-    so.rank = rank;
-    so.world_size = world;
-    auto store = open_store(dir.url(), so);
     CommOptions options;
     options.backend = "shm";
     options.timeout = milliseconds(3000);
-    auto comm = make_communicator(options, *store, rank, world);
+    auto [store, comm] = connect(dir, rank, world, options);
     float value = 1;
     try {
       if (rank == 0) {
@@ -182,12 +186,7 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
   testing::TempDir dir;
   std::vector<std::string> names(world);
   testing::run_ranks(world, [&](int rank) {
-    StoreOptions so;
-    so.rank = rank;
-    so.world_size = world;
-    auto store = open_store(dir.url(), so);
-    CommOptions options;  // backend auto, CPU buffers
-    auto comm = make_communicator(options, *store, rank, world);
+    auto [store, comm] = connect(dir, rank, world, CommOptions{});  // auto, CPU buffers
     names[rank] = comm->name();
     float value = static_cast<float>(rank);
     comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum);
