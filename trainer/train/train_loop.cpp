@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -35,15 +34,14 @@
 #include "trainer/data/loader.h"
 #include "trainer/data/tensor_file.h"
 #include "trainer/train/checkpoint.h"
-#include "trainer/train/data_parallel.h"
 #include "trainer/train/device_memory.h"
-#include "trainer/train/models.h"
 #include "trainer/train/process_memory.h"
 #include "trainer/train/progress.h"
 #include "trainer/train/reducer.h"
 #include "trainer/train/report_writer.h"
 #include "trainer/train/tensor_buffer.h"
 #include "trainer/train/torch_info.h"
+#include "trainer/train/train_model.h"
 
 namespace partrain {
 namespace {
@@ -110,10 +108,10 @@ std::string format(const char* fmt, auto... args) {
 
 // strategy dp: the model replicated over the visible GPUs for each forward, the batch split
 // between them, the outputs gathered on `device` (Note [DataParallel]).
-torch::Tensor forward(torch::nn::Sequential& model, const torch::Tensor& input,
+torch::Tensor forward(TrainModel& model, const torch::Tensor& input,
                       const std::vector<torch::Device>& dp_devices, const torch::Device& device) {
-  if (dp_devices.empty()) return model->forward(input);
-  return data_parallel_forward(*model, input, dp_devices, device);
+  if (dp_devices.empty()) return model.forward(input);
+  return model.forward_data_parallel(input, dp_devices, device);
 }
 
 struct EvalResult {
@@ -123,10 +121,10 @@ struct EvalResult {
 
 // Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
 // last round with repeats, which are cut off here so every test sample counts exactly once.
-EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Communicator* comm,
+EvalResult evaluate(TrainModel& model, data::Loader& loader, comm::Communicator* comm,
                     const torch::Device& device, const std::vector<torch::Device>& dp_devices) {
   torch::NoGradGuard no_grad;
-  model->eval();
+  model.module().eval();
   const auto& sampler = loader.sampler();
   const int64_t W = sampler.options().world_size, r = sampler.options().rank;
   const int64_t n = sampler.dataset_size();
@@ -149,7 +147,7 @@ EvalResult evaluate(torch::nn::Sequential& model, data::Loader& loader, comm::Co
   }
   std::vector<double> sums{loss_sum, correct, count};
   sum_over_ranks(comm, sums, device);
-  model->train();
+  model.module().train();
   return {sums[0] / std::max(1.0, sums[2]), sums[1] / std::max(1.0, sums[2])};
 }
 
@@ -263,11 +261,12 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   torch::manual_seed(cfg.seed);
   ModelShape shape{train_set->channels, train_set->height, train_set->num_classes,
                    train_set->width};
-  torch::nn::Sequential model = make_model(cfg.model, shape);
-  model->to(device);
-  if (comm) broadcast_from_rank0(state_tensors(*model), *comm);
+  std::unique_ptr<TrainModel> model_owner = make_train_model(cfg.model, shape);
+  TrainModel& model = *model_owner;
+  model.module().to(device);
+  if (comm) broadcast_from_rank0(state_tensors(model.module()), *comm);
 
-  torch::optim::SGD optimizer(model->parameters(),
+  torch::optim::SGD optimizer(model.module().parameters(),
                               torch::optim::SGDOptions(cfg.train.optimizer.lr)
                                   .momentum(cfg.train.optimizer.momentum)
                                   .weight_decay(cfg.train.optimizer.weight_decay));
@@ -280,7 +279,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   }
 
   Checkpointer checkpointer(cfg, env);
-  TrainingPosition position = checkpointer.resume(*model, optimizer, comm.get());
+  TrainingPosition position = checkpointer.resume(model.module(), optimizer, comm.get());
   if (position.epoch > 0 && is_rank0) {
     std::printf("resumed from %s: epoch %d done, %lld steps\n", position.source.c_str(),
                 position.epoch, static_cast<long long>(position.step));
@@ -291,7 +290,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     ReducerOptions ro;
     ro.bucket_mb = cfg.comm.bucket_mb;
     ro.timeout = timeout;
-    reducer = std::make_unique<Reducer>(model->parameters(), *comm, ro);
+    reducer = std::make_unique<Reducer>(model.module().parameters(), *comm, ro);
   }
 
   std::unique_ptr<MetricsLog> metrics;
@@ -311,7 +310,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
       std::printf("epoch %d/%d\n", epoch, cfg.train.epochs);
       std::fflush(stdout);
     }
-    model->train();
+    model.module().train();
     train_loader.start_epoch(epoch - 1);
     double loss_sum = 0, images = 0;
     torch::Tensor running_loss =
@@ -368,7 +367,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     loss_sum = running_loss.item<double>();
     const double train_seconds = seconds_since(epoch_start);
 
-    if (comm) broadcast_from_rank0(model->buffers(), *comm);  // BN statistics of rank 0, as DDP
+    if (comm)
+      broadcast_from_rank0(model.module().buffers(), *comm);  // BN statistics of rank 0, as DDP
     EvalResult eval = evaluate(model, test_loader, comm.get(), device, dp_devices);
     std::vector<double> sums{loss_sum, images};
     sum_over_ranks(comm.get(), sums, device);
@@ -392,7 +392,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                  epoch, cfg.train.epochs, record.seconds, record.train_loss, record.test_loss,
                  100.0 * record.test_accuracy, record.train_images_per_s));
     }
-    checkpointer.maybe_save(epoch, step, *model, optimizer, epochs, comm.get());
+    checkpointer.maybe_save(epoch, step, model.module(), optimizer, epochs, comm.get());
   }
 
   // Per-rank figures, gathered to rank 0 for the report.

@@ -1,0 +1,33 @@
+#include "trainer/train/train_model.h"
+
+#include <torch/nn/modules/container/sequential.h>
+
+#include "trainer/train/data_parallel.h"
+
+namespace partrain {
+namespace {
+
+// The built-in models: a Sequential whose children carry the parameter names.
+class SequentialModel final : public TrainModel {
+ public:
+  explicit SequentialModel(torch::nn::Sequential net) : net_(std::move(net)) {}
+
+  torch::nn::Module& module() override { return *net_; }
+  at::Tensor forward(const at::Tensor& images) override { return net_->forward(images); }
+  at::Tensor forward_data_parallel(const at::Tensor& images,
+                                   const std::vector<c10::Device>& devices,
+                                   const c10::Device& output_device) override {
+    return data_parallel_forward(*net_, images, devices, output_device);
+  }
+
+ private:
+  torch::nn::Sequential net_;
+};
+
+}  // namespace
+
+std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape) {
+  return std::make_unique<SequentialModel>(make_model(config, shape));
+}
+
+}  // namespace partrain
