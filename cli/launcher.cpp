@@ -6,7 +6,8 @@
 //     prefixed, under one lock (so two workers never share a line)
 //   poll the workers every kPollInterval until the first one fails, all succeed, or the
 //     launcher itself is told to stop
-//   stop the rest: SIGTERM to each, SIGKILL to whoever is left after `grace`, reap them
+//   stop the rest: a polite stop to each (SIGTERM; CTRL_BREAK_EVENT on Windows), the forced
+//     one (SIGKILL; TerminateJobObject) to whoever is left after `grace`, reap them
 //   drain what the workers wrote before they died (bounded), then name what happened
 // launch() runs that up to 1 + max_restarts times.
 //
@@ -56,7 +57,7 @@ using std::chrono::milliseconds;
 constexpr milliseconds kPollInterval{50};
 constexpr milliseconds kStopPollInterval{20};
 constexpr milliseconds kDrainBound{2000};         // for output still in flight after the last exit
-constexpr milliseconds kReapBound{5000};          // for a worker to vanish after SIGKILL
+constexpr milliseconds kReapBound{5000};          // for a worker to vanish after the forced stop
 constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into pieces
 constexpr int kMaxWorldSize = 1 << 20;
 
@@ -98,14 +99,16 @@ struct Worker {
   int rank = 0;
   std::unique_ptr<OutputPipe> out;
   std::unique_ptr<OutputPipe> err;
+  platform::WorkerGroup group;  // before child: a Windows worker is born into its job
   bp::child child;
   int pid = 0;
   std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
   bool running = false;            // spawned and not reaped yet
   platform::ExitStatus status;
-  bool stopped = false;  // still running when the group was stopped
-  bool killed = false;   // needed SIGKILL after the grace period
+  bool stopped = false;         // still running when the group was stopped
+  bool killed = false;          // needed the forced stop after the grace period
+  bool killed_at_once = false;  // got the forced stop at once: the polite one cannot reach it
 };
 
 struct GroupOutcome {
@@ -118,6 +121,7 @@ struct GroupOutcome {
   int signal = 0;  // kInterrupted: the launcher's signal
   std::vector<int> stopped;
   std::vector<int> killed;
+  std::vector<int> killed_at_once;
 };
 
 // One start of the group; see the top of the file.
@@ -150,8 +154,7 @@ class GroupRun {
       platform::set_close_on_exec(p->pipe.native_source());
       platform::set_close_on_exec(p->pipe.native_sink());
     }
-    platform::WorkerChildSetup setup;
-    setup.launcher_pid = platform::current_process_id();
+    const platform::WorkerChildSetup setup = w.group.child_setup();
     try {
       w.child = bp::child(bp::exe = executable, bp::args = args, env, bp::std_out > w.out->pipe,
                           bp::std_err > w.err->pipe, bp::std_in < bp::null, setup);
@@ -159,6 +162,7 @@ class GroupRun {
       throw Error(detail::concat("cannot start rank ", rank, " (", executable, "): ", e.what()));
     }
     w.pid = w.child.id();
+    w.group.started(w.pid);
     w.running = true;
     workers_.push_back(std::move(worker));
     asio::post(io_, [this, &w] {
@@ -201,6 +205,7 @@ class GroupRun {
     for (auto& w : workers_) {
       if (w->stopped) outcome.stopped.push_back(w->rank);
       if (w->killed) outcome.killed.push_back(w->rank);
+      if (w->killed_at_once) outcome.killed_at_once.push_back(w->rank);
       if (w->rank == outcome.failed_rank) {
         outcome.failed_epoch = w->epoch.load();
         outcome.failed_lost_rank = w->lost_rank.load();
@@ -210,11 +215,11 @@ class GroupRun {
   }
 
  private:
-  // Of several workers found dead in one poll, name one killed by a signal over one that
-  // exited with a code: the usual story is "rank 1 was killed, so rank 0 lost its peer and
+  // Of several workers found dead in one poll, name one killed (a signal, a crash) over one
+  // that exited with a code: the usual story is "rank 1 was killed, so rank 0 lost its peer and
   // exited 1", and the cause is rank 1.
   static bool prefer_as_cause(const Worker& w, const Worker* current) {
-    return current == nullptr || (w.status.signal != 0 && current->status.signal == 0);
+    return current == nullptr || (w.status.killed() && !current->status.killed());
   }
 
   // True when the worker has ended (and is now reaped, its status recorded).
@@ -232,14 +237,18 @@ class GroupRun {
     return all;
   }
 
-  // SIGTERM to each running worker, SIGKILL to those left after `grace` (or at once when
-  // the launcher gets another stop signal meanwhile: a second Ctrl-C means "now").
+  // The polite stop to each running worker, the forced one to those left after `grace` (or
+  // at once when the launcher gets another stop signal meanwhile: a second Ctrl-C means
+  // "now"), and at once to those the polite stop cannot reach (Windows without a console).
   void stop_all(milliseconds grace, const platform::StopSignals* signals) {
     bool any = false;
     for (auto& w : workers_) {
       if (!w->running) continue;
       w->stopped = true;
-      platform::request_stop(w->pid);
+      if (!w->group.request_stop()) {
+        w->killed_at_once = true;
+        w->group.force_stop();
+      }
       any = true;
     }
     if (!any) return;
@@ -250,9 +259,9 @@ class GroupRun {
       std::this_thread::sleep_for(kStopPollInterval);
     }
     for (auto& w : workers_) {
-      if (!w->running) continue;
+      if (!w->running || w->killed_at_once) continue;
       w->killed = true;
-      platform::force_stop(w->pid);
+      w->group.force_stop();
     }
     const auto reap_end = Clock::now() + kReapBound;
     while (!reap_all() && Clock::now() < reap_end) std::this_thread::sleep_for(kStopPollInterval);
@@ -260,7 +269,8 @@ class GroupRun {
       if (!w->running) continue;
       // Stuck in the kernel (uninterruptible I/O): waiting longer would hang the launcher.
       sink_.launcher_line(detail::concat("rank ", w->rank, " (pid ", w->pid,
-                                         ") did not exit after SIGKILL; leaving it"));
+                                         ") did not exit after ", platform::kForceStopName,
+                                         "; leaving it"));
       w->child.detach();
       w->running = false;
     }
@@ -374,13 +384,7 @@ std::string env_value(const char* name) {
 
 std::string describe_failure(const GroupOutcome& o) {
   std::ostringstream text;
-  text << "rank " << o.failed_rank;
-  if (o.failed_status.signal != 0) {
-    text << " was killed by signal " << o.failed_status.signal << " ("
-         << platform::signal_name(o.failed_status.signal) << ")";
-  } else {
-    text << " exited with code " << o.failed_status.code;
-  }
+  text << "rank " << o.failed_rank << " " << platform::describe_exit(o.failed_status);
   if (o.failed_epoch > 0) {
     text << " during epoch " << o.failed_epoch;
   } else {
@@ -403,13 +407,19 @@ std::string describe_stops(const GroupOutcome& o, milliseconds grace) {
   std::ostringstream text;
   text << "; stopped rank" << (o.stopped.size() > 1 ? "s " : " ") << join_ranks(o.stopped);
   if (!o.killed.empty()) {
-    text << " (SIGKILL after ";
+    text << " (" << platform::kForceStopName << " after ";
     if (grace.count() % 1000 == 0) {
       text << grace.count() / 1000 << " s";
     } else {
       text << grace.count() << " ms";
     }
     text << " for rank" << (o.killed.size() > 1 ? "s " : " ") << join_ranks(o.killed) << ")";
+  }
+  if (!o.killed_at_once.empty()) {
+    text << " (" << platform::kForceStopName << " at once for rank"
+         << (o.killed_at_once.size() > 1 ? "s " : " ") << join_ranks(o.killed_at_once)
+         << ": no CTRL_BREAK_EVENT could reach " << (o.killed_at_once.size() > 1 ? "them" : "it")
+         << ")";
   }
   return text.str();
 }
@@ -544,11 +554,11 @@ int launch(const LaunchPlan& plan) {
     using Kind = GroupOutcome::Kind;
     if (outcome.kind == Kind::kSucceeded) return 0;
     if (outcome.kind == Kind::kInterrupted) {
-      sink.launcher_line("interrupted by " + platform::signal_name(outcome.signal) +
+      sink.launcher_line("interrupted by " + platform::stop_cause_name(outcome.signal) +
                          describe_stops(outcome, plan.grace));
       return 128 + outcome.signal;
     }
-    const bool bad_input = outcome.failed_status.signal == 0 && outcome.failed_status.code == 2;
+    const bool bad_input = !outcome.failed_status.killed() && outcome.failed_status.code == 2;
     if (restart < plan.max_restarts && !bad_input) {
       sink.launcher_line(detail::concat("restarting the group (restart ", restart + 1, " of ",
                                         plan.max_restarts, ") after ", describe_failure(outcome)));

@@ -27,7 +27,7 @@ struct LaunchPlan {
   int master_port = 0;     // 0: a free loopback port (single node only)
   std::string rendezvous;  // "": see rendezvous_for()
   int max_restarts = 0;
-  std::chrono::milliseconds grace{3000};         // between SIGTERM and SIGKILL when stopping
+  std::chrono::milliseconds grace{3000};         // between the polite and the forced stop
   std::map<std::string, std::string> extra_env;  // set in every worker, last (wins)
   std::ostream* out = nullptr;                   // workers' stdout lines go here; null: std::cout
   std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr
@@ -35,15 +35,18 @@ struct LaunchPlan {
 
 // Runs the plan to the end and returns the exit code for `partrain run`:
 //   0    every worker exited 0
-//   1    a worker failed (non-zero exit or a signal) and no restart was left; one line on
-//        err names the rank, its exit code or signal, the epoch it was in, and the rank it
-//        lost when it said so (a peer on another node, say)
+//   1    a worker failed (non-zero exit, a signal, on Windows a crash status) and no restart
+//        was left; one line on err names the rank, its exit code, signal or status, the
+//        epoch it was in, and the rank it lost when it said so (a peer on another node, say)
 //   2    the first worker to fail exited 2: bad config or input data, which a restart
 //        cannot fix, so the run ends at once with that code
-//   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first
+//   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first. On
+//        Windows s stands for Ctrl-C (2), Ctrl-Break (21), the console closing (1) or the
+//        stop event (15; platform::StopSignals)
 // Throws UsageError for an invalid plan, Error when a worker cannot be started. Call it
-// from a thread that lives until it returns (see platform_process.cpp on the parent-death
-// signal); it handles SIGINT, SIGTERM and SIGHUP while it runs.
+// from a thread that lives until it returns (see platform_process_posix.cpp on the
+// parent-death signal); it handles SIGINT, SIGTERM and SIGHUP (Windows: console control
+// events and the stop event) while it runs.
 //
 // Each worker gets the parent's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (torchrun's names),

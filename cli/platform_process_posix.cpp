@@ -1,4 +1,4 @@
-// The POSIX side of the launcher; see platform_process.h.
+// The POSIX side of the launcher: process groups and signals; see platform_process.h.
 #include "cli/platform_process.h"
 
 #include <fcntl.h>
@@ -77,6 +77,16 @@ std::string signal_name(int signal) {
   }
 }
 
+std::string describe_exit(const ExitStatus& status) {
+  if (status.signal != 0) {
+    return "was killed by signal " + std::to_string(status.signal) + " (" +
+           signal_name(status.signal) + ")";
+  }
+  return "exited with code " + std::to_string(status.code);
+}
+
+std::string stop_cause_name(int cause) { return signal_name(cause); }
+
 namespace {
 void signal_group(int pid, int signal) {
   if (pid <= 0) return;
@@ -86,8 +96,21 @@ void signal_group(int pid, int signal) {
 }
 }  // namespace
 
-void request_stop(int pid) { signal_group(pid, SIGTERM); }
-void force_stop(int pid) { signal_group(pid, SIGKILL); }
+WorkerGroup::WorkerGroup() = default;
+WorkerGroup::~WorkerGroup() = default;
+
+WorkerChildSetup WorkerGroup::child_setup() const {
+  WorkerChildSetup setup;
+  setup.launcher_pid = current_process_id();
+  return setup;
+}
+
+bool WorkerGroup::request_stop() {
+  signal_group(pid_, SIGTERM);
+  return true;
+}
+
+void WorkerGroup::force_stop() { signal_group(pid_, SIGKILL); }
 
 void interrupt_process(int pid) {
   if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGINT);
@@ -126,7 +149,7 @@ std::string executable_path() {
   return path.string();
 }
 
-void set_close_on_exec(int native_handle) {
+void set_close_on_exec(NativeHandle native_handle) {
   const int flags = ::fcntl(native_handle, F_GETFD);
   PARTRAIN_CHECK(flags != -1 && ::fcntl(native_handle, F_SETFD, flags | FD_CLOEXEC) != -1, Error,
                  "cannot mark a worker pipe close-on-exec: ", std::strerror(errno));
