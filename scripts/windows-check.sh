@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Builds partrain's LibTorch-free core for Windows with MinGW-w64 and runs its tests under
-# Wine, then checks that a Linux rank and a Windows rank interoperate (asio-ring allreduce over
-# 127.0.0.1, rendezvous through one file store that each side names in its own OS's spelling).
+# Wine (stores, asio-ring, shm, config, and the launcher of `partrain run` with its fake
+# workers), then checks that a Linux rank and a Windows rank interoperate (asio-ring allreduce
+# over 127.0.0.1, rendezvous through one file store that each side names in its own OS's
+# spelling).
 #
 #   scripts/windows-check.sh          install (apt), build the Windows dependencies, build, test
 #   SKIP_APT=1 scripts/windows-check.sh   packages already there
 #   QUICK=1 scripts/windows-check.sh      skipped (exit 0), for quick local test runs; CI
 #                                         (CI=true) always runs it
 #
-# Everything goes under build-windows/: deps/ (GoogleTest and yaml-cpp built for Windows from
-# Debian's sources, the header-only libraries linked in), win/ (the cross build), linux/ (the
+# Everything goes under build-windows/: deps/ (GoogleTest, yaml-cpp and Boost.Filesystem built
+# for Windows from Debian's sources, the header-only libraries linked in), win/ (the cross build), linux/ (the
 # Linux rank of the interop test), wine/ (the Wine prefix). Safe to run again: finished
 # dependency builds leave a stamp, ccache and Ninja skip what is built.
 set -euo pipefail
@@ -105,6 +107,33 @@ if [ "$(cat "$deps/.yaml-cpp" 2>/dev/null)" != "$yaml_version" ]; then
   echo "$yaml_version" >"$deps/.yaml-cpp"
 fi
 
+# Boost.Process, which the launcher spawns its workers with, is header-only on Linux, but on
+# Windows it converts every char string (program, arguments, environment) to the wide strings
+# of the Windows API through Boost.Filesystem's path, and that part is compiled. Debian ships
+# Boost for Linux only, so libboost_filesystem.a is built here from the source package of the
+# very headers in /usr/include/boost (only libs/filesystem/src is unpacked: the whole of Boost
+# is not needed).
+boost_source=$(dpkg-query -W -f='${source:Package}=${source:Version}' libboost1.74-dev)
+if [ "$(cat "$deps/.boost-filesystem" 2>/dev/null)" != "$boost_source" ]; then
+  step "building Boost.Filesystem ($boost_source) for Windows from Debian's source package"
+  rm -rf "$src/boost" && mkdir -p "$src/boost/obj"
+  (cd "$src/boost" && apt-get source --download-only -qq "$boost_source" >/dev/null 2>&1)
+  boost_tar=$(find "$src/boost" -maxdepth 1 -name '*.orig.tar.xz' | head -1)
+  [ -n "$boost_tar" ] || { echo "windows-check: apt-get source $boost_source gave no tarball" >&2; exit 1; }
+  tar -xJf "$boost_tar" -C "$src/boost" --wildcards '*/libs/filesystem/src/*'
+  fs_src=$(find "$src/boost" -type d -path '*/libs/filesystem/src' | head -1)
+  for f in "$fs_src"/*.cpp; do
+    ccache x86_64-w64-mingw32-g++-posix -std=c++20 -O2 -D_WIN32_WINNT=0x0A00 \
+      -DBOOST_FILESYSTEM_STATIC_LINK=1 -DBOOST_ALL_NO_LIB -isystem "$deps/include" \
+      -c "$f" -o "$src/boost/obj/$(basename "$f" .cpp).o"
+  done
+  mkdir -p "$deps/lib"
+  rm -f "$deps/lib/libboost_filesystem.a"
+  x86_64-w64-mingw32-ar rcs "$deps/lib/libboost_filesystem.a" "$src/boost/obj"/*.o
+  rm -rf "$src/boost"
+  echo "$boost_source" >"$deps/.boost-filesystem"
+fi
+
 # --- the Linux rank of the interop test -----------------------------------------------------
 step "building the Linux interop rank"
 cmake -S tests/windows -B "$out/linux" -G Ninja -DCMAKE_BUILD_TYPE=Release \
@@ -140,6 +169,24 @@ bound=${WINDOWS_CHECK_TIMEOUT:-600}
 step "running the Windows tests under Wine"
 timeout "$bound" ctest --test-dir "$out/win" --output-on-failure --timeout 180 -LE interop \
   </dev/null
+# The launcher's Ctrl-C test needs a console to send CTRL_C_EVENT through, and Wine gives a
+# program one only when it runs on a terminal, which ctest's pipes are not (there the test
+# skips, saying so). script(1) lends it a pseudo-terminal; gtest's XML report tells whether
+# the test really ran (a skip exits 0 too).
+step "running the launcher's Ctrl-C test on a terminal (script)"
+console_xml=$out/win/launcher-console.xml
+rm -f "$console_xml"
+# (The report's name is relative: gtest on Windows takes /work/x for a relative path.)
+console_cmd=$(printf 'cd %q && wine tests/cli/launcher_test.exe --gtest_color=no --gtest_filter=%q --gtest_output=xml:%q </dev/null' \
+  "$out/win" LauncherProcessTest.ConsoleCtrlCStopsEveryWorker "$(basename "$console_xml")")
+timeout 120 script -qec "$console_cmd" /dev/null </dev/null >/dev/null 2>&1 || true
+if ! grep -q 'name="ConsoleCtrlCStopsEveryWorker"[^>]*result="completed"' "$console_xml" 2>/dev/null ||
+   grep -q '<failure' "$console_xml"; then
+  echo "windows-check: LauncherProcessTest.ConsoleCtrlCStopsEveryWorker did not pass on a terminal:" >&2
+  cat "$console_xml" >&2 2>/dev/null || true
+  exit 1
+fi
+echo "windows-check: LauncherProcessTest.ConsoleCtrlCStopsEveryWorker passed on a terminal"
 step "running the Linux <-> Windows interop tests"
 timeout "$bound" ctest --test-dir "$out/win" --output-on-failure --timeout 180 -L interop \
   </dev/null

@@ -1,10 +1,10 @@
 // A stand-in for `partrain worker` in the launcher tests: prints progress lines the way a
-// worker does, and fails, hangs or shrugs off SIGTERM on request.
+// worker does, and fails, hangs or shrugs off the launcher's polite stop on request.
 //
 //   launcher_fake_worker [--epochs N] [--steps K] [--sleep-ms MS] [--spam N]
 //       [--fail RANK:CODE:EPOCH] [--fail-until-restart R] [--kill-self RANK:EPOCH]
 //       [--hang RANK|all] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
-//       [--print-env] [--long-line BYTES]
+//       [--print-env] [--long-line BYTES] [--spawn-child]
 //
 // Always prints "pid P" and "restart R" first (R = PARTRAIN_RESTART). Per epoch E it prints
 // "epoch E/N" and K step lines, plus one stderr line "warning from rank X in epoch E".
@@ -15,8 +15,14 @@
 // rank about to fail or kill itself first waits up to 10 s for --wait-for, so tests know
 // the other ranks are where they should be when the failure comes.
 // --spam N prints N long lines in a burst (for the interleaving test); --long-line prints
-// BYTES 'y's and no newline at all, last.
-#include <boost/process/environment.hpp>
+// BYTES 'y's and no newline at all, last. --spawn-child first starts a copy of itself that
+// hangs (output to the null device, so it holds no pipe of the launcher's) and prints
+// "child pid P": something a worker started, which a stop of its group must reach too.
+//
+// On Windows --ignore-sigterm ignores CTRL_BREAK_EVENT (the polite stop there), and
+// --kill-self ends the process with STATUS_ACCESS_VIOLATION, the status a crash leaves:
+// Windows has no SIGKILL, and a real crash might wait in a debugger or error dialog.
+#include <boost/process.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -26,6 +32,12 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <vector>
+
+#ifdef _WIN32
+// After Boost's headers, which need winsock2.h to come before windows.h.
+#include <windows.h>
+#endif
 
 namespace {
 
@@ -35,6 +47,34 @@ std::string env_or(const char* name, const std::string& fallback) {
 }
 
 int arg_int(const std::string& text) { return std::stoi(text); }
+
+#ifdef _WIN32
+BOOL WINAPI swallow_ctrl_break(DWORD event) { return event == CTRL_BREAK_EVENT ? TRUE : FALSE; }
+#endif
+
+void ignore_polite_stop() {
+#ifdef _WIN32
+  ::SetConsoleCtrlHandler(swallow_ctrl_break, TRUE);
+#else
+  std::signal(SIGTERM, SIG_IGN);
+#endif
+}
+
+[[noreturn]] void die_like_a_crash() {
+#ifdef _WIN32
+  ::TerminateProcess(::GetCurrentProcess(), 0xC0000005);  // STATUS_ACCESS_VIOLATION
+#else
+  std::raise(SIGKILL);
+#endif
+  std::abort();  // not reached
+}
+
+// The folder of a file:// store url: file:///tmp/x -> /tmp/x, file:///C:/x -> C:/x.
+std::string file_url_path(const std::string& url) {
+  const std::string rest = url.substr(7);
+  if (rest.size() >= 3 && rest[0] == '/' && rest[2] == ':') return rest.substr(1);
+  return rest;
+}
 
 // "a:b:c" -> the field at index i
 int field(const std::string& spec, int index) {
@@ -67,6 +107,7 @@ int main(int argc, char** argv) {
   std::string wait_for;
   bool ignore_sigterm = false;
   bool print_env = false;
+  bool spawn_child = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -102,17 +143,28 @@ int main(int argc, char** argv) {
       ignore_sigterm = true;
     else if (arg == "--print-env")
       print_env = true;
+    else if (arg == "--spawn-child")
+      spawn_child = true;
     else {
       std::cerr << "fake worker: unknown argument " << arg << "\n";
       return 64;
     }
   }
-  if (ignore_sigterm) std::signal(SIGTERM, SIG_IGN);
+  if (ignore_sigterm) ignore_polite_stop();
 
   const int rank = std::stoi(env_or("RANK", "-1"));
   const int restart = std::stoi(env_or("PARTRAIN_RESTART", "-1"));
   std::cout << "pid " << boost::this_process::get_id() << std::endl;
   std::cout << "restart " << restart << std::endl;
+
+  if (spawn_child) {
+    namespace bp = boost::process;
+    bp::child child(bp::exe = std::string(argv[0]),
+                    bp::args = std::vector<std::string>{"--epochs", "0", "--hang", "all"},
+                    bp::std_out > bp::null, bp::std_err > bp::null, bp::std_in < bp::null);
+    std::cout << "child pid " << child.id() << std::endl;
+    child.detach();  // its fate is the launcher's business, not this process's exit
+  }
 
   if (print_env) {
     for (const char* name :
@@ -124,7 +176,7 @@ int main(int argc, char** argv) {
     // The launcher's fresh file store must exist while the workers run.
     const std::string url = env_or("PARTRAIN_RENDEZVOUS", "");
     if (url.rfind("file://", 0) == 0) {
-      const bool exists = std::filesystem::is_directory(url.substr(7));
+      const bool exists = std::filesystem::is_directory(file_url_path(url));
       std::cout << "rendezvous dir " << (exists ? "exists" : "missing") << std::endl;
     }
   }
@@ -146,7 +198,7 @@ int main(int argc, char** argv) {
     }
     if (!kill_self.empty() && field(kill_self, 0) == rank && field(kill_self, 1) == e) {
       wait_for_file(wait_for);
-      std::raise(SIGKILL);
+      die_like_a_crash();
     }
     for (int s = 1; s <= steps; ++s) {
       std::cout << "step " << s << " of epoch " << e << std::endl;

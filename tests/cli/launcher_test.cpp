@@ -22,6 +22,11 @@
 #include "cli/platform_process.h"
 #include "common/errors.h"
 
+#ifdef _WIN32
+// After Boost's headers, which need winsock2.h to come before windows.h.
+#include <windows.h>
+#endif
+
 namespace partrain::cli {
 namespace {
 
@@ -94,6 +99,34 @@ bool gone_within(int pid, milliseconds bound) {
     std::this_thread::sleep_for(milliseconds(20));
   }
   return true;
+}
+
+// The folder of a file:// store url: file:///tmp/x -> /tmp/x, file:///C:/x -> C:/x.
+std::string file_url_path(const std::string& url) {
+  const std::string rest = url.substr(7);
+  if (rest.size() >= 3 && rest[0] == '/' && rest[2] == ':') return rest.substr(1);
+  return rest;
+}
+
+// The launcher's text with the notes about workers that got the forced stop at once removed:
+// on Windows the polite stop (CTRL_BREAK_EVENT) reaches a worker only through a console that
+// the launcher shares with it, so whether such a note appears depends on where the test runs
+// (Wine never delivers it). Elsewhere the text is returned as it is.
+std::string without_at_once_notes(std::string text) {
+  const std::string start = std::string(" (") + platform::kForceStopName + " at once for rank";
+  const std::string end = " could reach it)";
+  const std::string end_many = " could reach them)";
+  for (std::size_t at; (at = text.find(start)) != std::string::npos;) {
+    std::size_t stop = text.find(end, at);
+    std::size_t length = end.size();
+    if (const auto many = text.find(end_many, at); many < stop) {
+      stop = many;
+      length = end_many.size();
+    }
+    if (stop == std::string::npos) break;
+    text.erase(at, stop + length - at);
+  }
+  return text;
 }
 
 // A file name for the fake workers' --ready-file handshake, unique to this test.
@@ -170,7 +203,8 @@ TEST(LauncherTest, OneFailingRankStopsTheOthersAndIsNamed) {
                                             "--ready-file", ready, "--wait-for", ready}));
   EXPECT_EQ(r.code, 1);
   EXPECT_LT(r.seconds, 5.0);
-  EXPECT_NE(r.err.find("partrain: rank 1 exited with code 3 during epoch 2; stopped rank 0\n"),
+  EXPECT_NE(without_at_once_notes(r.err).find(
+                "partrain: rank 1 exited with code 3 during epoch 2; stopped rank 0\n"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("[rank 1] rank 1 fails on purpose"), std::string::npos) << r.err;
@@ -185,8 +219,13 @@ TEST(LauncherTest, RankKilledBySignalIsNamedWithTheSignal) {
   const Captured r = run_plan(fake_plan(
       3, {"--kill-self", "2:1", "--hang", "1", "--ready-file", ready, "--wait-for", ready}));
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("partrain: rank 2 was killed by signal 9 (SIGKILL) during epoch 1; "
-                       "stopped rank"),
+#ifdef _WIN32
+  // The fake worker ends itself with the status an access violation leaves.
+  const std::string death = "ended with status 0xC0000005 (STATUS_ACCESS_VIOLATION)";
+#else
+  const std::string death = "was killed by signal 9 (SIGKILL)";
+#endif
+  EXPECT_NE(r.err.find("partrain: rank 2 " + death + " during epoch 1; stopped rank"),
             std::string::npos)
       << r.err;
   // Rank 0 finished normally or was stopped; rank 1 hung and must have been stopped.
@@ -202,15 +241,42 @@ TEST(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
   plan.grace = milliseconds(500);
   const Captured r = run_plan(plan);
   EXPECT_EQ(r.code, 1);
-  EXPECT_GE(r.seconds, 0.5);
   EXPECT_LT(r.seconds, 5.0);
-  EXPECT_NE(r.err.find("rank 1 exited with code 3 during epoch 1; stopped rank 0 "
-                       "(SIGKILL after 500 ms for rank 0)"),
-            std::string::npos)
-      << r.err;
   const int hanging = pid_of(r.out, 0);
   ASSERT_GT(hanging, 0);
   EXPECT_FALSE(platform::process_running(hanging));
+  std::filesystem::remove(ready);
+  const std::string forced = std::string(platform::kForceStopName);
+  const std::string at_once = "rank 1 exited with code 3 during epoch 1; stopped rank 0 (" +
+                              forced + " at once for rank 0: no CTRL_BREAK_EVENT could reach it)";
+  if (r.err.find(at_once) != std::string::npos) {
+    // Windows, where no console carries CTRL_BREAK_EVENT from the launcher to its workers:
+    // the launcher saw that and ended the worker without waiting (checked above).
+    GTEST_SKIP() << "the grace period is not exercised here: CTRL_BREAK_EVENT cannot be "
+                    "delivered (no console shared with the workers, or Wine, which delivers "
+                    "none); the worker was ended at once instead, as the launcher said";
+  }
+  EXPECT_GE(r.seconds, 0.5);
+  EXPECT_NE(r.err.find("rank 1 exited with code 3 during epoch 1; stopped rank 0 (" + forced +
+                       " after 500 ms for rank 0)"),
+            std::string::npos)
+      << r.err;
+}
+
+// What a worker started itself is stopped with it: POSIX signals the worker's process group,
+// Windows ends the worker's job.
+TEST(LauncherTest, StoppingAGroupReachesWhatAWorkerStarted) {
+  const std::string ready = ready_file();
+  const Captured r = run_plan(fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--spawn-child",
+                                            "--ready-file", ready, "--wait-for", ready}));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("partrain: rank 1 exited with code 3 during epoch 1; stopped rank 0"),
+            std::string::npos)
+      << r.err;
+  const std::string child = value_after(r.out, 0, "child pid ");
+  ASSERT_FALSE(child.empty()) << r.out;
+  EXPECT_TRUE(gone_within(std::stoi(child), milliseconds(3000)))
+      << "rank 0's own child outlived the group's stop";
   std::filesystem::remove(ready);
 }
 
@@ -318,7 +384,7 @@ TEST(LauncherTest, EachRankGetsItsEnvironment) {
   }
   const std::string url = first.at("PARTRAIN_RENDEZVOUS");
   ASSERT_EQ(url.rfind("file:///", 0), 0u) << url;
-  EXPECT_FALSE(std::filesystem::exists(url.substr(7))) << "store left behind: " << url;
+  EXPECT_FALSE(std::filesystem::exists(file_url_path(url))) << "store left behind: " << url;
 }
 
 TEST(LauncherTest, SecondNodeRanksAndRendezvous) {
@@ -420,8 +486,39 @@ TEST(LauncherTest, LostRankLines) {
 TEST(LauncherTest, ExecutablePathIsThisProgram) {
   const std::filesystem::path self = platform::executable_path();
   EXPECT_TRUE(self.is_absolute());
-  EXPECT_EQ(self.filename(), "launcher_test");
+  EXPECT_EQ(self.stem(), "launcher_test");  // launcher_test.exe on Windows
   EXPECT_TRUE(std::filesystem::exists(self));
+}
+
+TEST(LauncherTest, ExitStatusesAreNamed) {
+  platform::ExitStatus exited;
+  exited.code = 3;
+  EXPECT_EQ(platform::describe_exit(exited), "exited with code 3");
+  EXPECT_FALSE(exited.killed());
+  EXPECT_FALSE(exited.success());
+  EXPECT_TRUE(platform::ExitStatus{}.success());
+#ifdef _WIN32
+  // No signals: a crash leaves an NTSTATUS error as the exit code.
+  const auto crash = platform::decode_exit_status(static_cast<int>(0xC0000005u));
+  EXPECT_TRUE(crash.killed());
+  EXPECT_EQ(platform::describe_exit(crash),
+            "ended with status 0xC0000005 (STATUS_ACCESS_VIOLATION)");
+  EXPECT_EQ(platform::describe_exit(platform::decode_exit_status(static_cast<int>(0xC00000FDu))),
+            "ended with status 0xC00000FD (STATUS_STACK_OVERFLOW)");
+  EXPECT_EQ(platform::describe_exit(platform::decode_exit_status(static_cast<int>(0xC0001234u))),
+            "ended with status 0xC0001234");
+  const auto plain = platform::decode_exit_status(3);
+  EXPECT_FALSE(plain.killed());
+  EXPECT_EQ(platform::describe_exit(plain), "exited with code 3");
+  EXPECT_EQ(platform::stop_cause_name(2), "CTRL_C_EVENT");
+  EXPECT_EQ(platform::stop_cause_name(15), "a stop request");
+#else
+  platform::ExitStatus killed;
+  killed.signal = 9;
+  EXPECT_TRUE(killed.killed());
+  EXPECT_EQ(platform::describe_exit(killed), "was killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(platform::stop_cause_name(2), "SIGINT");
+#endif
 }
 
 TEST(LauncherTest, FreePortIsOnLoopback) {
@@ -519,6 +616,7 @@ class Driver {
  private:
   void collect(bp::ipstream& pipe, std::string& into) {
     for (std::string line; std::getline(pipe, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // Windows' text-mode stderr
       std::lock_guard<std::mutex> lock(mutex_);
       into += line + "\n";
     }
@@ -544,28 +642,87 @@ TEST(LauncherProcessTest, InterruptStopsEveryWorker) {
   ASSERT_TRUE(platform::process_running(pid0));
   ASSERT_TRUE(platform::process_running(pid1));
   platform::interrupt_process(driver.child().id());
-  EXPECT_EQ(driver.wait_exit(milliseconds(5000)), 130) << driver.err();
+#ifdef _WIN32
+  // The launcher's stop event (Windows aims no console event at one process).
+  const int expected_code = 128 + 15;
+  const std::string cause = "a stop request";
+#else
+  const int expected_code = 130;
+  const std::string cause = "SIGINT";
+#endif
+  EXPECT_EQ(driver.wait_exit(milliseconds(5000)), expected_code) << driver.err();
   EXPECT_FALSE(platform::process_running(pid0));
   EXPECT_FALSE(platform::process_running(pid1));
-  EXPECT_NE(driver.err().find("partrain: interrupted by SIGINT; stopped ranks 0,1\n"),
+  EXPECT_NE(without_at_once_notes(driver.err())
+                .find("partrain: interrupted by " + cause + "; stopped ranks 0,1\n"),
             std::string::npos)
       << driver.err();
 }
 
-TEST(LauncherProcessTest, WorkersDieWithAKilledLauncher) {
-  Driver driver({"--nproc", "2", "--", PARTRAIN_FAKE_WORKER, "--hang", "all", "--print-env"});
+#ifdef _WIN32
+BOOL WINAPI swallow_ctrl_c(DWORD event) { return event == CTRL_C_EVENT ? TRUE : FALSE; }
+
+// Ctrl-C typed into the console: Windows sends CTRL_C_EVENT to every process attached to
+// it. The workers sit in process groups of their own, where Ctrl-C is off, so the launcher
+// alone gets it, stops them and exits 130, as on POSIX.
+TEST(LauncherProcessTest, ConsoleCtrlCStopsEveryWorker) {
+  DWORD attached[4];
+  if (::GetConsoleProcessList(attached, 4) == 0) {
+    GTEST_SKIP() << "this test process has no console to send CTRL_C_EVENT through (under "
+                    "Wine: started without a terminal); the Ctrl-C handler is not exercised";
+  }
+  Driver driver(
+      {"--nproc", "2", "--grace-ms", "2000", "--", PARTRAIN_FAKE_WORKER, "--hang", "all"});
   ASSERT_TRUE(driver.wait_for_line("[rank 0] hanging", milliseconds(10000))) << driver.out();
   ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
   const int pid0 = pid_of(driver.out(), 0);
   const int pid1 = pid_of(driver.out(), 1);
   ASSERT_TRUE(platform::process_running(pid0));
-  driver.child().terminate();  // SIGKILL: the launcher gets no chance to stop anyone
+  // The event reaches this test process too: swallow it here, for as long as the test runs.
+  ASSERT_TRUE(::SetConsoleCtrlHandler(swallow_ctrl_c, TRUE));
+  ASSERT_TRUE(::GenerateConsoleCtrlEvent(CTRL_C_EVENT, 0)) << ::GetLastError();
+  const int code = driver.wait_exit(milliseconds(5000));
+  ::SetConsoleCtrlHandler(swallow_ctrl_c, FALSE);
+  EXPECT_EQ(code, 130) << driver.err();
+  EXPECT_FALSE(platform::process_running(pid0));
+  EXPECT_FALSE(platform::process_running(pid1));
+  EXPECT_NE(without_at_once_notes(driver.err())
+                .find("partrain: interrupted by CTRL_C_EVENT; stopped ranks 0,1\n"),
+            std::string::npos)
+      << driver.err();
+}
+#endif
+
+TEST(LauncherProcessTest, WorkersDieWithAKilledLauncher) {
+  std::vector<std::string> args = {"--nproc", "2",   "--",         PARTRAIN_FAKE_WORKER,
+                                   "--hang",  "all", "--print-env"};
+#ifdef _WIN32
+  // The job's kill-on-close ends what the workers started too. (Linux's parent-death signal
+  // reaches the workers only, so there their own children are left out of this test.)
+  args.push_back("--spawn-child");
+#endif
+  Driver driver(args);
+  ASSERT_TRUE(driver.wait_for_line("[rank 0] hanging", milliseconds(10000))) << driver.out();
+  ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
+  const int pid0 = pid_of(driver.out(), 0);
+  const int pid1 = pid_of(driver.out(), 1);
+  ASSERT_TRUE(platform::process_running(pid0));
+  // SIGKILL (Windows: TerminateProcess): the launcher gets no chance to stop anyone.
+  driver.child().terminate();
   EXPECT_TRUE(gone_within(pid0, milliseconds(3000)));
   EXPECT_TRUE(gone_within(pid1, milliseconds(3000)));
+#ifdef _WIN32
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string child = value_after(driver.out(), rank, "child pid ");
+    ASSERT_FALSE(child.empty()) << driver.out();
+    EXPECT_TRUE(gone_within(std::stoi(child), milliseconds(3000)))
+        << "rank " << rank << "'s own child outlived the killed launcher";
+  }
+#endif
   // Nor to remove its store directory (file:///tmp/partrain-run-X/start-0): do it here.
   const std::string url = value_after(driver.out(), 0, "env PARTRAIN_RENDEZVOUS=");
   ASSERT_EQ(url.rfind("file:///", 0), 0u) << driver.out();
-  const std::filesystem::path store_root = std::filesystem::path(url.substr(7)).parent_path();
+  const std::filesystem::path store_root = std::filesystem::path(file_url_path(url)).parent_path();
   ASSERT_EQ(store_root.filename().string().rfind("partrain-run-", 0), 0u) << url;
   std::filesystem::remove_all(store_root);
 }
