@@ -98,7 +98,9 @@ class WorkerGroup {
 
  private:
   int pid_ = 0;
-  void* job_ = nullptr;  // Windows: the job object's HANDLE
+#ifdef _WIN32
+  void* job_ = nullptr;  // the job object's HANDLE
+#endif
 };
 
 // What a Ctrl-C in the terminal does to the launcher.
