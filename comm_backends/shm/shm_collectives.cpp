@@ -184,7 +184,13 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
 
   // Spin briefly (a peer on another core arrives within microseconds), then yield, then
   // sleep, so that more ranks than cores still make progress; the deadline bounds it all.
+  // A wait that has lasted kPatientAfter (a leader in its collective across hosts, a rank
+  // still in its backward pass) sleeps kPatientSleep per round and checks for failures on
+  // every round: its wake-ups would otherwise take CPU from the ranks doing the work.
   constexpr int kSpins = 2000, kYields = 4000;
+  constexpr auto kPatientAfter = std::chrono::milliseconds(10);
+  constexpr auto kPatientSleep = std::chrono::milliseconds(1);
+  bool patient = false;
   const auto start = Clock::now();
   const auto bound = timeout_ + extra;
   const auto deadline = start + bound;
@@ -195,7 +201,7 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
       if (state_of(region_, r).arrived.load(std::memory_order_acquire) < target) missing = r;
     }
     if (missing < 0) break;
-    if (round % 256 == 255) {
+    if (round % 256 == 255 || patient) {
       for (int r = 0; r < world_; ++r) {
         const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
         if (blamed > 0 && r != rank_) {
@@ -228,8 +234,11 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
       continue;
     } else if (round < kYields) {
       std::this_thread::yield();
+    } else if (patient) {
+      std::this_thread::sleep_for(kPatientSleep);
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
+      patient = Clock::now() - start >= kPatientAfter;
     }
   }
   if (phase == 0) check_peers(call, phase);
