@@ -11,7 +11,7 @@ const std::vector<Backend>& backends() {
   // The first usable one wins for `auto`; gloo is never usable for auto (asio-ring does
   // what it does on CPU, faster) but stays available by name.
   static const std::vector<Backend> list = {nccl_backend(), asio_ring_backend(), shm_backend(),
-                                            gloo_backend()};
+                                            hierarchical_backend(), gloo_backend()};
   return list;
 }
 
@@ -51,9 +51,14 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   // ranks the same instance number without talking to each other.
   const std::int64_t instance = store.add("comm/instances/" + std::to_string(rank), 1);
   std::string name = resolve_backend(options);
-  if (options.backend == "auto" && name == "asio-ring" && size > 1 &&
-      !rank_on_another_host(store, "comm/" + std::to_string(instance) + "/hosts/", rank, size)) {
-    name = "shm";  // same results as asio-ring, through memory instead of loopback TCP
+  if (options.backend == "auto" && name == "asio-ring" && size > 1) {
+    const HostLayout layout = group_by_host(exchange_host_identities(
+        store, "comm/" + std::to_string(instance) + "/hosts/", rank, size));
+    if (layout.hosts.size() == 1) {
+      name = "shm";  // same results as asio-ring, through memory instead of loopback TCP
+    } else if (layout.hosts.size() < static_cast<std::size_t>(size)) {
+      name = "hierarchical";  // fewer bytes across hosts than the flat ring, memory inside
+    }
   }
   const Backend* chosen = nullptr;
   for (const auto& backend : backends()) {

@@ -1,9 +1,11 @@
 // defines: Communicator (the collective contract), CommOptions, make_communicator(),
 // backend_names(), backend_compiled_in().
 //
-// Backends: gloo, asio-ring, shm, nccl, and auto — the first usable in the ordered list
-// [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins, and asio-ring becomes shm when
-// every rank runs on one host (shm gives asio-ring's results, through memory).
+// Backends: gloo, asio-ring, shm, hierarchical, nccl, and auto — the first usable in the
+// ordered list [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins, and asio-ring
+// becomes shm when every rank runs on one host (shm gives asio-ring's results, through
+// memory) and hierarchical when the ranks span several hosts with more than one on some
+// (shared memory inside each host, the ring among one leader per host).
 #pragma once
 
 #include <chrono>
@@ -18,9 +20,9 @@ namespace partrain::comm {
 class Store;
 
 struct CommOptions {
-  std::string backend = "auto";  // gloo | asio-ring | shm | nccl | auto
+  std::string backend = "auto";  // gloo | asio-ring | shm | hierarchical | nccl | auto
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  DType wire_dtype = DType::f32;        // asio-ring: f32 | f16 | bf16 on the wire
+  DType wire_dtype = DType::f32;        // asio-ring, hierarchical (across hosts): f32 | f16 | bf16
   DeviceKind device = DeviceKind::cpu;  // where the caller's buffers live (for auto)
   int device_index = 0;
   std::string token;                    // run token for the ring handshake
@@ -50,8 +52,8 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
 
 std::vector<std::string> backend_names();  // every known name, compiled in or not
 bool backend_compiled_in(const std::string& name);
-// What auto picks from the options alone (make_communicator() then takes shm for asio-ring
-// when every rank is on one host).
+// What auto picks from the options alone (make_communicator() then takes shm or hierarchical
+// for asio-ring, by where the ranks run).
 std::string resolve_backend(const CommOptions& options);
 
 }  // namespace partrain::comm

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Two test hosts joined by a rate-limited link: two network namespaces, a veth pair, a token
 # bucket (tc tbf) on each end's egress. For each link rate and backend/wire format:
-#   * `partrain bench allreduce` across the two hosts (one rank each), busbw against the line
-#     rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it);
-#   * DDP training of DigitalNet width 64 on synthetic CIFAR-shaped data with one rank per
-#     host, the images/s rank 0 reports (TRAIN=0 skips it).
+#   * `partrain bench allreduce` across the two hosts (RANKS_PER_HOST ranks each, default 1),
+#     busbw against the line rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it), and the bytes that
+#     cross the link per direction against the line rate;
+#   * DDP training of DigitalNet width 64 on synthetic CIFAR-shaped data (TRAIN_SAMPLES,
+#     default 1280) with RANKS_PER_HOST ranks per host, the images/s rank 0 reports and the
+#     wait for gradients after backward (TRAIN=0 skips it).
 # Needs root and iproute2.
 #
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
+#   RANKS_PER_HOST=2 TRAIN=0 bench/multinode/link.sh 1gbit "hierarchical:f32 asio-ring:f32"
+# Env: PARTRAIN (the executable; default build/partrain).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rates=${1:-"1gbit 200mbit"}
 variants=${2:-"asio-ring:f32 asio-ring:bf16 gloo:f32"}
-exe=$(pwd)/build/partrain
+exe=${PARTRAIN:-$(pwd)/build/partrain}
+per_host=${RANKS_PER_HOST:-1}
+world=$((2 * per_host))
 [ "$(id -u)" -eq 0 ] || { echo "link.sh: needs root (network namespaces)" >&2; exit 2; }
 id=$$
 a=ptb${id}a; b=ptb${id}b
@@ -39,7 +45,7 @@ device: cpu
 strategy: ddp
 launch: {nproc_per_node: 1}
 comm: {timeout_s: 120, bucket_mb: 25}
-data: {dataset: synthetic, synthetic_train: 1280, synthetic_test: 64, batch_size: 64, num_workers: 1}
+data: {dataset: synthetic, synthetic_train: ${TRAIN_SAMPLES:-1280}, synthetic_test: 64, batch_size: 64, num_workers: 1}
 model: {name: digitalnet, width: 64, norm: batch}
 train: {epochs: 2, threads: 1, log_every: 10}
 checkpoint: {every_epochs: 0, resume: never}
@@ -68,48 +74,62 @@ on_both() {
 port=29700
 if [ "${ALLREDUCE:-1}" = 1 ]; then
   sizes=${ALLREDUCE_SIZES:-1M,4M,16M}
-  echo "| link | backend | wire | size | median ms | busbw GB/s | of the line rate |"
-  echo "|---|---|---|---|--:|--:|--:|"
+  echo "| link | ranks | backend | wire | size | median ms | busbw GB/s | busbw / line rate | link bytes per direction / line rate |"
+  echo "|---|---|---|---|---|--:|--:|--:|--:|"
   for rate in $rates; do
     set_rate "$rate"
     for variant in $variants; do
       backend=${variant%%:*}; wire=${variant##*:}
       port=$((port + 1))
-      args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world 2 --sizes "$sizes"
+      args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
             --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
       extra0=(--host 10.78.0.1 --json "$work/bench.json"); extra1=(--host 10.78.0.2)
       on_both bench 600
-      python3 - "$work/bench.json" "$rate" "$backend" "$wire" <<'PY'
+      python3 - "$work/bench.json" "$rate" "$backend" "$wire" "$per_host" <<'PY'
 import json, re, sys
 report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+per_host = int(sys.argv[5])
+world, hosts = 2 * per_host, 2
 value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
 line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9  # GB/s
+# Bytes of an allreduce of S bytes that cross the link in each direction: the flat ring over
+# ranks placed host by host crosses it once each way, carrying 2(W-1)/W S; the hierarchical
+# backend's ring of host leaders 2(H-1)/H S. A 16-bit wire halves them. Gloo: not modelled.
+share = {"asio-ring": 2 * (world - 1) / world, "hierarchical": 2 * (hosts - 1) / hosts,
+         "shm": None, "gloo": None}.get(backend)
+wire_factor = 0.5 if wire in ("bf16", "f16") else 1.0
 for r in report["results"]:
     assert r["wrong"] == 0, r
-    print(f"| {rate} | {backend} | {wire} | {r['bytes'] >> 20} MiB | {r['median_us'] / 1e3:.1f} | "
-          f"{r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} |")
+    seconds = r["median_us"] / 1e6
+    link = "–" if share is None else f"{share * wire_factor * r['bytes'] / seconds / 1e9 / line_gbps:.2f}"
+    print(f"| {rate} | {hosts} x {per_host} | {backend} | {wire} | {r['bytes'] >> 20} MiB | "
+          f"{seconds * 1e3:.1f} | {r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} | {link} |")
 PY
     done
   done
   echo
 fi
 [ "${TRAIN:-1}" = 1 ] || exit 0
-echo "| link | backend | wire | images/s (epoch 2) | epoch 2 s |"
-echo "|---|---|---|---:|---:|"
+echo "| link | ranks | backend | wire | images/s (epoch 2) | epoch 2 s | comm wait per step, ms (max over ranks) |"
+echo "|---|---|---|---|---:|---:|---:|"
 for rate in $rates; do
   set_rate "$rate"
   for variant in $variants; do
     backend=${variant%%:*}; wire=${variant##*:}
     port=$((port + 1))
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
-          --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
+          --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
     extra0=(--output "$work/out0"); extra1=(--output "$work/out1")
     on_both run 900
-    python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" <<'PY'
+    python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" "$per_host" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 last = report["epochs"][-1]
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {sys.argv[4]} | {last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} |")
+used = report["env"]["backend"]
+steps = sum(e["steps"] for e in report["epochs"])
+wait = max(r["comm_wait_seconds"] for r in report["ranks"]) / steps * 1e3
+print(f"| {sys.argv[2]} | 2 x {sys.argv[5]} | {sys.argv[3]}{'' if used == sys.argv[3] else ' (' + used + ')'} | "
+      f"{sys.argv[4]} | {last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} | {wait:.0f} |")
 PY
   done
 done

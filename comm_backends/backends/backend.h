@@ -26,6 +26,7 @@ struct Backend {
 Backend nccl_backend();
 Backend asio_ring_backend();
 Backend shm_backend();
+Backend hierarchical_backend();
 Backend gloo_backend();
 
 // In the order `auto` tries them.

@@ -4,6 +4,7 @@
 
 #include <boost/asio/ip/host_name.hpp>
 #include <fstream>
+#include <map>
 #include <vector>
 #include <system_error>
 
@@ -22,11 +23,37 @@ std::string host_identity() {
   std::string boot_id;
   if (boot >> boot_id) identity += " boot " + boot_id;
   struct stat net {};
-  if (::stat("/proc/self/ns/net", &net) == 0) {
+  if (::stat("/proc/thread-self/ns/net", &net) == 0 || ::stat("/proc/self/ns/net", &net) == 0) {
     identity += " netns " + std::to_string(static_cast<unsigned long long>(net.st_ino));
   }
 #endif
   return identity;
+}
+
+std::vector<std::string> exchange_host_identities(Store& store, const std::string& prefix, int rank,
+                                                  int size) {
+  std::vector<std::string> identities(size);
+  identities[rank] = host_identity();
+  store.set(prefix + std::to_string(rank),
+            std::vector<std::uint8_t>(identities[rank].begin(), identities[rank].end()));
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const auto theirs = store.get(prefix + std::to_string(r));
+    identities[r].assign(theirs.begin(), theirs.end());
+  }
+  return identities;
+}
+
+HostLayout group_by_host(const std::vector<std::string>& identities) {
+  HostLayout layout;
+  std::map<std::string, int> index;
+  for (std::size_t r = 0; r < identities.size(); ++r) {
+    const auto [it, fresh] = index.emplace(identities[r], static_cast<int>(layout.hosts.size()));
+    if (fresh) layout.hosts.emplace_back();
+    layout.hosts[it->second].push_back(static_cast<int>(r));
+    layout.host_of.push_back(it->second);
+  }
+  return layout;
 }
 
 std::optional<ForeignRank> rank_on_another_host(Store& store, const std::string& prefix, int rank,

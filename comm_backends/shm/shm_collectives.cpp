@@ -142,10 +142,17 @@ struct ShmCollectives::Call {
 
 std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
 
-ShmCollectives::ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout)
-    : region_(static_cast<std::uint8_t*>(region)), rank_(rank), world_(world), timeout_(timeout) {
+ShmCollectives::ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
+                               std::vector<int> rank_names)
+    : region_(static_cast<std::uint8_t*>(region)),
+      rank_(rank),
+      world_(world),
+      timeout_(timeout),
+      rank_names_(std::move(rank_names)) {
   PARTRAIN_CHECK(world >= 1 && rank >= 0 && rank < world, UsageError, "shm: rank ", rank,
                  " is outside a world of ", world);
+  PARTRAIN_CHECK(rank_names_.empty() || rank_names_.size() == static_cast<std::size_t>(world),
+                 UsageError, "shm: ", rank_names_.size(), " rank names for a world of ", world);
   auto* header = reinterpret_cast<RegionHeader*>(region_);
   if (rank == 0) {
     // The creator lays out the control blocks in the zero-filled region before anyone else
@@ -169,7 +176,7 @@ std::uint16_t* ShmCollectives::words(int half) const {
   return reinterpret_cast<std::uint16_t*>(slot(half, world_));
 }
 
-void ShmCollectives::sync(const Call& call, int phase) {
+void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds extra) {
   RankState& me = state_of(region_, rank_);
   if (phase == 0) me.call[call.words.sequence % 2] = call.words;
   const std::uint64_t target = ++syncs_;
@@ -177,9 +184,16 @@ void ShmCollectives::sync(const Call& call, int phase) {
 
   // Spin briefly (a peer on another core arrives within microseconds), then yield, then
   // sleep, so that more ranks than cores still make progress; the deadline bounds it all.
+  // A wait that has lasted kPatientAfter (a leader in its collective across hosts, a rank
+  // still in its backward pass) sleeps kPatientSleep per round and checks for failures on
+  // every round: its wake-ups would otherwise take CPU from the ranks doing the work.
   constexpr int kSpins = 2000, kYields = 4000;
+  constexpr auto kPatientAfter = std::chrono::milliseconds(10);
+  constexpr auto kPatientSleep = std::chrono::milliseconds(1);
+  bool patient = false;
   const auto start = Clock::now();
-  const auto deadline = start + timeout_;
+  const auto bound = timeout_ + extra;
+  const auto deadline = start + bound;
   auto next_pid_check = start + std::chrono::milliseconds(1);
   for (std::uint64_t round = 0;; ++round) {
     int missing = -1;
@@ -187,13 +201,13 @@ void ShmCollectives::sync(const Call& call, int phase) {
       if (state_of(region_, r).arrived.load(std::memory_order_acquire) < target) missing = r;
     }
     if (missing < 0) break;
-    if (round % 256 == 255) {
+    if (round % 256 == 255 || patient) {
       for (int r = 0; r < world_; ++r) {
         const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
         if (blamed > 0 && r != rank_) {
           broken_ = true;
           throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) + " failed (rank " +
-                                          std::to_string(r) + " saw it) during " +
+                                          std::to_string(name_of(r)) + " saw it) during " +
                                           call.words.describe());
         }
       }
@@ -206,12 +220,12 @@ void ShmCollectives::sync(const Call& call, int phase) {
       }
       if (gone || now >= deadline) {
         broken_ = true;
-        me.blamed.store(missing + 1, std::memory_order_release);
+        me.blamed.store(name_of(missing) + 1, std::memory_order_release);
         throw PeerError(
-            missing,
-            "shm: rank " + std::to_string(missing) +
+            name_of(missing),
+            "shm: rank " + std::to_string(name_of(missing)) +
                 (gone ? " (pid " + std::to_string(pid) + ") exited"
-                      : " did not arrive within " + std::to_string(timeout_.count()) + " ms") +
+                      : " did not arrive within " + std::to_string(bound.count()) + " ms") +
                 " during " + call.words.describe() +
                 (gone ? "" : " (dead, hung, or not calling the same collective)"));
       }
@@ -220,8 +234,11 @@ void ShmCollectives::sync(const Call& call, int phase) {
       continue;
     } else if (round < kYields) {
       std::this_thread::yield();
+    } else if (patient) {
+      std::this_thread::sleep_for(kPatientSleep);
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
+      patient = Clock::now() - start >= kPatientAfter;
     }
   }
   if (phase == 0) check_peers(call, phase);
@@ -232,9 +249,9 @@ void ShmCollectives::check_peers(const Call& call, int) {
     const CollectiveCall& theirs = state_of(region_, r).call[call.words.sequence % 2];
     if (std::memcmp(&theirs, &call.words, sizeof theirs) != 0) {
       broken_ = true;
-      throw CommError("shm: ranks disagree: rank " + std::to_string(r) + " called " +
-                      theirs.describe() + " while rank " + std::to_string(rank_) + " called " +
-                      call.words.describe());
+      throw CommError("shm: ranks disagree: rank " + std::to_string(name_of(r)) + " called " +
+                      theirs.describe() + " while rank " + std::to_string(name_of(rank_)) +
+                      " called " + call.words.describe());
     }
   }
 }
@@ -321,7 +338,17 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
   }
 }
 
+void ShmCollectives::mark_failed(int blamed) {
+  broken_ = true;
+  state_of(region_, rank_).blamed.store(blamed + 1, std::memory_order_release);
+}
+
 void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
+  broadcast(data, bytes, root, std::chrono::milliseconds(0));
+}
+
+void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
+                               std::chrono::milliseconds extra) {
   PARTRAIN_CHECK(!broken_, CommError,
                  "shm: broken by an earlier failure; create a new communicator");
   PARTRAIN_CHECK(root >= 0 && root < world_, UsageError, "broadcast: root ", root,
@@ -332,14 +359,18 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
   call.words.bytes = bytes;
   call.words.root = root;
   call.words.kind = static_cast<std::uint8_t>(Kind::broadcast);
-  if (bytes == 0) return sync(call, 0);
+  if (bytes == 0) return sync(call, 0, extra);
   auto* out = static_cast<std::uint8_t*>(data);
   for (std::size_t p0 = 0; p0 < bytes; p0 += kShmSlotBytes) {
     const std::size_t n = std::min(kShmSlotBytes, bytes - p0);
     const int h = half_;
     half_ ^= 1;
     if (rank_ == root) std::memcpy(slot(h, root), out + p0, n);
-    sync(call, p0 == 0 ? 0 : 1);
+    if (p0 == 0) {
+      sync(call, 0, extra);
+    } else {
+      sync(call, 1);
+    }
     if (rank_ != root) std::memcpy(out + p0, slot(h, root), n);
   }
 }
@@ -372,14 +403,16 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
   if (mine != source) std::memmove(mine, source, bytes_per_rank);
 }
 
-void ShmCollectives::barrier() {
+void ShmCollectives::barrier() { barrier(std::chrono::milliseconds(0)); }
+
+void ShmCollectives::barrier(std::chrono::milliseconds extra) {
   PARTRAIN_CHECK(!broken_, CommError,
                  "shm: broken by an earlier failure; create a new communicator");
   if (world_ == 1) return;
   Call call;
   call.words.sequence = ++sequence_;
   call.words.kind = static_cast<std::uint8_t>(Kind::barrier);
-  sync(call, 0);
+  sync(call, 0, extra);
 }
 
 }  // namespace partrain::comm

@@ -25,8 +25,11 @@ class ShmCollectives {
  public:
   // `region` is a mapping of shm_region_bytes(world) bytes, the same region in every rank,
   // zero-filled when created. Every rank constructs its ShmCollectives before any calls a
-  // collective (the backend's setup makes sure of it through the store).
-  ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout);
+  // collective (the backend's setup makes sure of it through the store). `rank_names`, when
+  // given, holds for each rank of the region the rank it is called in errors (its rank in a
+  // larger run of which these ranks are one host's share); every rank passes the same list.
+  ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
+                 std::vector<int> rank_names = {});
 
   int rank() const { return rank_; }
   int size() const { return world_; }
@@ -39,9 +42,23 @@ class ShmCollectives {
   void allgather(const void* in, void* out, std::size_t bytes_per_rank);
   void barrier();
 
+  // The same, for ranks that wait on a root busy with work of its own bounded by `extra`
+  // (a host leader in its collective across hosts): their first wait may last the timeout
+  // plus `extra`, so that the root's own failure, which it reports through mark_failed(),
+  // reaches them before their patience ends.
+  void broadcast(void* data, std::size_t bytes, int root, std::chrono::milliseconds extra);
+  void barrier(std::chrono::milliseconds extra);
+
+  // This rank failed because of rank `blamed` (a name, as in rank_names, possibly of a rank
+  // outside this region): every other rank's current or next wait on this one ends with
+  // PeerError(blamed). This communicator is broken from here on.
+  void mark_failed(int blamed);
+
  private:
   struct Call;  // what a collective is, so that ranks that disagree fail with a message
-  void sync(const Call& call, int phase);
+  void sync(const Call& call, int phase,
+            std::chrono::milliseconds extra = std::chrono::milliseconds(0));
+  int name_of(int rank) const { return rank_names_.empty() ? rank : rank_names_[rank]; }
   void check_peers(const Call& call, int phase);
   std::uint8_t* slot(int half, int rank) const;
   std::uint16_t* words(int half) const;
@@ -50,6 +67,7 @@ class ShmCollectives {
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
+  std::vector<int> rank_names_;
   std::uint64_t syncs_ = 0;     // syncs this rank has entered
   std::uint64_t sequence_ = 0;  // collectives called
   int half_ = 0;                // the half the next piece uses

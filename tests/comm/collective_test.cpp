@@ -267,6 +267,10 @@ std::vector<BackendSetup> setups() {
     list.push_back({"shm", world, DType::bf16, 0});
   }
   list.push_back({"shm", 3, DType::f16, 0});
+  // All ranks on this host: the hierarchical backend is its host part alone (ranks on
+  // several hosts: hierarchical_test.cpp).
+  for (int world : {1, 2, 3}) list.push_back({"hierarchical", world, DType::f32, 0});
+  list.push_back({"hierarchical", 4, DType::bf16, 0});
 #ifdef PARTRAIN_WITH_GLOO
   for (int world : {1, 2, 3, 4, 7}) list.push_back({"gloo", world, DType::f32, 0});
 #endif

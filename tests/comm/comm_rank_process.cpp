@@ -1,5 +1,5 @@
 // One rank as its own process, for the tests that kill or freeze a rank:
-//   comm_rank_process STORE_URL RANK WORLD BACKEND TIMEOUT_MS READY_FILE
+//   comm_rank_process STORE_URL RANK WORLD BACKEND TIMEOUT_MS READY_FILE [BIND_HOST]
 // It runs checked allreduces until one fails (or for at most a minute), touching READY_FILE
 // after the first. Exit: 0 done, 3 PeerError (stderr: "peer-error rank=N: ..."), 1 other.
 #include <chrono>
@@ -14,8 +14,9 @@
 
 int main(int argc, char** argv) {
   using namespace partrain::comm;
-  if (argc != 7) {
-    std::cerr << "usage: comm_rank_process STORE_URL RANK WORLD BACKEND TIMEOUT_MS READY_FILE\n";
+  if (argc != 7 && argc != 8) {
+    std::cerr << "usage: comm_rank_process STORE_URL RANK WORLD BACKEND TIMEOUT_MS READY_FILE "
+                 "[BIND_HOST]\n";
     return 2;
   }
   const int rank = std::stoi(argv[2]);
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
     options.backend = argv[4];
     options.token = "process-test";
     options.timeout = std::chrono::milliseconds(std::stoi(argv[5]));
+    if (argc == 8) options.bind_host = argv[7];  // a host of its own: its address there
     auto comm = make_communicator(options, *store, rank, world);
     std::vector<float> data(1 << 14);
     const auto stop = std::chrono::steady_clock::now() + std::chrono::minutes(1);

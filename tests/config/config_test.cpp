@@ -100,7 +100,8 @@ TEST_F(ConfigTest, DuplicateKey) {
 
 TEST_F(ConfigTest, BadEnumValue) {
   EXPECT_EQ(error_of("comm: {backend: mpi}\n"),
-            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | shm | nccl | auto");
+            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | shm | hierarchical | nccl "
+            "| auto");
 }
 
 TEST_F(ConfigTest, RendezvousMustBeAStoreUrl) {

@@ -116,6 +116,7 @@ struct Shape {
   std::string backend;
   int ranks_per_host;
   enum class Master { ipv4, ipv6, name } master;  // how --master-addr names host 0
+  std::string reported = "";  // the backend report.json names; "": `backend` itself
 };
 
 void PrintTo(const Shape& shape, std::ostream* out) {
@@ -143,7 +144,7 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
   const int world = 2 * shape.ranks_per_host;
   const Json report = Json::parse(std::ifstream(runs[0].output / "report.json"));
   EXPECT_EQ(report["env"]["world_size"], world);
-  EXPECT_EQ(report["env"]["backend"], shape.backend);
+  EXPECT_EQ(report["env"]["backend"], shape.reported.empty() ? shape.backend : shape.reported);
   EXPECT_FALSE(fs::exists(runs[1].output / "report.json")) << "only rank 0 reports";
   expect_same_losses(losses_in(runs[0].output),
                      single_process_losses(dir / "single", shape.backend, world, 1));
@@ -152,7 +153,10 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
 INSTANTIATE_TEST_SUITE_P(Shapes, TwoHosts,
                          ::testing::Values(Shape{"gloo", 1, Shape::Master::name},
                                            Shape{"asio-ring", 2, Shape::Master::ipv6},
-                                           Shape{"gloo", 2, Shape::Master::ipv4}),
+                                           Shape{"gloo", 2, Shape::Master::ipv4},
+                                           Shape{"hierarchical", 2, Shape::Master::ipv4},
+                                           // auto on CPU, two ranks on each of two hosts
+                                           Shape{"auto", 2, Shape::Master::name, "hierarchical"}),
                          [](const auto& info) {
                            std::string name = info.param.backend + "_x" +
                                               std::to_string(info.param.ranks_per_host);
@@ -232,11 +236,24 @@ constexpr int kFailTimeoutS = 3;
 constexpr auto kStopBound = std::chrono::seconds(6 * kFailTimeoutS + 10);
 
 std::vector<HostRun> start_long_run(const NetnsHosts& hosts, const fs::path& dir,
-                                    const std::string& backend, int port) {
+                                    const std::string& backend, int port, int ranks_per_host = 1) {
   const auto config = small_config(dir, 500);
   auto overrides = small_overrides(backend);
   overrides.insert(overrides.end(), {"--set", "comm.timeout_s=" + std::to_string(kFailTimeoutS)});
-  return start_on_hosts(hosts, dir, config, hosts.address(0), port, 1, overrides);
+  return start_on_hosts(hosts, dir, config, hosts.address(0), port, ranks_per_host, overrides);
+}
+
+// The worker process of `rank` among those running in host `host` (its RANK variable), or -1.
+pid_t worker_of_rank(const NetnsHosts& hosts, int host, int rank) {
+  const std::string wanted = "RANK=" + std::to_string(rank);
+  for (pid_t pid : hosts.pids(host)) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/environ");
+    std::string entry;
+    while (std::getline(in, entry, '\0')) {
+      if (entry == wanted) return pid;
+    }
+  }
+  return -1;
 }
 
 void expect_no_process_left(const NetnsHosts& hosts, int host) {
@@ -278,6 +295,26 @@ TEST(TwoHostsFailures, KilledLauncherStopsTheOtherHostNamingItsRank) {
   EXPECT_NE(read_text(runs[0].log).find("it lost rank 1"), std::string::npos) << logs(runs);
   expect_no_process_left(hosts, 1);
   expect_no_process_left(hosts, 0);
+}
+
+// Two ranks on each host over the hierarchical backend; rank 3, the second rank of host 1, is
+// killed. Host 0 learns of it only through host 1's leader (rank 2), and must still name it.
+TEST(TwoHostsFailures, KilledRankBehindALeaderIsNamedOnTheOtherHost) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_hierarchical_killed");
+  auto runs = start_long_run(hosts, dir, "hierarchical", kPortBase + 50, 2);
+  ASSERT_TRUE(wait_for_text(runs[0].log, "step", std::chrono::seconds(120))) << logs(runs);
+  const pid_t victim = worker_of_rank(hosts, 1, 3);
+  ASSERT_GT(victim, 0) << "no worker of rank 3 on host 1\n" << logs(runs);
+  ::kill(victim, SIGKILL);
+  const auto codes = finish(runs, kStopBound);
+  EXPECT_EQ(codes, (std::vector<int>{1, 1})) << logs(runs);
+  EXPECT_NE(read_text(runs[0].log).find("it lost rank 3"), std::string::npos) << logs(runs);
+  EXPECT_NE(read_text(runs[1].log).find("rank 3 was killed by signal 9"), std::string::npos)
+      << logs(runs);
+  expect_no_process_left(hosts, 0);
+  expect_no_process_left(hosts, 1);
 }
 
 }  // namespace

@@ -332,7 +332,8 @@ void read_config(Section& top, Config& c) {
   launch.finish();
 
   Section comm = top.section("comm");
-  comm.read("backend", c.comm.backend, {"gloo", "asio-ring", "shm", "nccl", "auto"});
+  comm.read("backend", c.comm.backend,
+            {"gloo", "asio-ring", "shm", "hierarchical", "nccl", "auto"});
   comm.read_double("bucket_mb", c.comm.bucket_mb, 0.001, 4096);
   comm.read("wire_dtype", c.comm.wire_dtype, {"f32", "f16", "bf16"});
   comm.read_double("timeout_s", c.comm.timeout_s, 0.1, 86400.0 * 7);

@@ -1,0 +1,122 @@
+#include "comm_backends/shm/shm_region.h"
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/permissions.hpp>
+#if defined(_WIN32)
+#include <boost/interprocess/windows_shared_memory.hpp>
+#else
+#include <boost/interprocess/shared_memory_object.hpp>
+#endif
+
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "comm_backends/store/store.h"
+#include "common/errors.h"
+#include "common/hash.h"
+
+namespace partrain::comm {
+namespace {
+
+namespace bip = boost::interprocess;
+
+#if defined(_WIN32)
+using SharedMemory = bip::windows_shared_memory;
+#else
+using SharedMemory = bip::shared_memory_object;
+#endif
+
+std::string region_name(const std::string& token, const std::string& prefix) {
+  std::random_device random;
+  std::ostringstream name;
+  name << "partrain-shm-" << std::hex << fnv1a_64(token) << "-" << fnv1a_64(prefix) << "-"
+       << random() << random();
+  return name.str();
+}
+
+// The region's name on rank 0, removed once (not the region: mappings keep it) when the
+// others have mapped it, or at the latest when this goes, also if setup fails half way.
+class RegionName {
+ public:
+  RegionName() = default;
+  RegionName(const RegionName&) = delete;
+  RegionName& operator=(const RegionName&) = delete;
+  ~RegionName() { remove(); }
+  void own(std::string name) {
+    name_ = std::move(name);
+    owned_ = true;
+  }
+  void remove() {
+#if !defined(_WIN32)
+    if (owned_) SharedMemory::remove(name_.c_str());
+#endif
+    owned_ = false;
+  }
+
+ private:
+  std::string name_;
+  bool owned_ = false;
+};
+
+}  // namespace
+
+struct ShmRegion::Handles {
+  RegionName owned_name;
+  // Built in place (no move of Boost's handles: MinGW's GCC warns about their move).
+  std::unique_ptr<SharedMemory> memory;
+  std::unique_ptr<bip::mapped_region> region;
+};
+
+ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string& token, int rank,
+                     int size, std::size_t bytes, std::chrono::milliseconds timeout,
+                     const std::function<void(void* address)>& prepare)
+    : bytes_(bytes), handles_(std::make_unique<Handles>()) {
+  std::string name;
+  try {
+    if (rank == 0) {
+      name = region_name(token, prefix);
+#if defined(_WIN32)
+      // The creating user's default security: Windows grants it, SYSTEM and administrators.
+      bip::permissions owner_only;
+      handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
+                                                        bip::read_write, bytes, owner_only);
+#else
+      bip::permissions owner_only(0600);
+      handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
+                                                        bip::read_write, owner_only);
+      handles_->owned_name.own(name);
+      handles_->memory->truncate(static_cast<bip::offset_t>(bytes));
+#endif
+      handles_->region =
+          std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
+      prepare(handles_->region->get_address());
+      store.set(prefix + "region", std::vector<std::uint8_t>(name.begin(), name.end()));
+    } else {
+      const auto published = store.get(prefix + "region");
+      name.assign(published.begin(), published.end());
+      handles_->memory =
+          std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
+      handles_->region =
+          std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
+      prepare(handles_->region->get_address());
+    }
+  } catch (const bip::interprocess_exception& e) {
+    throw CommError("shm: cannot " + std::string(rank == 0 ? "create" : "open") +
+                    " the shared region '" + name + "' (" + std::to_string(bytes) +
+                    " bytes): " + e.what());
+  }
+  store.set(prefix + "attached/" + std::to_string(rank), {'1'});
+  if (rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(prefix + "attached/" + std::to_string(r));
+    store.wait(keys, timeout);
+    handles_->owned_name.remove();
+  }
+}
+
+ShmRegion::~ShmRegion() = default;
+
+void* ShmRegion::address() const { return handles_->region->get_address(); }
+
+}  // namespace partrain::comm
