@@ -311,6 +311,51 @@ int dataset_channels(const std::string& dataset) {
 }
 constexpr long long kMaxCount = 1LL << 40;
 
+// model.torchscript replaces the built-in models, so a built-in model's keys next to it would
+// be silently ignored: an error instead. model.sync_batchnorm needs BatchNorm layers it can
+// reach and ranks to share statistics with.
+void read_model_choice(Section& model, const Config& c, const YAML::Node& torchscript,
+                       const YAML::Node& sync_batchnorm) {
+  if (!c.model.torchscript.empty()) {
+    for (const char* key : {"name", "width", "norm"}) {
+      const YAML::Node n = model.raw(key);
+      if (n.IsDefined() && !n.IsNull()) {
+        fail(model.origins(), model.full(key), n.Mark(),
+             "has no effect with model.torchscript (the saved module is the model); remove "
+             "one of the two");
+      }
+    }
+    if (!std::filesystem::is_regular_file(c.model.torchscript)) {
+      fail(model.origins(), "model.torchscript", torchscript.Mark(),
+           "file '" + c.model.torchscript +
+               "' does not exist (paths are relative to the working directory)");
+    }
+  }
+  if (!c.model.sync_batchnorm) return;
+  auto refuse = [&](const std::string& why) {
+    fail(model.origins(), "model.sync_batchnorm", sync_batchnorm.Mark(), why);
+  };
+  if (!c.model.torchscript.empty()) {
+    refuse(
+        "not available with model.torchscript: its BatchNorm layers are compiled into the saved "
+        "module (convert them in Python with torch.nn.SyncBatchNorm semantics, or set false)");
+  }
+  if (c.strategy == "dp") {
+    refuse(
+        "needs strategy ddp (or single, where it changes nothing): dp's replicas live in one "
+        "process and normalise each device's piece on its own, as in PyTorch");
+  }
+  if (c.model.name == "mlp" || c.model.norm == "none") {
+    refuse("model " + c.model.name + (c.model.name == "mlp" ? "" : " with norm: none") +
+           " has no BatchNorm layers to synchronise");
+  }
+  if (c.model.name == "resnet18") {
+    refuse(
+        "implemented for digitalnet, whose BatchNorm layers are its own; resnet18 keeps "
+        "plain BatchNorm inside its blocks");
+  }
+}
+
 void read_config(Section& top, Config& c) {
   top.read("name", c.name);
   top.read_int("seed", c.seed, 0, std::numeric_limits<long long>::max());
@@ -386,7 +431,12 @@ void read_config(Section& top, Config& c) {
   model.read("name", c.model.name, {"digitalnet", "resnet18", "mlp"});
   model.read_int("width", c.model.width, 1, 4096);
   model.read("norm", c.model.norm, {"batch", "none"});
+  const YAML::Node torchscript = model.raw("torchscript");
+  model.read("torchscript", c.model.torchscript);
+  const YAML::Node sync_batchnorm = model.raw("sync_batchnorm");
+  model.read_bool("sync_batchnorm", c.model.sync_batchnorm);
   model.finish();
+  read_model_choice(model, c, torchscript, sync_batchnorm);
 
   Section train = top.section("train");
   train.read_int("epochs", c.train.epochs, 1, 100000);
@@ -536,7 +586,18 @@ std::string config_to_json(const Config& c) {
                                             : nlohmann::ordered_json(c.data.mean)},
                {"std", c.data.std.empty() ? nlohmann::ordered_json(nullptr)
                                           : nlohmann::ordered_json(c.data.std)}};
-  j["model"] = {{"name", c.model.name}, {"width", c.model.width}, {"norm", c.model.norm}};
+  // With a TorchScript model the built-in model's keys mean nothing: null, which reads back as
+  // absent, so the resolved config loads again.
+  const bool builtin = c.model.torchscript.empty();
+  auto builtin_only = [builtin](const nlohmann::ordered_json& v) {
+    return builtin ? v : nlohmann::ordered_json(nullptr);
+  };
+  j["model"] = {{"name", builtin_only(c.model.name)},
+                {"width", builtin_only(c.model.width)},
+                {"norm", builtin_only(c.model.norm)},
+                {"torchscript", builtin ? nlohmann::ordered_json(nullptr)
+                                        : nlohmann::ordered_json(c.model.torchscript)},
+                {"sync_batchnorm", c.model.sync_batchnorm}};
   j["train"] = {{"epochs", c.train.epochs},
                 {"max_steps", c.train.max_steps},
                 {"accumulate_steps", c.train.accumulate_steps},

@@ -51,6 +51,10 @@ struct ModelConfig {
   std::string name = "digitalnet";  // digitalnet | resnet18 | mlp
   int width = 64;
   std::string norm = "batch";  // batch | none
+  // A module saved from Python (torch.jit.script / trace); set, it is the model, and name,
+  // width and norm must be left out.
+  std::string torchscript;
+  bool sync_batchnorm = false;  // strategy ddp: BatchNorm statistics reduced across ranks
 };
 
 struct OptimizerConfig {

@@ -165,6 +165,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   std::optional<TempDir> own_rendezvous;  // declared first: outlives the store
   std::unique_ptr<comm::Store> store;
   std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<comm::Communicator> batchnorm_comm;  // model.sync_batchnorm's own (its note)
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
   PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ",
                  cfg.strategy, " runs in one process, but the launch has ", env.world_size,
@@ -200,6 +201,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     co.token = env.token;
     co.bind_host = bind_host;
     comm = comm::make_communicator(co, *store, env.rank, env.world_size);
+    if (cfg.model.sync_batchnorm) {
+      batchnorm_comm = comm::make_communicator(co, *store, env.rank, env.world_size);
+    }
   }
 
   // Data: the first local rank loads (and, if asked, downloads) first, the others after it,
@@ -261,7 +265,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   torch::manual_seed(cfg.seed);
   ModelShape shape{train_set->channels, train_set->height, train_set->num_classes,
                    train_set->width};
-  std::unique_ptr<TrainModel> model_owner = make_train_model(cfg.model, shape);
+  std::unique_ptr<TrainModel> model_owner =
+      make_train_model(cfg.model, shape, batchnorm_comm.get());
   TrainModel& model = *model_owner;
   model.module().to(device);
   if (comm) broadcast_from_rank0(state_tensors(model.module()), *comm);
