@@ -104,7 +104,7 @@ Checkpointer::Checkpointer(const Config& config, const WorkerEnv& env)
     : config_(config), env_(env), dir_(config.output_dir + "/checkpoints") {}
 
 void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Module& model,
-                              const torch::optim::SGD& optimizer,
+                              const torch::optim::Optimizer& optimizer,
                               const std::vector<EpochRecord>& epochs, comm::Communicator* comm) {
   const int every = config_.checkpoint.every_epochs;
   if (every <= 0 || (epoch % every != 0 && epoch != config_.train.epochs)) return;
@@ -189,7 +189,7 @@ std::string Checkpointer::choose_checkpoint() const {
   return path;
 }
 
-TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
+TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                       comm::Communicator* comm) {
   constexpr std::int64_t kFresh = -1;
   constexpr std::int64_t kRank0Failed = -2;

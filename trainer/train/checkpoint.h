@@ -15,7 +15,7 @@ namespace nn {
 class Module;
 }
 namespace optim {
-class SGD;
+class Optimizer;
 }
 }  // namespace torch
 
@@ -39,7 +39,7 @@ class Checkpointer {
   // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
   // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
   // this run.
-  TrainingPosition resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
+  TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                           comm::Communicator* comm);
   // Epoch records of the run up to the resumed checkpoint (for the report).
   const std::vector<EpochRecord>& previous_epochs() const { return previous_epochs_; }
@@ -48,7 +48,7 @@ class Checkpointer {
   // then the manifest, then prune to checkpoint.keep. Other ranks wait at a barrier so no
   // rank runs ahead of a checkpoint that might be needed.
   void maybe_save(int epoch, std::int64_t step, const torch::nn::Module& model,
-                  const torch::optim::SGD& optimizer, const std::vector<EpochRecord>& epochs,
+                  const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
                   comm::Communicator* comm);
 
   std::string directory() const { return dir_; }
