@@ -44,7 +44,9 @@ def main() -> None:
         for name, p in model.named_parameters():
             if torch.equal(p.detach(), initial[name]):
                 sys.exit(f"{name} is still its initial value")
-    print(f"loaded {len(state)} tensors into DigitalNet, strict")
+    counted = state.get("bn1.num_batches_tracked")
+    print(f"loaded {len(state)} tensors into DigitalNet, strict"
+          + (f"; bn1.num_batches_tracked = {int(counted)}" if counted is not None else ""))
 
 
 if __name__ == "__main__":

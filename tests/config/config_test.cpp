@@ -210,6 +210,52 @@ TEST_F(ConfigTest, YamlAndJsonRoundTrip) {
   EXPECT_EQ(config_to_json(again), config_to_json(c));
 }
 
+TEST_F(ConfigTest, TorchScriptModelStandsAlone) {
+  const std::string model = write("a TorchScript file, as far as the config can tell");
+  Config c = load_config(write("model: {torchscript: " + model + "}\n"));
+  EXPECT_EQ(c.model.torchscript, model);
+  EXPECT_FALSE(c.model.sync_batchnorm);
+  // The built-in model's keys would be ignored: an error at the key, not silence.
+  EXPECT_EQ(error_of("model:\n  torchscript: " + model + "\n  width: 32\n"),
+            ":3:3: model.width: has no effect with model.torchscript (the saved module is the "
+            "model); remove one of the two");
+  EXPECT_EQ(error_of("model: {name: digitalnet, torchscript: " + model + "}\n").substr(0, 17),
+            ":1:9: model.name:");
+  EXPECT_EQ(error_of("model: {}\n", {"model.torchscript=/nonexistent/m.pt"}),
+            "--set model.torchscript=/nonexistent/m.pt: model.torchscript: file "
+            "'/nonexistent/m.pt' does not exist (paths are relative to the working directory)");
+  // The resolved config leaves the built-in keys out (null), so it loads again as it is.
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("name: ~"), std::string::npos) << yaml;
+  EXPECT_EQ(config_to_json(load_config(write(yaml))), config_to_json(c));
+}
+
+TEST_F(ConfigTest, SyncBatchNormNeedsRanksAndBatchNormLayers) {
+  Config c = load_config(write("strategy: ddp\nmodel: {sync_batchnorm: true}\n"));
+  EXPECT_TRUE(c.model.sync_batchnorm);
+  EXPECT_TRUE(load_config(write("model: {sync_batchnorm: true}\n")).model.sync_batchnorm);
+  EXPECT_EQ(error_of("model: {sync_batchnorm: yes please}\n"),
+            ":1:25: model.sync_batchnorm: expected true or false, got 'yes please'");
+  const std::string prefix = ":2:24: model.sync_batchnorm: ";
+  auto why = [&](const std::string& text) {
+    std::string msg = error_of(text);
+    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;
+    return msg.substr(std::min(msg.size(), prefix.size()));
+  };
+  EXPECT_EQ(why("strategy: dp\nmodel: {name: digitalnet, sync_batchnorm: true}\n").substr(0, 20),
+            "needs strategy ddp (");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {name: mlp,        sync_batchnorm: true}\n"),
+            "model mlp has no BatchNorm layers to synchronise");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {norm: none,       sync_batchnorm: true}\n"),
+            "model digitalnet with norm: none has no BatchNorm layers to synchronise");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {name: resnet18,   sync_batchnorm: true}\n").substr(0, 30),
+            "implemented for digitalnet, wh");
+  const std::string model = write("model");
+  EXPECT_NE(error_of("strategy: ddp\nmodel: {sync_batchnorm: true, torchscript: " + model + "}\n")
+                .find("model.sync_batchnorm: not available with model.torchscript"),
+            std::string::npos);
+}
+
 TEST(ShippedConfigs, AllValidate) {
   const char* root = PARTRAIN_SOURCE_DIR;
   fs::current_path(root);  // configs name their reference files relative to the repo
@@ -220,6 +266,14 @@ TEST(ShippedConfigs, AllValidate) {
     ++seen;
   }
   EXPECT_GE(seen, 4);
+  // The examples' config names the model file its README's first command saves.
+  const fs::path model =
+      fs::temp_directory_path() / ("partrain_example_" + std::to_string(::getpid()) + ".pt");
+  std::ofstream(model) << "model";
+  EXPECT_NO_THROW(
+      load_config((fs::path(root) / "examples" / "torchscript_fashion_mnist.yaml").string(),
+                  {"model.torchscript=" + model.string()}));
+  fs::remove(model);
 }
 
 }  // namespace
