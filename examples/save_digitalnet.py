@@ -40,6 +40,7 @@ def main() -> None:
         saved = torch.jit.trace(model, example)
     else:
         saved = torch.jit.script(model)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     tmp = args.out + ".tmp"
     saved.save(tmp)
     os.replace(tmp, args.out)

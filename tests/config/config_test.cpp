@@ -217,10 +217,10 @@ TEST_F(ConfigTest, TorchScriptModelStandsAlone) {
   EXPECT_FALSE(c.model.sync_batchnorm);
   // The built-in model's keys would be ignored: an error at the key, not silence.
   EXPECT_EQ(error_of("model:\n  torchscript: " + model + "\n  width: 32\n"),
-            ":3:3: model.width: has no effect with model.torchscript (the saved module is the "
+            ":3:10: model.width: has no effect with model.torchscript (the saved module is the "
             "model); remove one of the two");
-  EXPECT_EQ(error_of("model: {name: digitalnet, torchscript: " + model + "}\n").substr(0, 17),
-            ":1:9: model.name:");
+  EXPECT_EQ(error_of("model: {name: digitalnet, torchscript: " + model + "}\n").substr(0, 18),
+            ":1:15: model.name:");
   EXPECT_EQ(error_of("model: {}\n", {"model.torchscript=/nonexistent/m.pt"}),
             "--set model.torchscript=/nonexistent/m.pt: model.torchscript: file "
             "'/nonexistent/m.pt' does not exist (paths are relative to the working directory)");
@@ -236,7 +236,7 @@ TEST_F(ConfigTest, SyncBatchNormNeedsRanksAndBatchNormLayers) {
   EXPECT_TRUE(load_config(write("model: {sync_batchnorm: true}\n")).model.sync_batchnorm);
   EXPECT_EQ(error_of("model: {sync_batchnorm: yes please}\n"),
             ":1:25: model.sync_batchnorm: expected true or false, got 'yes please'");
-  const std::string prefix = ":2:24: model.sync_batchnorm: ";
+  const std::string prefix = ":2:43: model.sync_batchnorm: ";
   auto why = [&](const std::string& text) {
     std::string msg = error_of(text);
     EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;

@@ -87,6 +87,28 @@ class ScriptRoot final : public ScriptHolder {
   jit::Module script_;
 };
 
+// A deep copy that shares no tensor and no autograd history with `module`: deepcopy clones
+// each tensor, which in grad mode would link the copy's parameters back to the originals
+// (a backward through the copy would reach them), so it runs without grad and the copy's
+// parameters are then made leaves that require grad as the originals do.
+jit::Module independent_copy(const jit::Module& module) {
+  jit::Module copy;
+  {
+    at::NoGradGuard no_grad;
+    copy = module.deepcopy();
+  }
+  const auto originals = module.parameters();
+  const auto copies = copy.parameters();
+  auto it = originals.begin();
+  for (at::Tensor p : copies) {
+    PARTRAIN_CHECK(p.unsafeGetTensorImpl() != (*it).unsafeGetTensorImpl(), Error,
+                   "a deep copy of a TorchScript module shares a parameter with it");
+    if ((*it).requires_grad() && !p.requires_grad()) p.requires_grad_(true);
+    ++it;
+  }
+  return copy;
+}
+
 // Walks `original` and its `copy` (made by deepcopy, so of the same types) together and gives
 // each of the copy's parameters a fresh tensor on `device`: a leaf of its own that
 // data_parallel_forward can wire back to the original. `fresh` maps each original parameter
@@ -129,7 +151,7 @@ class TorchScriptModel final : public TrainModel {
     const std::vector<at::Tensor> parameters = root_->parameters();
     jit::Module& script = root_->script();
     auto replicate = [&](const c10::Device& device) {
-      jit::Module copy = script.deepcopy();
+      jit::Module copy = independent_copy(script);
       copy.to(device);  // the buffers; the parameters are placed afresh below
       std::map<const c10::TensorImpl*, at::Tensor> fresh;
       place_parameters(script, copy, device, fresh);
@@ -182,7 +204,7 @@ void probe(const jit::Module& module, const std::string& path, const ModelShape&
   const int64_t width = shape.image_width > 0 ? shape.image_width : shape.image_size;
   const std::vector<int64_t> input_shape{kProbe, shape.in_channels, shape.image_size, width};
   const std::string batch = shape_text(input_shape);
-  jit::Module copy = module.deepcopy();
+  jit::Module copy = independent_copy(module);
   copy.train(true);
   const auto before = state_impls(copy);
   auto gen = at::detail::createCPUGenerator(0);
