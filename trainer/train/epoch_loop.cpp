@@ -37,6 +37,9 @@ void EpochLoop::run(const TrainingPosition& start) {
   if (is_rank0) metrics = std::make_unique<MetricsLog>(config_.output_dir, epochs_);
   Progress progress(is_rank0);
   step_ = start.step;
+  if (start.loss_scaler && parts_.step.loss_scaler().enabled())
+    parts_.step.loss_scaler().restore(*start.loss_scaler);
+  if (!epochs_.empty()) parts_.step.set_skipped_steps(epochs_.back().skipped_steps);
 
   for (int epoch = start.epoch + 1; epoch <= config_.train.epochs && !reached_max_steps();
        ++epoch) {
@@ -49,7 +52,8 @@ void EpochLoop::run(const TrainingPosition& start) {
     const double train_seconds = seconds_since(epoch_start);
 
     parts_.strategy.share_buffers(parts_.model);
-    EvalResult eval = evaluate(parts_.model, parts_.strategy, parts_.test, parts_.device);
+    EvalResult eval = evaluate(parts_.model, parts_.strategy, parts_.test, parts_.device,
+                               config_.train.precision);
     std::vector<double> sums{totals.loss_sum, totals.images};
     sum_over_ranks(parts_.strategy.comm(), sums, parts_.device);
 
@@ -63,6 +67,8 @@ void EpochLoop::run(const TrainingPosition& start) {
     record.train_loss = sums[0] / std::max(1.0, sums[1]);
     record.test_loss = eval.loss;
     record.test_accuracy = eval.accuracy;
+    record.test_accuracy_top5 = eval.accuracy_top5;
+    record.skipped_steps = parts_.step.skipped_steps();
     epochs_.push_back(record);
     if (is_rank0) {
       metrics->log_epoch(record);
@@ -72,7 +78,12 @@ void EpochLoop::run(const TrainingPosition& start) {
                  epoch, config_.train.epochs, record.seconds, record.train_loss, record.test_loss,
                  100.0 * record.test_accuracy, record.train_images_per_s));
     }
-    parts_.checkpointer.maybe_save(epoch, step_, parts_.model.module(), parts_.optimizer, epochs_,
+    TrainingPosition position;
+    position.epoch = epoch;
+    position.step = step_;
+    if (parts_.step.loss_scaler().enabled())
+      position.loss_scaler = parts_.step.loss_scaler().state();
+    parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
                                    parts_.strategy.comm());
   }
 }
@@ -100,7 +111,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, MetricsLog* metrics, Pr
     // epoch may hold fewer than accumulate_steps of them.
     const int64_t group_start = batch_index - batch_index % accumulate;
     const int64_t group_size = std::min<int64_t>(accumulate, batches - group_start);
-    at::Tensor loss = parts_.step.run(parts_.model, images, labels, sync, group_size);
+    at::Tensor loss = parts_.step.run(parts_.model, images, labels, sync, group_size, step_);
     if (sync) ++step_;
     running_loss += loss.to(torch::kFloat64) * static_cast<double>(batch->count);
     totals.images += static_cast<double>(batch->count);

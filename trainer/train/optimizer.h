@@ -1,4 +1,5 @@
-// defines: make_optimizer() — the optimizer train.optimizer names, over a model's parameters.
+// defines: make_optimizer() — the optimizer train.optimizer names (sgd, adamw), over a
+// model's parameters.
 #pragma once
 
 #include <ATen/Tensor.h>

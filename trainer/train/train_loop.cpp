@@ -6,7 +6,8 @@
 //   -> rendezvous: store and communicator                       [rendezvous]
 //   -> load this rank's data and loaders                        [rank_data]
 //   -> build the model, the same on every rank                  [strategy, train_model]
-//   -> optimizer                                                [optimizer]
+//   -> optimizer, learning-rate schedule, precision             [optimizer, lr_schedule,
+//                                                                autocast_scope, loss_scaler]
 //   -> resume from a checkpoint, if any                         [checkpoint]
 //   -> for each epoch: train steps (the Reducer overlaps the    [epoch_loop, train_step,
 //      gradient allreduce with backward), evaluate on this       evaluation]
@@ -20,9 +21,11 @@
 #include <cstdio>
 
 #include "common/stopwatch.h"
+#include "trainer/train/autocast_scope.h"
 #include "trainer/train/checkpoint.h"
 #include "trainer/train/epoch_loop.h"
 #include "trainer/train/final_report.h"
+#include "trainer/train/lr_schedule.h"
 #include "trainer/train/optimizer.h"
 #include "trainer/train/rank_data.h"
 #include "trainer/train/rank_device.h"
@@ -36,6 +39,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
   set_intra_op_threads(cfg, env);
   const c10::Device device = pick_device(cfg, env);
+  check_precision_supported(cfg.train.precision, device);
   RankGroup group = join_rank_group(cfg, env, device);
   RankData data = load_rank_data(cfg, env, group.store.get(), group.timeout);
 
@@ -55,7 +59,10 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   }
   strategy.start_gradient_averaging(*model);
 
-  TrainStep step(cfg, strategy, *optimizer);
+  TrainStep step(train_step_options(cfg.train), strategy, *optimizer,
+                 LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,
+                            total_optimizer_steps(cfg.train, data.train->num_batches())),
+                 device);
   EpochLoop loop(cfg, env,
                  EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
                                 checkpointer, device});
