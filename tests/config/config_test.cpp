@@ -202,6 +202,87 @@ TEST_F(ConfigTest, DatasetKeysImageSizeMeanAndStd) {
             "1)");
 }
 
+TEST_F(ConfigTest, RecipeKeys) {
+  Config c =
+      load_config(write("train:\n  optimizer: {name: adamw, betas: [0.8, 0.99], eps: 1.0e-6}\n"
+                        "  schedule: {name: cosine, warmup_steps: 10, min_lr: 1.0e-5}\n"
+                        "  label_smoothing: 0.1\n  clip_grad_norm: 2.5\n  precision: bf16\n"));
+  EXPECT_EQ(c.train.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 1e-3);  // PyTorch's AdamW defaults
+  EXPECT_DOUBLE_EQ(c.train.optimizer.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.eps, 1e-6);
+  EXPECT_EQ(c.train.schedule.name, "cosine");
+  EXPECT_EQ(c.train.schedule.warmup_steps, 10);
+  EXPECT_DOUBLE_EQ(c.train.schedule.min_lr, 1e-5);
+  EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.1);
+  EXPECT_DOUBLE_EQ(c.train.clip_grad_norm, 2.5);
+  EXPECT_EQ(c.train.precision, "bf16");
+  Config a = load_config(write("train: {optimizer: {name: adamw}}\n"));
+  EXPECT_DOUBLE_EQ(a.train.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(a.train.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(a.train.optimizer.eps, 1e-8);
+
+  Config d =
+      load_config(write("train: {optimizer: {nesterov: true}, "
+                        "schedule: {name: step, step_size: 100, gamma: 0.5}}\n"));
+  EXPECT_EQ(d.train.optimizer.name, "sgd");
+  EXPECT_TRUE(d.train.optimizer.nesterov);
+  EXPECT_DOUBLE_EQ(d.train.optimizer.lr, 0.05);
+  EXPECT_EQ(d.train.schedule.step_size, 100);
+  EXPECT_DOUBLE_EQ(d.train.schedule.gamma, 0.5);
+  Config e = load_config(write("name: x\n"));
+  EXPECT_EQ(e.train.schedule.name, "constant");
+  EXPECT_EQ(e.train.precision, "f32");
+  EXPECT_DOUBLE_EQ(e.train.clip_grad_norm, 0.0);
+  // Round trip through the resolved YAML keeps every recipe key.
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(d)))), config_to_json(d));
+}
+
+TEST_F(ConfigTest, RecipeErrorsNameTheKeyAndPlace) {
+  EXPECT_EQ(error_of("train: {optimizer: {name: adam}}\n"),
+            ":1:27: train.optimizer.name: 'adam' is not one of sgd | adamw");
+  EXPECT_EQ(error_of("train: {optimizer: {name: adamw, momentum: 0.9}}\n"),
+            ":1:44: train.optimizer.momentum: applies to optimizer sgd only (adamw has betas)");
+  EXPECT_EQ(error_of("train: {optimizer: {eps: 1.0e-8}}\n"),
+            ":1:26: train.optimizer.eps: applies to optimizer adamw only, not sgd");
+  EXPECT_EQ(error_of("train: {optimizer: {momentum: 0, nesterov: true}}\n"),
+            ":1:44: train.optimizer.nesterov: Nesterov momentum needs momentum > 0");
+  EXPECT_EQ(error_of("train: {optimizer: {name: adamw, betas: [0.9]}}\n"),
+            ":1:41: train.optimizer.betas: expected two numbers [beta1, beta2]");
+  EXPECT_EQ(error_of("train: {optimizer: {name: adamw, betas: [0.9, 1.5]}}\n"),
+            ":1:47: train.optimizer.betas: item 1: 1.5 is out of range [0, 0.999999]");
+  EXPECT_EQ(error_of("train: {schedule: {name: linear}}\n"),
+            ":1:26: train.schedule.name: 'linear' is not one of constant | step | cosine");
+  EXPECT_EQ(error_of("train: {schedule: {name: step}}\n"),
+            ":1:26: train.schedule.step_size: schedule step needs step_size (optimizer steps "
+            "between decays)");
+  EXPECT_EQ(error_of("train: {schedule: {name: step, step_size: 0}}\n"),
+            ":1:43: train.schedule.step_size: 0 is out of range [1, 1099511627776]");
+  EXPECT_EQ(error_of("train: {schedule: {name: cosine, gamma: 0.5}}\n"),
+            ":1:41: train.schedule.gamma: applies to schedule step only, not cosine");
+  EXPECT_EQ(error_of("train: {schedule: {min_lr: 0.1}}\n"),
+            ":1:28: train.schedule.min_lr: applies to schedule cosine only, not constant");
+  EXPECT_EQ(error_of("train: {optimizer: {lr: 0.1}, schedule: {name: cosine, min_lr: 0.5}}\n"),
+            ":1:64: train.schedule.min_lr: min_lr 0.5 is above the optimizer's lr 0.1");
+  EXPECT_EQ(error_of("train: {schedule: {warmup_steps: -1}}\n"),
+            ":1:34: train.schedule.warmup_steps: -1 is out of range [0, 1099511627776]");
+  EXPECT_EQ(error_of("train: {label_smoothing: 1.5}\n"),
+            ":1:26: train.label_smoothing: 1.5 is out of range [0, 1]");
+  EXPECT_EQ(error_of("train: {clip_grad_norm: -1}\n"),
+            ":1:25: train.clip_grad_norm: -1 is out of range [0, 1000000000]");
+  EXPECT_EQ(error_of("train: {precision: fp16}\n"),
+            ":1:20: train.precision: 'fp16' is not one of f32 | bf16 | f16");
+  EXPECT_EQ(error_of("device: cpu\ntrain: {precision: f16}\n"),
+            ":2:20: train.precision: f16 needs device cuda: autocast on the CPU computes in bf16 "
+            "only (use precision bf16 or f32)");
+  EXPECT_EQ(error_of("name: x\n", {"train.schedule.name=cosine", "train.schedule.gamma=0.5"}),
+            "--set train.schedule.gamma=0.5: train.schedule.gamma: applies to schedule step only, "
+            "not cosine");
+}
+
 TEST_F(ConfigTest, YamlAndJsonRoundTrip) {
   Config c = load_config(write("name: rt\nseed: 7\ndata: {batch_size: 9}\n"));
   std::string yaml = config_to_yaml(c);
@@ -209,6 +290,52 @@ TEST_F(ConfigTest, YamlAndJsonRoundTrip) {
   EXPECT_EQ(again.seed, 7u);
   EXPECT_EQ(again.data.batch_size, 9);
   EXPECT_EQ(config_to_json(again), config_to_json(c));
+}
+
+TEST_F(ConfigTest, TorchScriptModelStandsAlone) {
+  const std::string model = write("a TorchScript file, as far as the config can tell");
+  Config c = load_config(write("model: {torchscript: " + model + "}\n"));
+  EXPECT_EQ(c.model.torchscript, model);
+  EXPECT_FALSE(c.model.sync_batchnorm);
+  // The built-in model's keys would be ignored: an error at the key, not silence.
+  EXPECT_EQ(error_of("model:\n  torchscript: " + model + "\n  width: 32\n"),
+            ":3:10: model.width: has no effect with model.torchscript (the saved module is the "
+            "model); remove one of the two");
+  EXPECT_EQ(error_of("model: {name: digitalnet, torchscript: " + model + "}\n").substr(0, 18),
+            ":1:15: model.name:");
+  EXPECT_EQ(error_of("model: {}\n", {"model.torchscript=/nonexistent/m.pt"}),
+            "--set model.torchscript=/nonexistent/m.pt: model.torchscript: file "
+            "'/nonexistent/m.pt' does not exist (paths are relative to the working directory)");
+  // The resolved config leaves the built-in keys out (null), so it loads again as it is.
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_NE(yaml.find("name: ~"), std::string::npos) << yaml;
+  EXPECT_EQ(config_to_json(load_config(write(yaml))), config_to_json(c));
+}
+
+TEST_F(ConfigTest, SyncBatchNormNeedsRanksAndBatchNormLayers) {
+  Config c = load_config(write("strategy: ddp\nmodel: {sync_batchnorm: true}\n"));
+  EXPECT_TRUE(c.model.sync_batchnorm);
+  EXPECT_TRUE(load_config(write("model: {sync_batchnorm: true}\n")).model.sync_batchnorm);
+  EXPECT_EQ(error_of("model: {sync_batchnorm: yes please}\n"),
+            ":1:25: model.sync_batchnorm: expected true or false, got 'yes please'");
+  const std::string prefix = ":2:43: model.sync_batchnorm: ";
+  auto why = [&](const std::string& text) {
+    std::string msg = error_of(text);
+    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;
+    return msg.substr(std::min(msg.size(), prefix.size()));
+  };
+  EXPECT_EQ(why("strategy: dp\nmodel: {name: digitalnet, sync_batchnorm: true}\n").substr(0, 20),
+            "needs strategy ddp (");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {name: mlp,        sync_batchnorm: true}\n"),
+            "model mlp has no BatchNorm layers to synchronise");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {norm: none,       sync_batchnorm: true}\n"),
+            "model digitalnet with norm: none has no BatchNorm layers to synchronise");
+  EXPECT_EQ(why("strategy: ddp\nmodel: {name: resnet18,   sync_batchnorm: true}\n").substr(0, 30),
+            "implemented for digitalnet, wh");
+  const std::string model = write("model");
+  EXPECT_NE(error_of("strategy: ddp\nmodel: {sync_batchnorm: true, torchscript: " + model + "}\n")
+                .find("model.sync_batchnorm: not available with model.torchscript"),
+            std::string::npos);
 }
 
 TEST(ShippedConfigs, AllValidate) {
@@ -221,6 +348,14 @@ TEST(ShippedConfigs, AllValidate) {
     ++seen;
   }
   EXPECT_GE(seen, 4);
+  // The examples' config names the model file its README's first command saves.
+  const fs::path model =
+      fs::temp_directory_path() / ("partrain_example_" + std::to_string(::getpid()) + ".pt");
+  std::ofstream(model) << "model";
+  EXPECT_NO_THROW(
+      load_config((fs::path(root) / "examples" / "torchscript_fashion_mnist.yaml").string(),
+                  {"model.torchscript=" + model.string()}));
+  fs::remove(model);
 }
 
 }  // namespace

@@ -9,16 +9,18 @@ using namespace partrain_test;
 
 const char* kBody = "strategy: single\ntrain: {epochs: 6, threads: 1}\n";
 
-TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
-  auto straight = scratch("straight");
-  ASSERT_EQ(partrain("run " + write_config(straight, kBody).string(), straight).code, 0);
+// Runs `body` straight through, then again killed (SIGKILL) at a spread of moments and
+// resumed until it completes: the epochs' losses must be the same, exactly.
+void expect_kills_resume_to_the_same_losses(const std::string& name, const std::string& body) {
+  auto straight = scratch(name + "_straight");
+  ASSERT_EQ(partrain("run " + write_config(straight, body).string(), straight).code, 0);
   const auto expected = epoch_losses(straight);
   ASSERT_EQ(expected.size(), 6u);
 
   // Kill the run at a spread of moments — during start-up, training, evaluation and the
   // checkpoint write — then resume until it completes.
-  auto dir = scratch("killed");
-  auto cfg = write_config(dir, kBody);
+  auto dir = scratch(name + "_killed");
+  auto cfg = write_config(dir, body);
   int kills = 0;
   for (int delay_ms : {300, 900, 1500, 2100, 2700}) {
     pid_t pid = start_partrain({"run", cfg.string(), "--set", "checkpoint.resume=auto"},
@@ -39,6 +41,20 @@ TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
   Result r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto", dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(epoch_losses(dir), expected);
+}
+
+TEST(Reliability, KilledAtAnyMomentResumesToTheSameLosses) {
+  expect_kills_resume_to_the_same_losses("sgd", kBody);
+}
+
+// AdamW's moments and step counts, the place in a warmup-then-cosine schedule (which spans the
+// kills), label smoothing and clipping: all of it must come back from the checkpoint.
+TEST(Reliability, AdamWCosineWarmupKilledAndResumedEqualsTheStraightRun) {
+  expect_kills_resume_to_the_same_losses(
+      "adamw",
+      "strategy: single\ntrain: {epochs: 6, threads: 1, label_smoothing: 0.1, "
+      "clip_grad_norm: 1.0, optimizer: {name: adamw, lr: 0.003, weight_decay: 0.05}, "
+      "schedule: {name: cosine, warmup_steps: 50, min_lr: 0.0001}}\n");
 }
 
 TEST(Reliability, RestartResumesTheGroupAfterARankDies) {

@@ -124,19 +124,27 @@ TEST(Run, CheckpointLoadsInPythonWithTorchLoad) {
     GTEST_SKIP() << "no Python torch (Debian's python3-torch) to load the checkpoint with";
   }
   auto dir = scratch("python_load");
-  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, max_steps: 3, threads: 1}\n");
+  auto cfg = write_config(dir,
+                          "strategy: single\ntrain: {epochs: 1, max_steps: 3, threads: 1, "
+                          "optimizer: {name: adamw}}\n");
   ASSERT_EQ(partrain("run " + cfg.string(), dir).code, 0);
   fs::path script = dir / "load.py";
   std::ofstream(script)
       << "import sys, torch\n"
-         "ck = torch.load(sys.argv[1])\n"
-         "m = ck['model']\n"
-         "assert m['conv1.weight'].shape == (8, 3, 3, 3), m['conv1.weight'].shape\n"
-         "assert m['fc.weight'].shape == (100, 64)\n"
-         "assert not any(k.startswith('module.') for k in m)\n"
+         "for path in sys.argv[1:]:\n"
+         "    ck = torch.load(path)\n"
+         "    m = ck['model']\n"
+         "    assert m['conv1.weight'].shape == (8, 3, 3, 3), m['conv1.weight'].shape\n"
+         "    assert m['fc.weight'].shape == (100, 64)\n"
+         "    assert not any(k.startswith('module.') for k in m)\n"
+         "    o = ck['optimizer']\n"
+         "    assert o['name'] == 'adamw', o['name']\n"
+         "    s = o['state']['fc.weight']\n"
+         "    assert s['step'] == 3 and s['exp_avg'].shape == (100, 64), s['step']\n"
          "print('loaded', len(m))\n";
+  const auto ckpt = dir / "out" / "checkpoints";
   std::string cmd = "/usr/bin/python3 " + script.string() + " " +
-                    (dir / "out" / "checkpoints" / "epoch-0001.pt").string() + " > " +
+                    (ckpt / "epoch-0001.pt").string() + " " + (ckpt / "best.pt").string() + " > " +
                     (dir / "python.txt").string() + " 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(dir / "python.txt");
   EXPECT_NE(read_text(dir / "python.txt").find("loaded 26"), std::string::npos)
@@ -229,6 +237,101 @@ TEST(Run, ShortLastAccumulationGroupIsAveragedOverItsOwnBatches) {
   EXPECT_EQ(rb["epochs"][0]["steps"], 2);
   const double la = ra["final"]["test_loss"], lb = rb["final"]["test_loss"];
   EXPECT_NEAR(la, lb, 1e-6 * std::abs(lb));
+}
+
+}  // namespace
+
+namespace {
+
+using namespace partrain_test;
+
+// Clipping sees the gradients averaged over the ranks: 2 ranks at batch 16 clip exactly as
+// one process at batch 32 does. (Clipping each rank's own gradients before averaging would
+// scale them by other factors.) The bound is small enough that every step is clipped, which
+// the third run shows: without clipping the losses differ.
+TEST(Run, ClipGradNormAppliesAfterAveragingOverRanks) {
+  auto single = scratch("clip_single"), ddp = scratch("clip_ddp"), free = scratch("clip_free");
+  const std::string common =
+      " --set model.norm=none --set train.clip_grad_norm=0.05 --set train.optimizer.lr=0.2";
+  auto cfg1 = write_config(single, "strategy: single\ntrain: {epochs: 1, threads: 1}\n");
+  auto cfg2 = write_config(
+      ddp, "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 1, threads: 1}\n");
+  auto cfg3 = write_config(free, "strategy: single\ntrain: {epochs: 1, threads: 1}\n");
+  Result r1 = partrain("run " + cfg1.string() + common + " --set data.batch_size=32", single);
+  ASSERT_EQ(r1.code, 0) << r1.output;
+  Result r2 = partrain(
+      "run " + cfg2.string() + common + " --set data.batch_size=16 --set comm.backend=asio-ring",
+      ddp);
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  Result r3 = partrain("run " + cfg3.string() +
+                           " --set model.norm=none --set train.optimizer.lr=0.2 "
+                           "--set data.batch_size=32",
+                       free);
+  ASSERT_EQ(r3.code, 0) << r3.output;
+  const double l1 = read_report(single)["final"]["test_loss"];
+  const double l2 = read_report(ddp)["final"]["test_loss"];
+  const double l3 = read_report(free)["final"]["test_loss"];
+  EXPECT_NEAR(l1, l2, 1e-4 * std::abs(l1));
+  EXPECT_GT(std::abs(l1 - l3), 1e-2 * std::abs(l3)) << "clipping did not change the run";
+}
+
+// best.pt is the checkpoint of the epoch with the highest test accuracy. Epochs 3 and 4 are
+// trained at a rate that wrecks the model, so the best epoch is not the last one.
+TEST(Run, BestCheckpointHoldsTheBestEpoch) {
+  auto dir = scratch("best");
+  auto cfg = write_config(dir, "strategy: single\ntrain: {epochs: 2, threads: 1}\n");
+  ASSERT_EQ(partrain("run " + cfg.string() + " --set checkpoint.keep=4", dir).code, 0);
+  Result r = partrain("run " + cfg.string() +
+                          " --set checkpoint.keep=4 --set checkpoint.resume=auto "
+                          "--set train.epochs=4 --set train.optimizer.lr=50",
+                      dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  Json report = read_report(dir);
+  ASSERT_EQ(report["epochs"].size(), 4u);
+  int best = 0;
+  double best_accuracy = -1;
+  for (const auto& e : report["epochs"]) {
+    if (e["test_accuracy"].get<double>() > best_accuracy) {
+      best_accuracy = e["test_accuracy"].get<double>();
+      best = e["epoch"].get<int>();
+    }
+  }
+  ASSERT_LT(best, 4) << "the wrecked epochs came out best; the test shows nothing";
+  char name[32];
+  std::snprintf(name, sizeof(name), "epoch-%04d.pt", best);
+  const auto ckpt = dir / "out" / "checkpoints";
+  ASSERT_TRUE(fs::exists(ckpt / "best.pt"));
+  EXPECT_EQ(read_text(ckpt / "best.pt"), read_text(ckpt / name)) << "best.pt is not " << name;
+  // top-5 is reported beside top-1, and is at least as high.
+  for (const auto& e : report["epochs"])
+    EXPECT_GE(e["test_accuracy_top5"].get<double>(), e["test_accuracy"].get<double>());
+  EXPECT_TRUE(report["final"].contains("test_accuracy_top5"));
+}
+
+// bf16 autocast trains on the CPU; f16 there is refused with one line (exit 2), from the
+// config when it says device: cpu, and at start when device auto finds no GPU.
+TEST(Run, PrecisionBf16TrainsAndF16OnTheCpuIsRefused) {
+  auto dir = scratch("precision");
+  auto cfg = write_config(
+      dir, "strategy: single\ntrain: {epochs: 1, threads: 1, precision: bf16, max_steps: 20}\n");
+  Result r = partrain("run " + cfg.string(), dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double bf16 = read_report(dir)["epochs"][0]["train_loss"];
+  EXPECT_EQ(read_report(dir)["config"]["train"]["precision"], "bf16");
+  r = partrain("run " + cfg.string() + " --set train.precision=f32", dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double f32 = read_report(dir)["epochs"][0]["train_loss"];
+  // The convolutions ran in bf16 (8 bits of mantissa): close to f32, not equal.
+  EXPECT_NE(bf16, f32);
+  EXPECT_NEAR(bf16, f32, 0.05 * f32);
+  r = partrain("run " + cfg.string() + " --set train.precision=f16", dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("train.precision"), std::string::npos) << r.output;
+  if (std::system("nvidia-smi > /dev/null 2>&1") != 0) {
+    r = partrain("run " + cfg.string() + " --set train.precision=f16 --set device=auto", dir);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("f16 needs a CUDA device"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

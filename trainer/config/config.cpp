@@ -311,6 +311,121 @@ int dataset_channels(const std::string& dataset) {
 }
 constexpr long long kMaxCount = 1LL << 40;
 
+// model.torchscript replaces the built-in models, so a built-in model's keys next to it would
+// be silently ignored: an error instead. model.sync_batchnorm needs BatchNorm layers it can
+// reach and ranks to share statistics with.
+void read_model_choice(Section& model, const Config& c, const YAML::Node& torchscript,
+                       const YAML::Node& sync_batchnorm) {
+  if (!c.model.torchscript.empty()) {
+    for (const char* key : {"name", "width", "norm"}) {
+      const YAML::Node n = model.raw(key);
+      if (n.IsDefined() && !n.IsNull()) {
+        fail(model.origins(), model.full(key), n.Mark(),
+             "has no effect with model.torchscript (the saved module is the model); remove "
+             "one of the two");
+      }
+    }
+    if (!std::filesystem::is_regular_file(c.model.torchscript)) {
+      fail(model.origins(), "model.torchscript", torchscript.Mark(),
+           "file '" + c.model.torchscript +
+               "' does not exist (paths are relative to the working directory)");
+    }
+  }
+  if (!c.model.sync_batchnorm) return;
+  auto reject = [&](const std::string& why) {
+    fail(model.origins(), "model.sync_batchnorm", sync_batchnorm.Mark(), why);
+  };
+  if (!c.model.torchscript.empty()) {
+    reject(
+        "not available with model.torchscript: its BatchNorm layers are compiled into the saved "
+        "module (convert them in Python with torch.nn.SyncBatchNorm semantics, or set false)");
+  }
+  if (c.strategy == "dp") {
+    reject(
+        "needs strategy ddp (or single, where it changes nothing): dp's replicas live in one "
+        "process and normalise each device's piece on its own, as in PyTorch");
+  }
+  if (c.model.name == "mlp" || c.model.norm == "none") {
+    reject("model " + c.model.name + (c.model.name == "mlp" ? "" : " with norm: none") +
+           " has no BatchNorm layers to synchronise");
+  }
+  if (c.model.name == "resnet18") {
+    reject(
+        "implemented for digitalnet, whose BatchNorm layers are its own; resnet18 keeps "
+        "plain BatchNorm inside its blocks");
+  }
+}
+
+// A key that belongs to other settings than the ones chosen, such as momentum with adamw, is
+// an error rather than silently ignored.
+void refuse(Section& section, const std::string& key, const std::string& why) {
+  YAML::Node n = section.raw(key);
+  if (n.IsDefined() && !n.IsNull()) fail(section.origins(), section.full(key), n.Mark(), why);
+}
+
+void read_optimizer(Section opt, OptimizerConfig& o) {
+  opt.read("name", o.name, {"sgd", "adamw"});
+  if (o.name == "adamw") {  // PyTorch's defaults for AdamW
+    o.lr = 1.0e-3;
+    o.weight_decay = 0.01;
+  }
+  opt.read_double("lr", o.lr, 0.0, 1e6);
+  opt.read_double("weight_decay", o.weight_decay, 0.0, 1e3);
+  if (o.name == "sgd") {
+    opt.read_double("momentum", o.momentum, 0.0, 1.0);
+    opt.read_bool("nesterov", o.nesterov);
+    refuse(opt, "betas", "applies to optimizer adamw only, not sgd");
+    refuse(opt, "eps", "applies to optimizer adamw only, not sgd");
+    if (o.nesterov && o.momentum == 0.0) {
+      fail(opt.origins(), opt.full("nesterov"), opt.raw("nesterov").Mark(),
+           "Nesterov momentum needs momentum > 0");
+    }
+  } else {
+    refuse(opt, "momentum", "applies to optimizer sgd only (adamw has betas)");
+    refuse(opt, "nesterov", "applies to optimizer sgd only");
+    std::vector<double> betas;
+    const YAML::Node n = opt.read_double_list("betas", betas, 0.0, 0.999999, 2);
+    if (!betas.empty()) {
+      if (betas.size() != 2) {
+        fail(opt.origins(), opt.full("betas"), n.Mark(), "expected two numbers [beta1, beta2]");
+      }
+      o.beta1 = betas[0];
+      o.beta2 = betas[1];
+    }
+    opt.read_double("eps", o.eps, 1e-30, 1.0);
+  }
+  opt.finish();
+}
+
+void read_schedule(Section sched, ScheduleConfig& s, double lr) {
+  sched.read("name", s.name, {"constant", "step", "cosine"});
+  sched.read_int("warmup_steps", s.warmup_steps, 0, kMaxCount);
+  if (s.name == "step") {
+    const YAML::Node n = sched.raw("step_size");
+    sched.read_int("step_size", s.step_size, 1, kMaxCount);
+    if (!n.IsDefined() || n.IsNull()) {
+      fail(sched.origins(), sched.full("step_size"), sched.raw("name").Mark(),
+           "schedule step needs step_size (optimizer steps between decays)");
+    }
+    sched.read_double("gamma", s.gamma, 0.0, 1.0);
+  } else {
+    refuse(sched, "step_size", "applies to schedule step only, not " + s.name);
+    refuse(sched, "gamma", "applies to schedule step only, not " + s.name);
+  }
+  if (s.name == "cosine") {
+    const YAML::Node n = sched.raw("min_lr");
+    sched.read_double("min_lr", s.min_lr, 0.0, 1e6);
+    if (s.min_lr > lr) {
+      std::ostringstream msg;
+      msg << "min_lr " << s.min_lr << " is above the optimizer's lr " << lr;
+      fail(sched.origins(), sched.full("min_lr"), n.Mark(), msg.str());
+    }
+  } else {
+    refuse(sched, "min_lr", "applies to schedule cosine only, not " + s.name);
+  }
+  sched.finish();
+}
+
 void read_config(Section& top, Config& c) {
   top.read("name", c.name);
   top.read_int("seed", c.seed, 0, std::numeric_limits<long long>::max());
@@ -387,7 +502,12 @@ void read_config(Section& top, Config& c) {
   model.read("name", c.model.name, {"digitalnet", "resnet18", "mlp"});
   model.read_int("width", c.model.width, 1, 4096);
   model.read("norm", c.model.norm, {"batch", "none"});
+  const YAML::Node torchscript = model.raw("torchscript");
+  model.read("torchscript", c.model.torchscript);
+  const YAML::Node sync_batchnorm = model.raw("sync_batchnorm");
+  model.read_bool("sync_batchnorm", c.model.sync_batchnorm);
   model.finish();
+  read_model_choice(model, c, torchscript, sync_batchnorm);
 
   Section train = top.section("train");
   train.read_int("epochs", c.train.epochs, 1, 100000);
@@ -395,13 +515,18 @@ void read_config(Section& top, Config& c) {
   train.read_int("accumulate_steps", c.train.accumulate_steps, 1, 1 << 16);
   train.read_int("threads", c.train.threads, 0, 1024);
   train.read_int("log_every", c.train.log_every, 1, kMaxInt);
-  Section opt = train.section("optimizer");
-  opt.read("name", c.train.optimizer.name, {"sgd"});
-  opt.read_double("lr", c.train.optimizer.lr, 0.0, 1e6);
-  opt.read_double("momentum", c.train.optimizer.momentum, 0.0, 1.0);
-  opt.read_double("weight_decay", c.train.optimizer.weight_decay, 0.0, 1e3);
-  opt.finish();
+  train.read_double("label_smoothing", c.train.label_smoothing, 0.0, 1.0);
+  train.read_double("clip_grad_norm", c.train.clip_grad_norm, 0.0, 1e9);
+  const YAML::Node precision = train.raw("precision");
+  train.read("precision", c.train.precision, {"f32", "bf16", "f16"});
+  read_optimizer(train.section("optimizer"), c.train.optimizer);
+  read_schedule(train.section("schedule"), c.train.schedule, c.train.optimizer.lr);
   train.finish();
+  if (c.train.precision == "f16" && c.device == "cpu") {
+    fail(top.origins(), "train.precision", precision.Mark(),
+         "f16 needs device cuda: autocast on the CPU computes in bf16 only (use precision bf16 "
+         "or f32)");
+  }
 
   Section ckpt = top.section("checkpoint");
   ckpt.read_int("every_epochs", c.checkpoint.every_epochs, 0, 100000);
@@ -506,6 +631,34 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return config;
 }
 
+namespace {
+
+// The keys of the chosen optimizer and schedule only: the resolved config reads back as it
+// was meant (a key of another optimizer would be refused).
+nlohmann::ordered_json optimizer_json(const OptimizerConfig& o) {
+  nlohmann::ordered_json j = {{"name", o.name}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
+  if (o.name == "sgd") {
+    j["momentum"] = o.momentum;
+    j["nesterov"] = o.nesterov;
+  } else {
+    j["betas"] = {o.beta1, o.beta2};
+    j["eps"] = o.eps;
+  }
+  return j;
+}
+
+nlohmann::ordered_json schedule_json(const ScheduleConfig& s) {
+  nlohmann::ordered_json j = {{"name", s.name}, {"warmup_steps", s.warmup_steps}};
+  if (s.name == "step") {
+    j["step_size"] = s.step_size;
+    j["gamma"] = s.gamma;
+  }
+  if (s.name == "cosine") j["min_lr"] = s.min_lr;
+  return j;
+}
+
+}  // namespace
+
 std::string config_to_json(const Config& c) {
   nlohmann::ordered_json j;
   j["name"] = c.name;
@@ -537,15 +690,26 @@ std::string config_to_json(const Config& c) {
                                             : nlohmann::ordered_json(c.data.mean)},
                {"std", c.data.std.empty() ? nlohmann::ordered_json(nullptr)
                                           : nlohmann::ordered_json(c.data.std)}};
-  j["model"] = {{"name", c.model.name}, {"width", c.model.width}, {"norm", c.model.norm}};
+  // With a TorchScript model the built-in model's keys mean nothing: null, which reads back as
+  // absent, so the resolved config loads again.
+  const bool builtin = c.model.torchscript.empty();
+  auto builtin_only = [builtin](const nlohmann::ordered_json& v) {
+    return builtin ? v : nlohmann::ordered_json(nullptr);
+  };
+  j["model"] = {{"name", builtin_only(c.model.name)},
+                {"width", builtin_only(c.model.width)},
+                {"norm", builtin_only(c.model.norm)},
+                {"torchscript", builtin ? nlohmann::ordered_json(nullptr)
+                                        : nlohmann::ordered_json(c.model.torchscript)},
+                {"sync_batchnorm", c.model.sync_batchnorm}};
   j["train"] = {{"epochs", c.train.epochs},
                 {"max_steps", c.train.max_steps},
                 {"accumulate_steps", c.train.accumulate_steps},
-                {"optimizer",
-                 {{"name", c.train.optimizer.name},
-                  {"lr", c.train.optimizer.lr},
-                  {"momentum", c.train.optimizer.momentum},
-                  {"weight_decay", c.train.optimizer.weight_decay}}},
+                {"optimizer", optimizer_json(c.train.optimizer)},
+                {"schedule", schedule_json(c.train.schedule)},
+                {"label_smoothing", c.train.label_smoothing},
+                {"clip_grad_norm", c.train.clip_grad_norm},
+                {"precision", c.train.precision},
                 {"threads", c.train.threads},
                 {"log_every", c.train.log_every}};
   j["checkpoint"] = {{"every_epochs", c.checkpoint.every_epochs},

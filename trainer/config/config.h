@@ -51,13 +51,32 @@ struct ModelConfig {
   std::string name = "digitalnet";  // digitalnet | resnet18 | mlp
   int width = 64;
   std::string norm = "batch";  // batch | none
+  // A module saved from Python (torch.jit.script / trace); set, it is the model, and name,
+  // width and norm must be left out.
+  std::string torchscript;
+  bool sync_batchnorm = false;  // strategy ddp: BatchNorm statistics reduced across ranks
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd";
-  double lr = 0.05;
-  double momentum = 0.9;
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.05;          // unset with adamw: 1e-3, PyTorch's default
+  // sgd: L2 added to the gradient; adamw: decoupled. Unset with adamw: 0.01, PyTorch's.
   double weight_decay = 5.0e-4;
+  double momentum = 0.9;  // sgd only
+  bool nesterov = false;  // sgd only; needs momentum > 0
+  double beta1 = 0.9;     // adamw only (betas: [beta1, beta2])
+  double beta2 = 0.999;
+  double eps = 1.0e-8;  // adamw only
+};
+
+// The learning rate at each optimizer step (see lr_schedule.h): a linear warmup over
+// warmup_steps, then constant, step or cosine.
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | step | cosine
+  std::int64_t warmup_steps = 0;
+  std::int64_t step_size = 0;  // step: optimizer steps between decays, counted after warmup
+  double gamma = 0.1;          // step: the factor of each decay
+  double min_lr = 0.0;         // cosine: the rate it reaches at the run's last step
 };
 
 struct TrainConfig {
@@ -65,6 +84,10 @@ struct TrainConfig {
   std::int64_t max_steps = 0;
   int accumulate_steps = 1;
   OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  double label_smoothing = 0.0;   // of the training loss; test_loss stays plain cross-entropy
+  double clip_grad_norm = 0.0;    // max global L2 norm of the averaged gradients; 0 = off
+  std::string precision = "f32";  // f32 | bf16 | f16 (autocast; f16 with a loss scaler)
   int threads = 0;
   int log_every = 20;  // steps between metrics.jsonl step lines
 };

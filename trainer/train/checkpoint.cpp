@@ -4,6 +4,13 @@
 //                      torch.save, so `torch.load("epoch-0003.pt")["model"]` gives the
 //                      state dict (names like "conv1.weight", no wrapper prefix)
 //   latest.json        the manifest: names the newest checkpoint that was written whole
+//   best.pt            a copy of the checkpoint of the epoch with the highest test accuracy
+//                      so far (the first such epoch on a tie)
+//
+// A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
+// "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
+// "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
+// epoch records). Checkpoints of earlier versions hold SGD's buffers under "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
@@ -12,6 +19,7 @@
 #include "trainer/train/checkpoint.h"
 
 #include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 #include <torch/types.h>
@@ -73,6 +81,91 @@ std::string shape_text(const at::Tensor& t) {
   return out.str();
 }
 
+std::string optimizer_name(const torch::optim::Optimizer& optimizer) {
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) return "adamw";
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) return "sgd";
+  throw Error("checkpoint: an optimizer partrain does not make");
+}
+
+// The optimizer's state is keyed by parameter identity in LibTorch; in the file, by the
+// parameter's name, so that it survives a restart and reads naturally in Python.
+std::string state_key(const at::Tensor& parameter) {
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+}
+
+c10::impl::GenericDict optimizer_to_dict(const torch::optim::Optimizer& optimizer,
+                                         const torch::nn::Module& model) {
+  const std::string name = optimizer_name(optimizer);
+  c10::impl::GenericDict per_parameter(c10::StringType::get(), c10::AnyType::get());
+  const auto& state = optimizer.state();
+  for (const auto& item : model.named_parameters()) {
+    auto it = state.find(state_key(item.value()));
+    if (it == state.end()) continue;
+    c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
+    if (name == "sgd") {
+      const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
+      if (!sgd.momentum_buffer().defined()) continue;
+      entry.insert("momentum_buffer", sgd.momentum_buffer().detach().cpu());
+    } else {
+      const auto& adamw = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      entry.insert("step", adamw.step());
+      entry.insert("exp_avg", adamw.exp_avg().detach().cpu());
+      entry.insert("exp_avg_sq", adamw.exp_avg_sq().detach().cpu());
+      if (adamw.max_exp_avg_sq().defined())
+        entry.insert("max_exp_avg_sq", adamw.max_exp_avg_sq().detach().cpu());
+    }
+    per_parameter.insert(item.key(), entry);
+  }
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("name", name);
+  dict.insert("state", per_parameter);
+  return dict;
+}
+
+at::Tensor saved_tensor(const c10::impl::GenericDict& entry, const std::string& key,
+                        const at::Tensor& parameter, const std::string& path,
+                        const std::string& name) {
+  PARTRAIN_CHECK(entry.contains(key) && entry.at(key).isTensor(), UsageError, "checkpoint ", path,
+                 ": the optimizer state of '", name, "' has no ", key);
+  at::Tensor t = entry.at(key).toTensor();
+  PARTRAIN_CHECK(t.sizes() == parameter.sizes(), UsageError, "checkpoint ", path,
+                 ": the optimizer state of '", name, "' does not fit its parameter");
+  return t.to(parameter.device());
+}
+
+void optimizer_from_dict(torch::optim::Optimizer& optimizer, torch::nn::Module& model,
+                         const c10::impl::GenericDict& dict, const std::string& path) {
+  const std::string name = optimizer_name(optimizer);
+  PARTRAIN_CHECK(dict.contains("name") && dict.contains("state"), UsageError, "checkpoint ", path,
+                 ": its optimizer state is not readable");
+  const std::string saved = dict.at("name").toStringRef();
+  PARTRAIN_CHECK(saved == name, UsageError, "checkpoint ", path, " was written with optimizer ",
+                 saved, " and this run uses ", name,
+                 "; use checkpoint.resume: never to start afresh");
+  const auto per_parameter = dict.at("state").toGenericDict();
+  auto& state = optimizer.state();
+  for (auto& item : model.named_parameters()) {
+    if (!per_parameter.contains(item.key())) continue;
+    const auto entry = per_parameter.at(item.key()).toGenericDict();
+    const at::Tensor& p = item.value();
+    if (name == "sgd") {
+      auto sgd = std::make_unique<torch::optim::SGDParamState>();
+      sgd->momentum_buffer(saved_tensor(entry, "momentum_buffer", p, path, item.key()));
+      state[state_key(p)] = std::move(sgd);
+    } else {
+      PARTRAIN_CHECK(entry.contains("step") && entry.at("step").isInt(), UsageError, "checkpoint ",
+                     path, ": the optimizer state of '", item.key(), "' has no step");
+      auto adamw = std::make_unique<torch::optim::AdamWParamState>();
+      adamw->step(entry.at("step").toInt());
+      adamw->exp_avg(saved_tensor(entry, "exp_avg", p, path, item.key()));
+      adamw->exp_avg_sq(saved_tensor(entry, "exp_avg_sq", p, path, item.key()));
+      if (entry.contains("max_exp_avg_sq"))
+        adamw->max_exp_avg_sq(saved_tensor(entry, "max_exp_avg_sq", p, path, item.key()));
+      state[state_key(p)] = std::move(adamw);
+    }
+  }
+}
+
 }  // namespace
 
 // Broadcasts rank 0's `length` and, when it is >= 0, the bytes (into *bytes on the others).
@@ -103,12 +196,20 @@ std::int64_t Checkpointer::broadcast_bytes(comm::Communicator& comm, const torch
 Checkpointer::Checkpointer(const Config& config, const WorkerEnv& env)
     : config_(config), env_(env), dir_(config.output_dir + "/checkpoints") {}
 
-void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Module& model,
-                              const torch::optim::SGD& optimizer,
+void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Module& model,
+                              const torch::optim::Optimizer& optimizer,
                               const std::vector<EpochRecord>& epochs, comm::Communicator* comm) {
+  const int epoch = at.epoch;
   const int every = config_.checkpoint.every_epochs;
-  if (every <= 0 || (epoch % every != 0 && epoch != config_.train.epochs)) return;
-  if (env_.rank == 0) {
+  const bool due = every > 0 && (epoch % every == 0 || epoch == config_.train.epochs);
+  // Decided on rank 0 alone: the others need not agree, since best.pt has no barrier.
+  bool best = false;
+  if (env_.rank == 0 && !epochs.empty()) {
+    best = true;
+    for (std::size_t i = 0; i + 1 < epochs.size(); ++i)
+      best = best && epochs.back().test_accuracy > epochs[i].test_accuracy;
+  }
+  if (env_.rank == 0 && (due || best)) {
     fs::create_directories(dir_);
     c10::Dict<std::string, at::Tensor> model_state;
     for (const auto& item : model.named_parameters())
@@ -116,54 +217,53 @@ void Checkpointer::maybe_save(int epoch, std::int64_t step, const torch::nn::Mod
     for (const auto& item : model.named_buffers())
       model_state.insert(item.key(), item.value().detach().cpu());
 
-    // SGD keeps one momentum buffer per parameter; they are saved under the parameter's name.
-    c10::Dict<std::string, at::Tensor> momentum;
-    const auto& state = optimizer.state();
-    for (const auto& item : model.named_parameters()) {
-      auto it = state.find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
-      if (it == state.end()) continue;
-      const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
-      if (sgd.momentum_buffer().defined())
-        momentum.insert(item.key(), sgd.momentum_buffer().detach().cpu());
-    }
-
     Json meta = {{"format", kFormat},
                  {"epoch", epoch},
-                 {"step", step},
+                 {"step", at.step},
                  {"world_size", env_.world_size},
                  {"model", config_.model.name},
                  {"width", config_.model.width},
                  {"norm", config_.model.norm},
                  {"seed", config_.seed},
+                 {"optimizer", optimizer_name(optimizer)},
+                 {"test_accuracy", epochs.empty() ? 0.0 : epochs.back().test_accuracy},
                  {"epochs", epochs_to_json(epochs)}};
+    if (at.loss_scaler) {
+      meta["loss_scale"] = at.loss_scaler->scale;
+      meta["loss_scale_good_steps"] = at.loss_scaler->good_steps;
+    }
     c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
     top.insert("format", std::string(kFormat));
     top.insert("model", model_state);
-    top.insert("momentum", momentum);
+    top.insert("optimizer", optimizer_to_dict(optimizer, model));
     top.insert("meta", meta.dump());
-    std::vector<char> bytes = torch::pickle_save(c10::IValue(top));
+    std::vector<char> pickled = torch::pickle_save(c10::IValue(top));
+    const std::string bytes(pickled.begin(), pickled.end());
 
-    std::string name = checkpoint_name(epoch);
-    write_file_atomically(dir_ + "/" + name, std::string(bytes.begin(), bytes.end()));
-    Json manifest = {{"format", kFormat},
-                     {"file", name},
-                     {"epoch", epoch},
-                     {"step", step},
-                     {"bytes", bytes.size()}};
-    write_file_atomically(dir_ + "/latest.json", manifest.dump(2) + "\n");
+    if (due) {
+      std::string name = checkpoint_name(epoch);
+      write_file_atomically(dir_ + "/" + name, bytes);
+      Json manifest = {{"format", kFormat},
+                       {"file", name},
+                       {"epoch", epoch},
+                       {"step", at.step},
+                       {"bytes", bytes.size()}};
+      write_file_atomically(dir_ + "/latest.json", manifest.dump(2) + "\n");
 
-    // Keep the newest `keep` checkpoints; leftover temp files from a crash go too.
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      const auto file = entry.path().filename().string();
-      if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
-        files.push_back(entry.path());
-      if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
+      // Keep the newest `keep` checkpoints; leftover temp files from a crash go too.
+      std::vector<fs::path> files;
+      for (const auto& entry : fs::directory_iterator(dir_)) {
+        const auto file = entry.path().filename().string();
+        if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
+          files.push_back(entry.path());
+        if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
+      }
+      std::sort(files.begin(), files.end());
+      for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
     }
-    std::sort(files.begin(), files.end());
-    for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
+    if (best) write_file_atomically(dir_ + "/best.pt", bytes);
   }
-  if (comm) comm->barrier();
+  if (due && comm) comm->barrier();
 }
 
 // Where the run resumes is rank 0's decision alone: the hosts of a run need not share a
@@ -189,7 +289,7 @@ std::string Checkpointer::choose_checkpoint() const {
   return path;
 }
 
-TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
+TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                                       comm::Communicator* comm) {
   constexpr std::int64_t kFresh = -1;
   constexpr std::int64_t kRank0Failed = -2;
@@ -231,7 +331,8 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
   auto top = loaded.toGenericDict();
   PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
                      top.at("format").toStringRef() == kFormat && top.contains("model") &&
-                     top.contains("meta") && top.contains("momentum"),
+                     top.contains("meta") &&
+                     (top.contains("optimizer") || top.contains("momentum")),
                  UsageError, "checkpoint ", path, " is not a ", kFormat, " checkpoint");
   Json meta = Json::parse(top.at("meta").toStringRef());
   const int saved_world = meta.at("world_size").get<int>();
@@ -240,7 +341,6 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
                  " (the global batch would change); use checkpoint.resume: never to start afresh");
 
   auto model_state = top.at("model").toGenericDict();
-  auto momentum = top.at("momentum").toGenericDict();
   torch::NoGradGuard no_grad;
   std::size_t expected = 0;
   auto load_into = [&](const std::string& name, at::Tensor& target) {
@@ -260,13 +360,25 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::SG
                  " was written for another model: it holds ", model_state.size(),
                  " tensors, this model ", expected);
 
-  auto& state = optimizer.state();
-  for (auto& item : model.named_parameters()) {
-    if (!momentum.contains(item.key())) continue;
-    auto buffer = momentum.at(item.key()).toTensor().to(item.value().device());
-    auto sgd = std::make_unique<torch::optim::SGDParamState>();
-    sgd->momentum_buffer(buffer);
-    state[c10::guts::to_string(item.value().unsafeGetTensorImpl())] = std::move(sgd);
+  if (top.contains("optimizer")) {
+    optimizer_from_dict(optimizer, model, top.at("optimizer").toGenericDict(), path);
+  } else {  // an earlier version's checkpoint: SGD momentum buffers by parameter name
+    c10::impl::GenericDict sgd(c10::StringType::get(), c10::AnyType::get());
+    c10::impl::GenericDict per_parameter(c10::StringType::get(), c10::AnyType::get());
+    for (const auto& item : top.at("momentum").toGenericDict()) {
+      c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
+      entry.insert("momentum_buffer", item.value());
+      per_parameter.insert(item.key(), entry);
+    }
+    sgd.insert("name", std::string("sgd"));
+    sgd.insert("state", per_parameter);
+    optimizer_from_dict(optimizer, model, sgd, path);
+  }
+  if (meta.contains("loss_scale")) {
+    LossScalerState scaler;
+    scaler.scale = meta.at("loss_scale").get<double>();
+    scaler.good_steps = meta.at("loss_scale_good_steps").get<std::int64_t>();
+    position.loss_scaler = scaler;
   }
   position.epoch = meta.at("epoch").get<int>();
   position.step = meta.at("step").get<std::int64_t>();

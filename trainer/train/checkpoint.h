@@ -1,12 +1,15 @@
 // defines: Checkpointer and TrainingPosition — periodic checkpoints that survive a crash at
-// any moment, and resuming from the newest complete one. See checkpoint.cpp for the layout.
+// any moment, resuming from the newest complete one, and best.pt (the epoch of the highest
+// test accuracy). See checkpoint.cpp for the layout.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "trainer/config/config.h"
+#include "trainer/train/loss_scaler.h"
 #include "trainer/train/report_writer.h"
 #include "trainer/train/train_loop.h"
 
@@ -15,7 +18,7 @@ namespace nn {
 class Module;
 }
 namespace optim {
-class SGD;
+class Optimizer;
 }
 }  // namespace torch
 
@@ -24,10 +27,13 @@ namespace comm {
 class Communicator;
 }
 
+// Where training stands, beyond the model and optimizer: all a checkpoint needs for a resumed
+// run to continue exactly as an uninterrupted one (the learning rate is a function of step).
 struct TrainingPosition {
-  int epoch = 0;          // epochs completed
-  std::int64_t step = 0;  // optimizer steps taken
-  std::string source;     // checkpoint file it came from
+  int epoch = 0;                               // epochs completed
+  std::int64_t step = 0;                       // optimizer steps taken, skipped ones included
+  std::optional<LossScalerState> loss_scaler;  // precision f16 only
+  std::string source;                          // checkpoint file it came from
 };
 
 class Checkpointer {
@@ -38,17 +44,19 @@ class Checkpointer {
   // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
   // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
   // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
-  // this run.
-  TrainingPosition resume(torch::nn::Module& model, torch::optim::SGD& optimizer,
+  // this run (another model, world size or optimizer).
+  TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                           comm::Communicator* comm);
   // Epoch records of the run up to the resumed checkpoint (for the report).
   const std::vector<EpochRecord>& previous_epochs() const { return previous_epochs_; }
 
-  // On rank 0, every checkpoint.every_epochs (and at the last epoch): write, sync, rename,
-  // then the manifest, then prune to checkpoint.keep. Other ranks wait at a barrier so no
-  // rank runs ahead of a checkpoint that might be needed.
-  void maybe_save(int epoch, std::int64_t step, const torch::nn::Module& model,
-                  const torch::optim::SGD& optimizer, const std::vector<EpochRecord>& epochs,
+  // After epoch `at.epoch`, whose record ends `epochs`. On rank 0, every
+  // checkpoint.every_epochs (and at the last epoch): write, sync, rename, then the manifest,
+  // then prune to checkpoint.keep; other ranks wait at a barrier so no rank runs ahead of a
+  // checkpoint that might be needed. And whenever the epoch's test accuracy beats every
+  // earlier epoch's, rank 0 writes the same checkpoint as best.pt (atomically, no barrier).
+  void maybe_save(const TrainingPosition& at, const torch::nn::Module& model,
+                  const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
                   comm::Communicator* comm);
 
   std::string directory() const { return dir_; }

@@ -54,66 +54,69 @@ class SumReplicaGradients : public torch::autograd::Node {
   c10::Device device_;
 };
 
-std::shared_ptr<torch::nn::SequentialImpl> replicate(const torch::nn::SequentialImpl& module,
-                                                     const c10::Device& device) {
-  auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
-  PARTRAIN_CHECK(replica != nullptr, Error,
-                 "DataParallel: the model did not clone as a Sequential");
-  replica->train(module.is_training());
-  return replica;
-}
-
 }  // namespace
 
-at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
-                                 const std::vector<c10::Device>& devices,
-                                 const c10::Device& output_device) {
+at::Tensor data_parallel_forward(
+    const std::vector<at::Tensor>& parameters,
+    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    const std::function<DataParallelReplica(const c10::Device&)>& replicate,
+    const at::Tensor& input, const std::vector<c10::Device>& devices,
+    const c10::Device& output_device) {
   PARTRAIN_CHECK(!devices.empty(), Error, "DataParallel over no devices");
-  const auto parameters = module.parameters();
   for (const auto& p : parameters) {
     PARTRAIN_CHECK(p.device() == devices[0], Error, "DataParallel: the model is on ",
                    p.device().str(), ", not on the first of its devices, ", devices[0].str());
   }
-  if (devices.size() == 1) return module.forward(input.to(devices[0])).to(output_device);
+  if (devices.size() == 1) return forward(input.to(devices[0])).to(output_device);
 
   const auto pieces = input.chunk(static_cast<int64_t>(devices.size()), 0);
-  std::vector<std::shared_ptr<torch::nn::SequentialImpl>> replicas;
-  for (std::size_t k = 1; k < pieces.size(); ++k) replicas.push_back(replicate(module, devices[k]));
+  std::vector<DataParallelReplica> replicas;
+  for (std::size_t k = 1; k < pieces.size(); ++k) {
+    replicas.push_back(replicate(devices[k]));
+    const auto& theirs = replicas.back().parameters;
+    PARTRAIN_CHECK(theirs.size() == parameters.size(), Error, "DataParallel: a replica has ",
+                   theirs.size(), " parameters, the model ", parameters.size());
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      PARTRAIN_CHECK(theirs[i].sizes() == parameters[i].sizes(), Error,
+                     "DataParallel: replica parameter ", i, " has shape ", theirs[i].sizes(),
+                     " where the model's has ", parameters[i].sizes());
+    }
+  }
 
   if (torch::autograd::GradMode::is_enabled()) {
-    const auto named = module.named_parameters();
-    std::vector<std::vector<at::Tensor>> replica_parameters;
-    for (const auto& replica : replicas) {
-      const auto theirs = replica->named_parameters();
-      PARTRAIN_CHECK(theirs.size() == named.size(), Error, "DataParallel: a replica has ",
-                     theirs.size(), " parameters, the model ", named.size());
-      // Sequential's clone numbers its children ("0.weight" for "conv1.weight"), so the
-      // parameters are matched by position, and checked by shape.
-      std::vector<at::Tensor> in_order;
-      for (std::size_t i = 0; i < named.size(); ++i) {
-        PARTRAIN_CHECK(theirs[i].value().sizes() == named[i].value().sizes(), Error,
-                       "DataParallel: replica parameter ", theirs[i].key(), " has shape ",
-                       theirs[i].value().sizes(), " where the model's ", named[i].key(), " has ",
-                       named[i].value().sizes());
-        in_order.push_back(theirs[i].value());
-      }
-      replica_parameters.push_back(std::move(in_order));
-    }
-    for (std::size_t i = 0; i < named.size(); ++i) {
-      const at::Tensor& original = named[i].value();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const at::Tensor& original = parameters[i];
       if (!original.requires_grad()) continue;
       auto node = std::make_shared<SumReplicaGradients>(original.device());
       node->set_next_edges(torch::autograd::collect_next_edges(original));
-      for (auto& replica : replica_parameters) torch::autograd::set_history(replica[i], node);
+      for (auto& replica : replicas) torch::autograd::set_history(replica.parameters[i], node);
     }
   }
 
   std::vector<at::Tensor> outputs;
-  outputs.push_back(module.forward(pieces[0].to(devices[0])).to(output_device));
+  outputs.push_back(forward(pieces[0].to(devices[0])).to(output_device));
   for (std::size_t k = 1; k < pieces.size(); ++k) {
-    outputs.push_back(replicas[k - 1]->forward(pieces[k].to(devices[k])).to(output_device));
+    outputs.push_back(replicas[k - 1].forward(pieces[k].to(devices[k])).to(output_device));
   }
   return at::cat(outputs, 0);
+}
+
+at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
+                                 const std::vector<c10::Device>& devices,
+                                 const c10::Device& output_device) {
+  auto replicate = [&module](const c10::Device& device) {
+    auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
+    PARTRAIN_CHECK(replica != nullptr, Error,
+                   "DataParallel: the model did not clone as a Sequential");
+    replica->train(module.is_training());
+    // Sequential's clone numbers its children ("0.weight" for "conv1.weight"), so its
+    // parameters are matched to the model's by position (and checked by shape).
+    return DataParallelReplica{[replica](const at::Tensor& x) { return replica->forward(x); },
+                               replica->parameters()};
+  };
+  return data_parallel_forward(
+      module.parameters(), [&module](const at::Tensor& x) { return module.forward(x); }, replicate,
+      input, devices, output_device);
 }
 
 }  // namespace partrain

@@ -5,6 +5,7 @@
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <vector>
 
 namespace torch::nn {
@@ -21,5 +22,22 @@ namespace partrain {
 at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
                                  const std::vector<c10::Device>& devices,
                                  const c10::Device& output_device);
+
+// A copy of a model placed on another device, for the general form below: its forward, and
+// its parameters in the order of the model's own.
+struct DataParallelReplica {
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::vector<at::Tensor> parameters;
+};
+
+// The same for a model of any kind: `parameters` are the model's own (on devices[0]),
+// `forward` runs the model itself, `replicate(device)` makes a fresh copy on `device` whose
+// parameters the gradients are then wired back from.
+at::Tensor data_parallel_forward(
+    const std::vector<at::Tensor>& parameters,
+    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    const std::function<DataParallelReplica(const c10::Device&)>& replicate,
+    const at::Tensor& input, const std::vector<c10::Device>& devices,
+    const c10::Device& output_device);
 
 }  // namespace partrain

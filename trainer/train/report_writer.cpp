@@ -17,11 +17,11 @@ Json optional_number(const std::optional<double>& v) { return v ? Json(*v) : Jso
 void write_csv(const std::string& path, const std::vector<EpochRecord>& epochs) {
   std::ostringstream csv;
   csv << "epoch,seconds,train_seconds,train_images_per_s,images,steps,train_loss,test_loss,"
-         "test_accuracy\n";
+         "test_accuracy,test_accuracy_top5,skipped_steps\n";
   for (const auto& e : epochs) {
     csv << e.epoch << "," << e.seconds << "," << e.train_seconds << "," << e.train_images_per_s
         << "," << e.images << "," << e.steps << "," << e.train_loss << "," << e.test_loss << ","
-        << e.test_accuracy << "\n";
+        << e.test_accuracy << "," << e.test_accuracy_top5 << "," << e.skipped_steps << "\n";
   }
   write_file_atomically(path, csv.str());
 }
@@ -51,7 +51,9 @@ Json epoch_to_json(const EpochRecord& e) {
               {"steps", e.steps},
               {"train_loss", e.train_loss},
               {"test_loss", e.test_loss},
-              {"test_accuracy", e.test_accuracy}};
+              {"test_accuracy", e.test_accuracy},
+              {"test_accuracy_top5", e.test_accuracy_top5},
+              {"skipped_steps", e.skipped_steps}};
 }
 
 EpochRecord epoch_from_json(const nlohmann::json& j) {
@@ -65,6 +67,9 @@ EpochRecord epoch_from_json(const nlohmann::json& j) {
   e.train_loss = j.at("train_loss").get<double>();
   e.test_loss = j.at("test_loss").get<double>();
   e.test_accuracy = j.at("test_accuracy").get<double>();
+  // Absent from the records of checkpoints written before they existed.
+  e.test_accuracy_top5 = j.value("test_accuracy_top5", 0.0);
+  e.skipped_steps = j.value("skipped_steps", std::int64_t{0});
   return e;
 }
 
@@ -135,9 +140,11 @@ void write_report(const std::string& output_dir, const RunSummary& s) {
   report["ranks"] = ranks;
   if (!s.epochs.empty()) {
     report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
-                       {"test_loss", s.epochs.back().test_loss}};
+                       {"test_loss", s.epochs.back().test_loss},
+                       {"test_accuracy_top5", s.epochs.back().test_accuracy_top5}};
   } else {
-    report["final"] = {{"test_accuracy", nullptr}, {"test_loss", nullptr}};
+    report["final"] = {
+        {"test_accuracy", nullptr}, {"test_loss", nullptr}, {"test_accuracy_top5", nullptr}};
   }
   std::filesystem::create_directories(output_dir);
   write_file_atomically(output_dir + "/report.json", report.dump(2) + "\n");

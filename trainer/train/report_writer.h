@@ -23,6 +23,8 @@ struct EpochRecord {
   double train_loss = 0;
   double test_loss = 0;
   double test_accuracy = 0;
+  double test_accuracy_top5 = 0;
+  std::int64_t skipped_steps = 0;  // f16: steps so far skipped for gradients that overflowed
 };
 
 // The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "comm_backends/communicator.h"
 #include "comm_backends/cuda_stream.h"
 
@@ -73,6 +75,15 @@ void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::
   at::Tensor host_in = in.cpu(), host_out = out.cpu();
   comm.allgather(as_buffer(host_in), as_buffer(host_out));
   out.copy_(host_out);
+}
+
+void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
+                    const c10::Device& device) {
+  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
+  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device);
+  allreduce_tensor(*comm, t, comm::ReduceOp::sum);
+  t = t.cpu();
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + values.size(), values.begin());
 }
 
 }  // namespace partrain

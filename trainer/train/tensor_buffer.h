@@ -1,9 +1,12 @@
 // defines: as_buffer() — a torch::Tensor seen as a comm::Buffer — and allreduce_tensor() /
-// broadcast_tensor(), the one place the trainer crosses from tensors to the LibTorch-free
-// communication layer.
+// broadcast_tensor() / sum_over_ranks(), the one place the trainer crosses from tensors to the
+// LibTorch-free communication layer.
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <vector>
 
 #include "comm_backends/buffer.h"
 #include "common/errors.h"
@@ -74,5 +77,11 @@ void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int ro
 // out holds comm.size() * in.numel() elements, rank order.
 void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
                       const StreamOrder& order = {});
+
+// Sums `values` over all ranks, in place, in f64. They travel as a tensor on `device`, because
+// a backend such as nccl only reads device memory. Without a communicator, or with one rank,
+// the values stay as they are.
+void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
+                    const c10::Device& device);
 
 }  // namespace partrain

@@ -2,7 +2,10 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
+#include "common/errors.h"
 #include "trainer/train/data_parallel.h"
+#include "trainer/train/sync_batchnorm.h"
+#include "trainer/train/torchscript_model.h"
 
 namespace partrain {
 namespace {
@@ -26,8 +29,16 @@ class SequentialModel final : public TrainModel {
 
 }  // namespace
 
-std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape) {
-  return std::make_unique<SequentialModel>(make_model(config, shape));
+std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape,
+                                             comm::Communicator* batchnorm_comm) {
+  if (!config.torchscript.empty()) {
+    PARTRAIN_CHECK(batchnorm_comm == nullptr, UsageError,
+                   "model.sync_batchnorm is not available with model.torchscript");
+    return load_torchscript_model(config.torchscript, shape);
+  }
+  torch::nn::Sequential net = make_model(config, shape);
+  if (batchnorm_comm != nullptr) net = convert_sync_batchnorm(net, *batchnorm_comm);
+  return std::make_unique<SequentialModel>(std::move(net));
 }
 
 }  // namespace partrain

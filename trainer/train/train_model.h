@@ -38,7 +38,15 @@ class TrainModel {
                                            const c10::Device& output_device) = 0;
 };
 
-// The model `config` names, for images of `shape`, on the CPU.
-std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape);
+namespace comm {
+class Communicator;
+}
+
+// The model `config` names, for images of `shape`, on the CPU: model.torchscript's module
+// (load_torchscript_model, which checks it), else a built-in one. With `batchnorm_comm`
+// (model.sync_batchnorm under ddp), its BatchNorm layers become SyncBatchNorm over that
+// communicator, which must outlive the model and serve nothing else (sync_batchnorm.cpp).
+std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape,
+                                             comm::Communicator* batchnorm_comm = nullptr);
 
 }  // namespace partrain

@@ -1,0 +1,224 @@
+// SyncBatchNorm's defining property, with ranks as threads: W ranks at batch b, their
+// DigitalNet's BatchNorm layers converted to SyncBatchNorm, compute what one process computes
+// at batch W*b with plain BatchNorm — step by step the same outputs (each rank its rows),
+// the same gradients once the Reducer has averaged them, and in the end the same running
+// statistics and parameters. The Reducer runs on its own communicator at the same time as the
+// layers' allreduces, as in a real run. Also: plain BatchNorm across ranks does NOT give this
+// (so the comparison can fail), and eval mode needs no communication.
+#include "trainer/train/sync_batchnorm.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/store/store.h"
+#include "common/errors.h"
+#include "trainer/train/models.h"
+#include "trainer/train/reducer.h"
+
+namespace partrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kBatch = 5;  // per rank
+constexpr int kSteps = 3;
+
+torch::nn::Sequential make_net() {
+  ModelConfig c;
+  c.name = "digitalnet";
+  c.width = 4;
+  c.norm = "batch";
+  torch::manual_seed(3);
+  return make_model(c, ModelShape{3, 16, 10});
+}
+
+std::pair<torch::Tensor, torch::Tensor> step_data(int step, int total) {
+  auto gen = at::detail::createCPUGenerator(500 + step);
+  // Away from mean 0 / variance 1, so that wrong statistics show.
+  auto x = at::randn({total, 3, 16, 16}, gen) * 2 + 0.5;
+  auto y = at::randint(0, 10, {total}, gen);
+  return {x, y};
+}
+
+// What one run records: per step the outputs (this rank's rows) and the averaged gradients,
+// and at the end the parameters and buffers.
+struct Trace {
+  std::vector<torch::Tensor> outputs;
+  std::vector<std::vector<torch::Tensor>> gradients;
+  std::vector<torch::Tensor> parameters;
+  std::vector<torch::Tensor> buffers;
+};
+
+// rank < 0: one process, the whole batch of `world` ranks.
+void train(torch::nn::Sequential& net, int world, int rank, Reducer* reducer, Trace& trace) {
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = step_data(s, world * kBatch);
+    if (rank >= 0) {
+      x = x.narrow(0, rank * kBatch, kBatch);
+      y = y.narrow(0, rank * kBatch, kBatch);
+    }
+    auto out = net->forward(x);
+    trace.outputs.push_back(out.detach().clone());
+    if (reducer) reducer->prepare_for_backward(true);
+    torch::nn::functional::cross_entropy(out, y).backward();
+    if (reducer) reducer->finish_backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : net->parameters()) grads.push_back(p.grad().clone());
+    trace.gradients.push_back(grads);
+    opt.step();
+    opt.zero_grad();
+  }
+  for (const auto& p : net->parameters()) trace.parameters.push_back(p.detach().clone());
+  for (const auto& b : net->buffers()) trace.buffers.push_back(b.clone());
+}
+
+// Each rank: a communicator for the Reducer and one for the BatchNorm layers, over one store.
+std::vector<Trace> train_ranks(const std::string& backend, int world, bool sync) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("partrain_syncbn_" + std::to_string(::getpid()) + "_" +
+                                    backend + "_" + std::to_string(sync)))
+          .string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<torch::nn::Sequential> nets;
+  for (int r = 0; r < world; ++r)
+    nets.push_back(make_net());  // the global generator: not in threads
+  std::vector<Trace> traces(world);
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        comm::StoreOptions so;
+        so.token = "syncbn-test";
+        so.timeout = std::chrono::seconds(30);
+        so.rank = r;
+        so.world_size = world;
+        auto store = comm::open_store("file://" + dir, so);
+        comm::CommOptions co;
+        co.backend = backend;
+        co.timeout = std::chrono::seconds(30);
+        co.token = so.token;
+        auto comm = comm::make_communicator(co, *store, r, world);
+        auto bn_comm = comm::make_communicator(co, *store, r, world);
+        torch::nn::Sequential net = sync ? convert_sync_batchnorm(nets[r], *bn_comm) : nets[r];
+        Reducer reducer(net->parameters(), *comm, ReducerOptions{0.0005, 0.0001});
+        train(net, world, r, &reducer, traces[r]);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  fs::remove_all(dir);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return traces;
+}
+
+double max_relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto da = a.to(torch::kDouble), db = b.to(torch::kDouble);
+  return ((da - db).abs().max() / db.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+// The largest relative difference between the ranks' run and the one process's, over every
+// step's outputs and gradients and the final parameters and buffers.
+double compare(const std::vector<Trace>& ranks, const Trace& single, bool& shapes_match) {
+  double worst = 0;
+  shapes_match = true;
+  const int world = static_cast<int>(ranks.size());
+  for (int s = 0; s < kSteps; ++s) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& t : ranks) rows.push_back(t.outputs[s]);
+    worst = std::max(worst, max_relative_difference(torch::cat(rows, 0), single.outputs[s]));
+    for (int r = 0; r < world; ++r) {
+      shapes_match = shapes_match && ranks[r].gradients[s].size() == single.gradients[s].size();
+      for (std::size_t i = 0; i < single.gradients[s].size() && shapes_match; ++i) {
+        worst = std::max(worst,
+                         max_relative_difference(ranks[r].gradients[s][i], single.gradients[s][i]));
+      }
+    }
+  }
+  for (const auto& t : ranks) {
+    shapes_match = shapes_match && t.buffers.size() == single.buffers.size() &&
+                   t.parameters.size() == single.parameters.size();
+    for (std::size_t i = 0; i < single.parameters.size() && shapes_match; ++i) {
+      worst = std::max(worst, max_relative_difference(t.parameters[i], single.parameters[i]));
+    }
+    for (std::size_t i = 0; i < single.buffers.size() && shapes_match; ++i) {
+      worst = std::max(worst, max_relative_difference(t.buffers[i], single.buffers[i]));
+    }
+  }
+  return worst;
+}
+
+Trace train_single(int world) {
+  auto net = make_net();
+  Trace trace;
+  train(net, world, -1, nullptr, trace);
+  return trace;
+}
+
+class SyncBatchNormEquivalence : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SyncBatchNormEquivalence, RanksMatchOneProcessWithPlainBatchNorm) {
+  const std::string backend = GetParam();
+  if (!comm::backend_compiled_in(backend)) GTEST_SKIP() << backend << " is not compiled in";
+  torch::set_num_threads(1);
+  const int world = 2;
+  const Trace single = train_single(world);
+  bool shapes_match = false;
+  const double synced = compare(train_ranks(backend, world, true), single, shapes_match);
+  ASSERT_TRUE(shapes_match);
+  EXPECT_LT(synced, 1e-4) << "outputs, gradients, parameters or statistics differ";
+  std::printf("synced %g\n", synced);
+  // Plain BatchNorm normalises each rank's half with that half's statistics: far apart. This
+  // is what the comparison above would see if the layers did not communicate.
+  const double plain = compare(train_ranks(backend, world, false), single, shapes_match);
+  EXPECT_GT(plain, 1e-2);
+  std::printf("plain %g\n", plain);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, SyncBatchNormEquivalence,
+                         ::testing::Values("asio-ring", "gloo", "shm"));
+
+TEST(SyncBatchNorm, KeepsBatchNormNamesAndStateAndNeedsNoPeersInEval) {
+  auto net = make_net();
+  {
+    torch::NoGradGuard no_grad;
+    net->named_buffers()["bn2.running_mean"].fill_(0.25);
+  }
+  // A communicator every collective of which fails: eval mode must not call it.
+  class NoComm : public comm::Communicator {
+   public:
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    std::string name() const override { return "none"; }
+    void allreduce(comm::Buffer, comm::ReduceOp) override { throw CommError("called"); }
+    void broadcast(comm::Buffer, int) override { throw CommError("called"); }
+    void allgather(const comm::Buffer&, comm::Buffer) override { throw CommError("called"); }
+    void barrier() override { throw CommError("called"); }
+  } no_comm;
+  auto converted = convert_sync_batchnorm(net, no_comm);
+  const auto before = net->named_parameters(), after = converted->named_parameters();
+  ASSERT_EQ(before.keys(), after.keys());
+  ASSERT_EQ(net->named_buffers().keys(), converted->named_buffers().keys());
+  EXPECT_EQ(converted->named_buffers()["bn2.running_mean"].mean().item<float>(), 0.25f);
+  EXPECT_EQ(converted->named_buffers()["bn1.num_batches_tracked"].scalar_type(), torch::kLong);
+  EXPECT_NE(dynamic_cast<SyncBatchNorm2dImpl*>(converted->named_children()["bn1"].get()), nullptr);
+
+  converted->eval();
+  net->eval();
+  torch::NoGradGuard no_grad;
+  auto x = step_data(0, 4).first;
+  EXPECT_TRUE(torch::allclose(converted->forward(x), net->forward(x), 1e-5, 1e-6));
+  converted->train();
+  EXPECT_THROW(converted->forward(x), CommError);  // training does communicate
+}
+
+}  // namespace
+}  // namespace partrain

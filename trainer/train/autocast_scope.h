@@ -1,0 +1,32 @@
+// defines: AutocastScope — train.precision bf16 or f16 for the forward passes inside it:
+// LibTorch's autocast runs the ops that tolerate it (convolutions, matrix products) in the
+// lower precision and keeps the others, and the parameters, in f32.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+namespace partrain {
+
+class AutocastScope {
+ public:
+  // precision f32: does nothing. bf16 on CUDA or CPU; f16 on CUDA only (throws UsageError on
+  // the CPU, where LibTorch's autocast knows only bf16).
+  AutocastScope(const std::string& precision, const c10::Device& device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
+};
+
+// Throws UsageError when `precision` cannot run on `device` (f16 on the CPU).
+void check_precision_supported(const std::string& precision, const c10::Device& device);
+
+}  // namespace partrain
