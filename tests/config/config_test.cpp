@@ -219,7 +219,11 @@ TEST_F(ConfigTest, RecipeKeys) {
   EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.1);
   EXPECT_DOUBLE_EQ(c.train.clip_grad_norm, 2.5);
   EXPECT_EQ(c.train.precision, "bf16");
-  Config a = load_config(write("train: {optimizer: {name: adamw}}\n"));
+  // DESIGN.md's example line as it stands.
+  Config a = load_config(
+      write("train:\n  optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.05, nesterov: false}\n"
+            "  schedule: {name: cosine, warmup_steps: 100, min_lr: 0.0}\n"));
+  EXPECT_DOUBLE_EQ(a.train.optimizer.weight_decay, 0.05);
   EXPECT_DOUBLE_EQ(a.train.optimizer.beta1, 0.9);
   EXPECT_DOUBLE_EQ(a.train.optimizer.beta2, 0.999);
   EXPECT_DOUBLE_EQ(a.train.optimizer.eps, 1e-8);
@@ -246,6 +250,8 @@ TEST_F(ConfigTest, RecipeErrorsNameTheKeyAndPlace) {
             ":1:27: train.optimizer.name: 'adam' is not one of sgd | adamw");
   EXPECT_EQ(error_of("train: {optimizer: {name: adamw, momentum: 0.9}}\n"),
             ":1:44: train.optimizer.momentum: applies to optimizer sgd only (adamw has betas)");
+  EXPECT_EQ(error_of("train: {optimizer: {name: adamw, nesterov: true}}\n"),
+            ":1:44: train.optimizer.nesterov: applies to optimizer sgd only");
   EXPECT_EQ(error_of("train: {optimizer: {eps: 1.0e-8}}\n"),
             ":1:26: train.optimizer.eps: applies to optimizer adamw only, not sgd");
   EXPECT_EQ(error_of("train: {optimizer: {momentum: 0, nesterov: true}}\n"),

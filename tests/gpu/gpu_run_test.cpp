@@ -90,3 +90,36 @@ TEST(Gpu, DataParallel) {
 }
 
 }  // namespace
+
+namespace {
+
+using namespace partrain_test;
+
+// f16 autocast with the loss scaler on a GPU, two ranks sharing it over asio-ring: the run
+// learns, skips few steps, and a resumed run continues from the checkpoint's loss scale.
+TEST(Gpu, MixedPrecisionF16TrainsAndResumesExactly) {
+  REQUIRE_CUDA();
+  auto straight = scratch("gpu_f16_straight"), resumed = scratch("gpu_f16_resumed");
+  const std::string body =
+      "strategy: ddp\nlaunch: {nproc_per_node: 2}\ncomm: {backend: asio-ring}\n"
+      "device: cuda\ntrain: {epochs: 2, precision: f16}\n";
+  Result r = partrain("run " + write_config(straight, body).string(), straight, 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  Json report = read_report(straight);
+  EXPECT_GT(report["final"]["test_accuracy"].get<double>(), 0.05);
+  // A few steps at the start may overflow at the initial scale of 65536; most are taken.
+  EXPECT_LT(report["epochs"][1]["skipped_steps"].get<int>(),
+            report["epochs"][1]["steps"].get<int>() / 4);
+  auto cfg = write_config(resumed, body);
+  ASSERT_EQ(partrain("run " + cfg.string() + " --set train.epochs=1", resumed, 300).code, 0);
+  r = partrain("run " + cfg.string() + " --set checkpoint.resume=auto", resumed, 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  // CUDA kernels may sum in another order from run to run: close, not bitwise.
+  const auto a = epoch_losses(straight), b = epoch_losses(resumed);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-2 * a[i]) << "epoch " << i + 1;
+}
+
+}  // namespace

@@ -382,7 +382,10 @@ void read_optimizer(Section opt, OptimizerConfig& o) {
     }
   } else {
     refuse(opt, "momentum", "applies to optimizer sgd only (adamw has betas)");
-    refuse(opt, "nesterov", "applies to optimizer sgd only");
+    // DESIGN.md's example writes nesterov: false beside adamw; only true means something.
+    bool nesterov = false;
+    opt.read_bool("nesterov", nesterov);
+    if (nesterov) refuse(opt, "nesterov", "applies to optimizer sgd only");
     std::vector<double> betas;
     const YAML::Node n = opt.read_double_list("betas", betas, 0.0, 0.999999, 2);
     if (!betas.empty()) {
