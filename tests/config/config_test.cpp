@@ -336,8 +336,8 @@ TEST_F(ConfigTest, SyncBatchNormNeedsRanksAndBatchNormLayers) {
             "model mlp has no BatchNorm layers to synchronise");
   EXPECT_EQ(why("strategy: ddp\nmodel: {norm: none,       sync_batchnorm: true}\n"),
             "model digitalnet with norm: none has no BatchNorm layers to synchronise");
-  EXPECT_EQ(why("strategy: ddp\nmodel: {name: resnet18,   sync_batchnorm: true}\n").substr(0, 30),
-            "implemented for digitalnet, wh");
+  EXPECT_TRUE(load_config(write("strategy: ddp\nmodel: {name: resnet18, sync_batchnorm: true}\n"))
+                  .model.sync_batchnorm);
   const std::string model = write("model");
   EXPECT_NE(error_of("strategy: ddp\nmodel: {sync_batchnorm: true, torchscript: " + model + "}\n")
                 .find("model.sync_batchnorm: not available with model.torchscript"),

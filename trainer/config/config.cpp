@@ -338,7 +338,7 @@ void read_model_choice(Section& model, const Config& c, const YAML::Node& torchs
   if (!c.model.torchscript.empty()) {
     reject(
         "not available with model.torchscript: its BatchNorm layers are compiled into the saved "
-        "module (convert them in Python with torch.nn.SyncBatchNorm semantics, or set false)");
+        "module, where partrain cannot replace them; set it false");
   }
   if (c.strategy == "dp") {
     reject(
@@ -348,11 +348,6 @@ void read_model_choice(Section& model, const Config& c, const YAML::Node& torchs
   if (c.model.name == "mlp" || c.model.norm == "none") {
     reject("model " + c.model.name + (c.model.name == "mlp" ? "" : " with norm: none") +
            " has no BatchNorm layers to synchronise");
-  }
-  if (c.model.name == "resnet18") {
-    reject(
-        "implemented for digitalnet, whose BatchNorm layers are its own; resnet18 keeps "
-        "plain BatchNorm inside its blocks");
   }
 }
 

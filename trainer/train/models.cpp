@@ -13,59 +13,60 @@ namespace nn = torch::nn;
 // shape changes).
 class BasicBlockImpl : public nn::Cloneable<BasicBlockImpl> {
  public:
-  BasicBlockImpl(int in, int out, int stride, bool batch_norm)
-      : in_(in), out_(out), stride_(stride), batch_norm_(batch_norm) {
+  BasicBlockImpl(int in, int out, int stride, NormLayer norm)
+      : in_(in), out_(out), stride_(stride), norm_(std::move(norm)) {
     reset();
   }
 
   void reset() override {
     conv1_ = register_module(
         "conv1",
-        nn::Conv2d(nn::Conv2dOptions(in_, out_, 3).stride(stride_).padding(1).bias(!batch_norm_)));
-    conv2_ = register_module(
-        "conv2", nn::Conv2d(nn::Conv2dOptions(out_, out_, 3).padding(1).bias(!batch_norm_)));
-    if (batch_norm_) {
-      bn1_ = register_module("bn1", nn::BatchNorm2d(out_));
-      bn2_ = register_module("bn2", nn::BatchNorm2d(out_));
+        nn::Conv2d(nn::Conv2dOptions(in_, out_, 3).stride(stride_).padding(1).bias(!norm_)));
+    conv2_ = register_module("conv2",
+                             nn::Conv2d(nn::Conv2dOptions(out_, out_, 3).padding(1).bias(!norm_)));
+    if (norm_) {
+      bn1_ = norm_(out_);
+      bn2_ = norm_(out_);
+      register_module("bn1", bn1_.ptr());
+      register_module("bn2", bn2_.ptr());
     }
     if (stride_ != 1 || in_ != out_) {
       nn::Sequential shortcut;
-      shortcut->push_back(
-          "conv", nn::Conv2d(nn::Conv2dOptions(in_, out_, 1).stride(stride_).bias(!batch_norm_)));
-      if (batch_norm_) shortcut->push_back("bn", nn::BatchNorm2d(out_));
+      shortcut->push_back("conv",
+                          nn::Conv2d(nn::Conv2dOptions(in_, out_, 1).stride(stride_).bias(!norm_)));
+      if (norm_) shortcut->push_back("bn", norm_(out_));
       shortcut_ = register_module("shortcut", shortcut);
     }
   }
 
   torch::Tensor forward(torch::Tensor x) {
     auto y = conv1_(x);
-    if (batch_norm_) y = bn1_(y);
+    if (norm_) y = bn1_.forward(y);
     y = torch::relu(y);
     y = conv2_(y);
-    if (batch_norm_) y = bn2_(y);
+    if (norm_) y = bn2_.forward(y);
     auto shortcut = shortcut_ ? shortcut_->forward(x) : x;
     return torch::relu(y + shortcut);
   }
 
  private:
   int in_, out_, stride_;
-  bool batch_norm_;
+  NormLayer norm_;  // unset: norm: none
   nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
-  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::AnyModule bn1_, bn2_;
   nn::Sequential shortcut_{nullptr};
 };
 TORCH_MODULE(BasicBlock);
 
 // conv3x3 -> [BN] -> ReLU, the unit DigitalNet repeats.
-void add_conv_unit(nn::Sequential& seq, int index, int in, int out, bool batch_norm) {
+void add_conv_unit(nn::Sequential& seq, int index, int in, int out, const NormLayer& norm) {
   std::string n = std::to_string(index);
-  seq->push_back("conv" + n,
-                 nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(!batch_norm)));
-  if (batch_norm) seq->push_back("bn" + n, nn::BatchNorm2d(out));
+  seq->push_back("conv" + n, nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(!norm)));
+  if (norm) seq->push_back("bn" + n, norm(out));
   seq->push_back("relu" + n, nn::ReLU(nn::ReLUOptions().inplace(true)));
 }
 
-nn::Sequential make_digitalnet(int c, bool bn, const ModelShape& s) {
+nn::Sequential make_digitalnet(int c, const NormLayer& bn, const ModelShape& s) {
   nn::Sequential seq;
   add_conv_unit(seq, 1, s.in_channels, c, bn);
   seq->push_back("pool1", nn::MaxPool2d(2));
@@ -80,10 +81,10 @@ nn::Sequential make_digitalnet(int c, bool bn, const ModelShape& s) {
   return seq;
 }
 
-nn::Sequential make_resnet18(int c, bool bn, const ModelShape& s) {
+nn::Sequential make_resnet18(int c, const NormLayer& bn, const ModelShape& s) {
   nn::Sequential seq;
   seq->push_back("stem", nn::Conv2d(nn::Conv2dOptions(s.in_channels, c, 3).padding(1).bias(!bn)));
-  if (bn) seq->push_back("stem_bn", nn::BatchNorm2d(c));
+  if (bn) seq->push_back("stem_bn", bn(c));
   seq->push_back("stem_relu", nn::ReLU());
   int in = c;
   const int widths[4] = {c, 2 * c, 4 * c, 8 * c};
@@ -113,8 +114,12 @@ nn::Sequential make_mlp(int width, const ModelShape& s) {
 
 }  // namespace
 
-torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape) {
-  bool bn = config.norm == "batch";
+torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape,
+                                 const NormLayer& norm) {
+  NormLayer bn;
+  if (config.norm == "batch") {
+    bn = norm ? norm : [](int channels) { return nn::AnyModule(nn::BatchNorm2d(channels)); };
+  }
   if (config.name == "digitalnet") return make_digitalnet(config.width, bn, shape);
   if (config.name == "resnet18") return make_resnet18(config.width, bn, shape);
   if (config.name == "mlp") return make_mlp(config.width, shape);

@@ -6,6 +6,8 @@
 
 #include <torch/nn/modules/container/sequential.h>
 
+#include <functional>
+
 #include "trainer/config/config.h"
 
 namespace partrain {
@@ -17,6 +19,12 @@ struct ModelShape {
   int image_width = 0;  // 0: square (image_size); image folders and tensor files need not be
 };
 
-torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape);
+// The normalisation layer after a convolution with `channels` outputs, wherever a model has
+// one (norm: batch), including those inside resnet18's blocks. Unset: BatchNorm2d.
+// model.sync_batchnorm passes SyncBatchNorm2d's (sync_batchnorm.h).
+using NormLayer = std::function<torch::nn::AnyModule(int channels)>;
+
+torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape,
+                                 const NormLayer& norm = nullptr);
 
 }  // namespace partrain

@@ -174,46 +174,10 @@ at::Tensor SyncBatchNorm2dImpl::forward(const at::Tensor& input) {
   return y;
 }
 
-namespace {
-
-bool holds_batchnorm(const torch::nn::Module& module) {
-  for (const auto& m : module.modules()) {
-    if (dynamic_cast<const torch::nn::BatchNorm2dImpl*>(m.get()) != nullptr) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& net,
-                                             comm::Communicator& comm) {
-  torch::nn::Sequential converted;
-  const auto names = net->named_children();
-  std::size_t index = 0;
-  for (const auto& item : *net) {
-    std::string name = names[index++].key();
-    const auto module = item.ptr();
-    if (auto bn = std::dynamic_pointer_cast<torch::nn::BatchNorm2dImpl>(module)) {
-      SyncBatchNorm2d sync(bn->options, &comm);
-      sync->to(bn->running_mean.device());
-      torch::NoGradGuard no_grad;
-      if (bn->options.affine()) {
-        sync->weight.copy_(bn->weight);
-        sync->bias.copy_(bn->bias);
-      }
-      sync->running_mean.copy_(bn->running_mean);
-      sync->running_var.copy_(bn->running_var);
-      sync->num_batches_tracked.copy_(bn->num_batches_tracked);
-      sync->train(bn->is_training());
-      converted->push_back(std::move(name), torch::nn::AnyModule(sync.ptr()));
-    } else {
-      PARTRAIN_CHECK(!holds_batchnorm(*module), UsageError, "model.sync_batchnorm: layer ", name,
-                     " holds BatchNorm2d inside it, where it cannot be replaced from outside");
-      converted->push_back(std::move(name), item);
-    }
-  }
-  converted->train(net->is_training());
-  return converted;
+NormLayer sync_batchnorm_layers(comm::Communicator& comm) {
+  return [&comm](int channels) {
+    return torch::nn::AnyModule(SyncBatchNorm2d(torch::nn::BatchNormOptions(channels), &comm));
+  };
 }
 
 }  // namespace partrain

@@ -1,4 +1,4 @@
-// defines: SyncBatchNorm2d and convert_sync_batchnorm() — BatchNorm whose batch statistics,
+// defines: SyncBatchNorm2d and sync_batchnorm_layers() — BatchNorm whose batch statistics,
 // and in backward the sums the input gradient needs, are reduced over every rank, as
 // torch.nn.SyncBatchNorm does. See Note [SyncBatchNorm] in sync_batchnorm.cpp.
 #pragma once
@@ -6,6 +6,8 @@
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/container/sequential.h>
+
+#include "trainer/train/models.h"
 
 namespace partrain {
 
@@ -35,11 +37,8 @@ class SyncBatchNorm2dImpl : public torch::nn::Cloneable<SyncBatchNorm2dImpl> {
 };
 TORCH_MODULE(SyncBatchNorm2d);
 
-// `net` with each of its BatchNorm2d layers replaced by a SyncBatchNorm2d over `comm` that
-// starts with the same parameters and statistics (the other layers are shared, not copied).
-// Throws UsageError for a BatchNorm2d nested inside another layer, which cannot be replaced
-// from outside.
-torch::nn::Sequential convert_sync_batchnorm(const torch::nn::Sequential& net,
-                                             comm::Communicator& comm);
+// For make_model: SyncBatchNorm2d layers over `comm` wherever the model has BatchNorm, under
+// the same names and with BatchNorm2d's initial state.
+NormLayer sync_batchnorm_layers(comm::Communicator& comm);
 
 }  // namespace partrain

@@ -36,8 +36,8 @@ std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const Mo
                    "model.sync_batchnorm is not available with model.torchscript");
     return load_torchscript_model(config.torchscript, shape);
   }
-  torch::nn::Sequential net = make_model(config, shape);
-  if (batchnorm_comm != nullptr) net = convert_sync_batchnorm(net, *batchnorm_comm);
+  torch::nn::Sequential net = make_model(
+      config, shape, batchnorm_comm != nullptr ? sync_batchnorm_layers(*batchnorm_comm) : nullptr);
   return std::make_unique<SequentialModel>(std::move(net));
 }
 
