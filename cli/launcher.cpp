@@ -38,6 +38,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
 #include <boost/process.hpp>
 // clang-format on
 
@@ -571,6 +572,15 @@ int launch(const LaunchPlan& plan) {
     sink.launcher_line(line);
     return bad_input ? 2 : 1;
   }
+}
+
+// Boost.DLL knows each system's way (/proc/self/exe, _NSGetExecutablePath, GetModuleFileName),
+// so one definition serves every platform.
+std::string platform::executable_path() {
+  std::error_code ec;
+  const auto path = boost::dll::program_location(ec);
+  PARTRAIN_CHECK(!ec, Error, "cannot find this executable's path: ", ec.message());
+  return path.string();
 }
 
 }  // namespace partrain::cli

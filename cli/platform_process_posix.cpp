@@ -16,8 +16,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-
 #include "common/errors.h"
 
 namespace partrain::cli::platform {
@@ -139,15 +137,6 @@ bool process_running(int pid) {
 }
 
 int current_process_id() { return static_cast<int>(::getpid()); }
-
-std::string executable_path() {
-  // Boost.DLL knows each system's way (/proc/self/exe, _NSGetExecutablePath,
-  // GetModuleFileName), so this is the one place that asks.
-  std::error_code ec;
-  const auto path = boost::dll::program_location(ec);
-  PARTRAIN_CHECK(!ec, Error, "cannot find this executable's path: ", ec.message());
-  return path.string();
-}
 
 void set_close_on_exec(NativeHandle native_handle) {
   const int flags = ::fcntl(native_handle, F_GETFD);

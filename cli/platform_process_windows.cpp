@@ -27,8 +27,6 @@
 #include <iterator>
 #include <string>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-
 #include "common/errors.h"
 
 namespace partrain::cli::platform {
@@ -208,13 +206,6 @@ bool process_running(int pid) {
 }
 
 int current_process_id() { return static_cast<int>(::GetCurrentProcessId()); }
-
-std::string executable_path() {
-  std::error_code ec;
-  const auto path = boost::dll::program_location(ec);
-  PARTRAIN_CHECK(!ec, Error, "cannot find this executable's path: ", ec.message());
-  return path.string();
-}
 
 void set_close_on_exec(NativeHandle handle) {
   PARTRAIN_CHECK(
