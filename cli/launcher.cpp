@@ -6,6 +6,7 @@
 //     prefixed, under one lock (so two workers never share a line)
 //   poll the workers every kPollInterval until the first one fails, all succeed, or the
 //     launcher itself is told to stop
+//   with several nodes, give the rest up to kSettleBound to end by themselves (see settle())
 //   stop the rest: a polite stop to each (SIGTERM; CTRL_BREAK_EVENT on Windows), the forced
 //     one (SIGKILL; TerminateJobObject) to whoever is left after `grace`, reap them
 //   drain what the workers wrote before they died (bounded), then name what happened
@@ -57,8 +58,11 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kPollInterval{50};
 constexpr milliseconds kStopPollInterval{20};
-constexpr milliseconds kDrainBound{2000};         // for output still in flight after the last exit
-constexpr milliseconds kReapBound{5000};          // for a worker to vanish after the forced stop
+constexpr milliseconds kDrainBound{2000};  // for output still in flight after the last exit
+constexpr milliseconds kReapBound{5000};   // for a worker to vanish after the forced stop
+// With several nodes: how long the rest of a node's ranks may take to end by themselves after
+// one fails, before they are stopped (GroupRun::settle).
+constexpr milliseconds kSettleBound{1000};
 constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into pieces
 constexpr int kMaxWorldSize = 1 << 20;
 
@@ -174,7 +178,9 @@ class GroupRun {
 
   // Waits for the first failure, full success or a stop signal (one newer than
   // `signals_seen`), stops whoever is left and drains their output.
-  GroupOutcome watch(milliseconds grace, const platform::StopSignals& signals, int signals_seen) {
+  // After a failure the rest get up to `settle` to end by themselves before they are stopped.
+  GroupOutcome watch(milliseconds grace, milliseconds settle, const platform::StopSignals& signals,
+                     int signals_seen) {
     GroupOutcome outcome;
     for (;;) {
       if (signals.count() != signals_seen) {
@@ -201,6 +207,7 @@ class GroupRun {
       if (!any_running) break;
       std::this_thread::sleep_for(kPollInterval);
     }
+    if (outcome.kind == GroupOutcome::Kind::kFailed) wait_for_rest(settle, signals, signals_seen);
     stop_all(grace, &signals);
     finish_output();
     for (auto& w : workers_) {
@@ -236,6 +243,18 @@ class GroupRun {
     bool all = true;
     for (auto& w : workers_) all = reap(*w) && all;
     return all;
+  }
+
+  // Lets the other workers end by themselves for up to `window` (a stop signal cuts it short).
+  // With several nodes this is how a rank dead on this node gets named on the others: the
+  // survivors here see the failure in their collectives and publish in the store whom they
+  // lost, and the other nodes' ranks follow that chain of blame (failure_trace.h). A survivor
+  // stopped before it published would be named in place of the rank that died.
+  void wait_for_rest(milliseconds window, const platform::StopSignals& signals, int signals_seen) {
+    const auto end = Clock::now() + window;
+    while (!reap_all() && Clock::now() < end && signals.count() == signals_seen) {
+      std::this_thread::sleep_for(kStopPollInterval);
+    }
   }
 
   // The polite stop to each running worker, the forced one to those left after `grace` (or
@@ -549,7 +568,8 @@ int launch(const LaunchPlan& plan) {
         group.spawn(plan.node_rank * plan.nproc_per_node + local, plan.executable, plan.worker_args,
                     worker_environment(plan, local, token, rendezvous, port, restart));
       }
-      outcome = group.watch(plan.grace, signals, signals_seen);
+      outcome = group.watch(plan.grace, plan.nnodes > 1 ? kSettleBound : milliseconds(0), signals,
+                            signals_seen);
     }
 
     using Kind = GroupOutcome::Kind;

@@ -33,6 +33,9 @@ struct LaunchPlan {
   std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr
 };
 
+// When a worker fails, the others on this node are stopped at once with one node, and after up
+// to 1 s in which they may end by themselves with several (so that they can tell the other
+// nodes, through the store, which rank they lost).
 // Runs the plan to the end and returns the exit code for `partrain run`:
 //   0    every worker exited 0
 //   1    a worker failed (non-zero exit, a signal, on Windows a crash status) and no restart

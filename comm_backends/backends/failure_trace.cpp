@@ -40,10 +40,9 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
     const std::string mine = std::to_string(blamed);
     store.set(key(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
     if (blamed >= 0) {
-      std::set<int> visited{rank};
+      std::set<int> visited{rank, blamed};
       int suspect = blamed;
       for (;;) {
-        if (!visited.insert(suspect).second) return trace;  // a circle: keep what we saw
         if (!reported(suspect)) {
           trace.culprit = suspect;
           return trace;
@@ -52,7 +51,11 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
         const int next = std::stoi(std::string(report.begin(), report.end()));
         if (next >= size) return trace;
         if (next < 0) break;  // it could not tell either: look for the silent ones
+        if (!visited.insert(next).second) return trace;  // a circle: keep the last one named
+        // The best name so far. It is kept if the store goes away during the rest of the
+        // trace: the store may live in a rank that is stopping because of this very failure.
         suspect = next;
+        trace.culprit = next;
       }
     }
     // Who sent no report? A survivor stuck on the lost rank reports once its own wait times

@@ -24,7 +24,8 @@ struct FailureTrace {
   std::vector<int> silent;  // when found by silence: every rank that sent no report in time
 };
 
-// Never throws: the store may have died with the failed rank, and then `blamed` is kept.
+// Never throws: the store may die with a failed rank (rank 0 hosts it), and then the last rank
+// the chain of blame reached is kept (`blamed` when it reached no further).
 FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank, int size,
                                int blamed, std::chrono::milliseconds grace,
                                std::chrono::milliseconds patience);
