@@ -12,33 +12,13 @@
 #      ROUNDS (default 2: the whole sequence is repeated and each contender keeps its best
 #      median, as the peer figures do; on a shared machine one round is mostly noise)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-SIZES=${2:-4K,64K,1M,16M,64M}
-WORLDS=${3:-"2 4"}
-PEERS_DIR=${PEERS_DIR:-/work/shared/peers/collectives}
-OUT=${OUT:-$BUILD/bench-allreduce}
-ROUNDS=${ROUNDS:-2}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
+allreduce_setup bench-allreduce "$@"
 
 GLOO_BENCH=$OUT/gloo_bench
 if [[ ! -x $GLOO_BENCH ]]; then
   g++ -O3 -march=native -std=c++17 -o "$GLOO_BENCH" "$PEERS_DIR/gloo_bench.cc" -lgloo -pthread
 fi
-BYTES=$(python3 -c '
-import sys
-units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-out = []
-for s in sys.argv[1].split(","):
-    out.append(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)))
-print(",".join(out))' "$SIZES")
-
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(uname -srm), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "sizes: $SIZES  worlds: $WORLDS  rounds: $ROUNDS (best median of each kept)"
-} > "$OUT/machine.txt"
 
 for ((R=1; R<=ROUNDS; R++)); do
 for W in $WORLDS; do
@@ -55,5 +35,5 @@ for W in $WORLDS; do
   done
 done
 done
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+note_load_after
 python3 "$ROOT/bench/allreduce/compare.py" "$OUT" "$WORLDS"

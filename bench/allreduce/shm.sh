@@ -9,27 +9,11 @@
 # Env: PEERS_DIR (default /work/shared/peers/collectives), OUT (default BUILD_DIR/bench-shm),
 #      ROUNDS (default 2)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=$(cd "${1:-$ROOT/build}" && pwd)
-SIZES=${2:-4K,64K,1M,16M,64M}
-WORLDS=${3:-"2 4"}
-PEERS_DIR=${PEERS_DIR:-/work/shared/peers/collectives}
-OUT=${OUT:-$BUILD/bench-shm}
-ROUNDS=${ROUNDS:-2}
-mkdir -p "$OUT"
+source "$(dirname "$0")/common.sh"
+allreduce_setup bench-shm "$@"
 command -v mpicxx > /dev/null || { echo "shm.sh: mpicxx is missing (scripts/setup.sh installs libopenmpi-dev)" >&2; exit 1; }
 MPI_BENCH=$OUT/mpi_bench
 [[ -x $MPI_BENCH ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
-BYTES=$(python3 -c '
-import sys
-units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$SIZES")
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(uname -srm), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "sizes: $SIZES  worlds: $WORLDS  rounds: $ROUNDS (best median of each kept)"
-} > "$OUT/machine.txt"
 
 for ((R=1; R<=ROUNDS; R++)); do
   for W in $WORLDS; do
@@ -42,7 +26,7 @@ for ((R=1; R<=ROUNDS; R++)); do
     cat "$OUT/mpi_w${W}_r$R.txt" >&2
   done
 done
-echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/machine.txt"
+note_load_after
 
 python3 - "$OUT" "$WORLDS" "$ROUNDS" <<'PY'
 import glob, json, sys

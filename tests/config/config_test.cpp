@@ -16,11 +16,16 @@ namespace fs = std::filesystem;
 
 class ConfigTest : public ::testing::Test {
  protected:
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(dir(), ignored);
+  }
+  static fs::path dir() {
+    return fs::temp_directory_path() / ("partrain_config_test_" + std::to_string(::getpid()));
+  }
   std::string write(const std::string& text) {
-    fs::path dir =
-        fs::temp_directory_path() / ("partrain_config_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    fs::path path = dir / (std::to_string(counter_++) + ".yaml");
+    fs::create_directories(dir());
+    fs::path path = dir() / (std::to_string(counter_++) + ".yaml");
     std::ofstream(path) << text;
     return path.string();
   }

@@ -32,13 +32,30 @@ inline std::string exe() {
   return e ? e : PARTRAIN_EXE_DEFAULT;
 }
 
+// This test process's scratch directories all live under one root.
+inline fs::path scratch_root() {
+  return fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid()));
+}
+
 inline fs::path scratch(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("partrain_run_test_" + std::to_string(::getpid())) / name;
+  fs::path dir = scratch_root() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
 }
+
+// Removes the scratch root once every test of the process has passed. After a failure it
+// stays, so the logs that the failure message names can still be read.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (::testing::UnitTest::GetInstance()->failed_test_count() > 0) return;
+    std::error_code ignored;
+    fs::remove_all(scratch_root(), ignored);
+  }
+};
+inline ::testing::Environment* const kScratchCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
 
 struct Result {
   int code = -1;
