@@ -12,6 +12,23 @@ void check_precision_supported(const std::string& precision, const c10::Device& 
                  "(LibTorch's autocast runs the CPU in bf16 only): use precision bf16 or f32");
 }
 
+bool cpu_has_onednn_bf16() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return true;
+#endif
+}
+
+std::string precision_note(const std::string& precision, const c10::Device& device) {
+  if (precision != "bf16" || !device.is_cpu() || cpu_has_onednn_bf16()) return "";
+  return "note: train.precision bf16 on a CPU without AVX-512 (BW, VL, DQ): LibTorch runs bf16 "
+         "convolutions here with its slow reference kernels, not oneDNN's, so expect training "
+         "to be several times slower than with f32 (BENCHMARKS.md, \"precision bf16\")";
+}
+
 AutocastScope::AutocastScope(const std::string& precision, const c10::Device& device) {
   if (precision == "f32") return;
   check_precision_supported(precision, device);

@@ -29,4 +29,13 @@ class AutocastScope {
 // Throws UsageError when `precision` cannot run on `device` (f16 on the CPU).
 void check_precision_supported(const std::string& precision, const c10::Device& device);
 
+// False on an x86 CPU without AVX-512 BW, VL and DQ: LibTorch then runs bf16 convolutions
+// with its slow reference kernels instead of oneDNN's (the same test as LibTorch's own
+// mkldnn_bf16_device_check). True elsewhere, where this is not known.
+bool cpu_has_onednn_bf16();
+
+// A line for the user when `precision` will run much slower than f32 on `device` (bf16 on a
+// CPU without cpu_has_onednn_bf16()); "" otherwise.
+std::string precision_note(const std::string& precision, const c10::Device& device);
+
 }  // namespace partrain

@@ -40,6 +40,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   set_intra_op_threads(cfg, env);
   const c10::Device device = pick_device(cfg, env);
   check_precision_supported(cfg.train.precision, device);
+  const std::string note = precision_note(cfg.train.precision, device);
+  if (!note.empty() && env.rank == 0) std::printf("%s\n", note.c_str());
   RankGroup group = join_rank_group(cfg, env, device);
   RankData data = load_rank_data(cfg, env, group.store.get(), group.timeout);
 
