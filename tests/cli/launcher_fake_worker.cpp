@@ -3,14 +3,16 @@
 //
 //   launcher_fake_worker [--epochs N] [--steps K] [--sleep-ms MS] [--spam N]
 //       [--fail RANK:CODE:EPOCH] [--fail-until-restart R] [--kill-self RANK:EPOCH]
-//       [--hang RANK|all] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
+//       [--hang RANK|all] [--hang-ms MS] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
 //       [--print-env] [--long-line BYTES] [--spawn-child]
 //
 // Always prints "pid P" and "restart R" first (R = PARTRAIN_RESTART). Per epoch E it prints
 // "epoch E/N" and K step lines, plus one stderr line "warning from rank X in epoch E".
 // --fail exits with CODE right after printing "epoch EPOCH/N" on rank RANK, but only while
 // PARTRAIN_RESTART < R when --fail-until-restart R is given. --hang sleeps after the epochs
-// (at most 30 s, then exits 99 so that a broken launcher cannot leak it for long).
+// (at most 30 s, then exits 99 so that a broken launcher cannot leak it for long); with
+// --hang-ms it prints "stopped hanging by itself" after MS and exits 1, as a rank does that
+// sees a peer's failure in a collective.
 // A hanging rank creates --ready-file once it hangs (SIGTERM already ignored if asked); a
 // rank about to fail or kill itself first waits up to 10 s for --wait-for, so tests know
 // the other ranks are where they should be when the failure comes.
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
   int fail_until_restart = -1;
   std::string kill_self;
   std::string hang;
+  int hang_ms = -1;
   std::string ready_file;
   std::string wait_for;
   bool ignore_sigterm = false;
@@ -135,6 +138,8 @@ int main(int argc, char** argv) {
       kill_self = next();
     else if (arg == "--hang")
       hang = next();
+    else if (arg == "--hang-ms")
+      hang_ms = arg_int(next());
     else if (arg == "--ready-file")
       ready_file = next();
     else if (arg == "--wait-for")
@@ -209,11 +214,14 @@ int main(int argc, char** argv) {
   if (hang == "all" || (!hang.empty() && std::stoi(hang) == rank)) {
     std::cout << "hanging" << std::endl;
     if (!ready_file.empty()) std::ofstream(ready_file) << "ready\n";
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto end = std::chrono::steady_clock::now() +
+                     (hang_ms >= 0 ? std::chrono::milliseconds(hang_ms) : std::chrono::seconds(30));
     while (std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(hang_ms >= 0 ? 5 : 50));
     }
-    return 99;
+    if (hang_ms < 0) return 99;
+    std::cout << "stopped hanging by itself" << std::endl;
+    return 1;
   }
   std::cout << "done" << std::endl;
   if (long_line > 0) std::cout << std::string(long_line, 'y') << std::flush;

@@ -214,6 +214,50 @@ TEST(LauncherTest, OneFailingRankStopsTheOthersAndIsNamed) {
   std::filesystem::remove(ready);
 }
 
+// With several nodes the others get up to a second to end by themselves (they are how the
+// other nodes learn whom this node lost); with one node they are stopped at once.
+TEST(LauncherTest, WithSeveralNodesTheOthersMayEndByThemselvesFirst) {
+  for (const int nnodes : {2, 1}) {
+    const std::string ready = ready_file();
+    LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--hang-ms", "200",
+                                    "--ready-file", ready, "--wait-for", ready});
+    plan.nnodes = nnodes;
+    plan.master_port = 29400;  // required with several nodes; the fake workers never use it
+    const Captured r = run_plan(plan);
+    EXPECT_EQ(r.code, 1) << "nnodes " << nnodes;
+    const std::string err = without_at_once_notes(r.err);
+    if (nnodes == 2) {
+      EXPECT_NE(err.find("partrain: rank 1 exited with code 3 during epoch 1\n"), std::string::npos)
+          << err;
+      EXPECT_NE(r.out.find("[rank 0] stopped hanging by itself"), std::string::npos) << r.out;
+    } else {
+      EXPECT_NE(err.find("partrain: rank 1 exited with code 3 during epoch 1; stopped rank 0\n"),
+                std::string::npos)
+          << err;
+      EXPECT_EQ(r.out.find("stopped hanging by itself"), std::string::npos) << r.out;
+    }
+    std::filesystem::remove(ready);
+  }
+}
+
+// ... but no longer than that: a rank that goes on hanging is stopped after the second.
+TEST(LauncherTest, WithSeveralNodesAHangingRankIsStillStopped) {
+  const std::string ready = ready_file();
+  LaunchPlan plan =
+      fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--ready-file", ready, "--wait-for", ready});
+  plan.nnodes = 2;
+  plan.master_port = 29400;
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_LT(r.seconds, 6.0);
+  EXPECT_NE(without_at_once_notes(r.err).find(
+                "partrain: rank 1 exited with code 3 during epoch 1; stopped rank 0\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(platform::process_running(pid_of(r.out, 0)));
+  std::filesystem::remove(ready);
+}
+
 TEST(LauncherTest, RankKilledBySignalIsNamedWithTheSignal) {
   const std::string ready = ready_file();
   const Captured r = run_plan(fake_plan(
