@@ -6,7 +6,7 @@
 //     prefixed, under one lock (so two workers never share a line)
 //   poll the workers every kPollInterval until the first one fails, all succeed, or the
 //     launcher itself is told to stop
-//   with several nodes, give the rest up to kSettleBound to end by themselves (see settle())
+//   with several nodes, give the rest up to kSettleBound to end by themselves (wait_for_rest)
 //   stop the rest: a polite stop to each (SIGTERM; CTRL_BREAK_EVENT on Windows), the forced
 //     one (SIGKILL; TerminateJobObject) to whoever is left after `grace`, reap them
 //   drain what the workers wrote before they died (bounded), then name what happened
@@ -61,7 +61,7 @@ constexpr milliseconds kStopPollInterval{20};
 constexpr milliseconds kDrainBound{2000};  // for output still in flight after the last exit
 constexpr milliseconds kReapBound{5000};   // for a worker to vanish after the forced stop
 // With several nodes: how long the rest of a node's ranks may take to end by themselves after
-// one fails, before they are stopped (GroupRun::settle).
+// one fails, before they are stopped (GroupRun::wait_for_rest).
 constexpr milliseconds kSettleBound{1000};
 constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into pieces
 constexpr int kMaxWorldSize = 1 << 20;
