@@ -378,16 +378,41 @@ class FreshStoreRoot {
   TempDir root_{"partrain-run"};
 };
 
+// The ranks of the whole run, and the first of this node's (ranks are numbered node by node).
+std::int64_t world_size_of(const LaunchPlan& plan) {
+  if (plan.node_sizes.empty()) return static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes;
+  std::int64_t world = 0;
+  for (const int n : plan.node_sizes) world += n;
+  return world;
+}
+
+int first_rank_of(const LaunchPlan& plan) {
+  if (plan.node_sizes.empty()) return plan.node_rank * plan.nproc_per_node;
+  int first = 0;
+  for (int node = 0; node < plan.node_rank; ++node) first += plan.node_sizes[node];
+  return first;
+}
+
 void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(!plan.executable.empty(), UsageError, "no worker executable to launch");
   PARTRAIN_CHECK_GE(plan.nproc_per_node, 1, UsageError, "nproc_per_node is too small");
   PARTRAIN_CHECK_GE(plan.nnodes, 1, UsageError, "nnodes is too small");
-  PARTRAIN_CHECK(
-      static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes <= kMaxWorldSize, UsageError,
-      "nnodes x nproc_per_node = ", static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes,
-      " ranks is more than the ", kMaxWorldSize, " supported");
   PARTRAIN_CHECK(plan.node_rank >= 0 && plan.node_rank < plan.nnodes, UsageError, "node_rank ",
                  plan.node_rank, " is outside 0..", plan.nnodes - 1, " (nnodes ", plan.nnodes, ")");
+  if (!plan.node_sizes.empty()) {
+    PARTRAIN_CHECK(static_cast<int>(plan.node_sizes.size()) == plan.nnodes, UsageError,
+                   "node_sizes names ", plan.node_sizes.size(), " nodes, but nnodes is ",
+                   plan.nnodes);
+    for (const int n : plan.node_sizes) {
+      PARTRAIN_CHECK(n >= 1 && n <= kMaxWorldSize, UsageError, "node_sizes: ", n,
+                     " ranks on a node is outside 1..", kMaxWorldSize);
+    }
+    PARTRAIN_CHECK(plan.node_sizes[plan.node_rank] == plan.nproc_per_node, UsageError,
+                   "node_sizes gives node ", plan.node_rank, " ", plan.node_sizes[plan.node_rank],
+                   " ranks, but nproc_per_node is ", plan.nproc_per_node);
+  }
+  PARTRAIN_CHECK(world_size_of(plan) <= kMaxWorldSize, UsageError, world_size_of(plan),
+                 " ranks in all is more than the ", kMaxWorldSize, " supported");
   PARTRAIN_CHECK(plan.master_port >= 0 && plan.master_port <= 65535, UsageError, "master_port ",
                  plan.master_port, " is outside 0..65535");
   PARTRAIN_CHECK(plan.nnodes == 1 || plan.master_port != 0, UsageError,
@@ -447,8 +472,8 @@ std::string describe_stops(const GroupOutcome& o, milliseconds grace) {
 bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const std::string& token,
                                    const std::string& rendezvous, int master_port, int restart) {
   bp::environment env = boost::this_process::environment();
-  const int world_size = plan.nnodes * plan.nproc_per_node;
-  env["RANK"] = std::to_string(plan.node_rank * plan.nproc_per_node + local_rank);
+  const std::int64_t world_size = world_size_of(plan);
+  env["RANK"] = std::to_string(first_rank_of(plan) + local_rank);
   env["LOCAL_RANK"] = std::to_string(local_rank);
   env["WORLD_SIZE"] = std::to_string(world_size);
   env["LOCAL_WORLD_SIZE"] = std::to_string(plan.nproc_per_node);
@@ -525,7 +550,13 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
   add(plan.master_addr);
   add(std::to_string(plan.master_port));
   add(std::to_string(plan.nnodes));
-  add(std::to_string(plan.nproc_per_node));
+  if (plan.node_sizes.empty()) {
+    add(std::to_string(plan.nproc_per_node));
+  } else {  // the layout every node shares, not this node's own count
+    std::string sizes = "node sizes";
+    for (const int n : plan.node_sizes) sizes += " " + std::to_string(n);
+    add(sizes);
+  }
   if (!plan.run_identity.empty()) {
     add(plan.run_identity);
   } else {
@@ -565,7 +596,7 @@ int launch(const LaunchPlan& plan) {
       GroupRun group(sink);
       for (int local = 0; local < plan.nproc_per_node; ++local) {
         if (signals.count() != signals_seen) break;
-        group.spawn(plan.node_rank * plan.nproc_per_node + local, plan.executable, plan.worker_args,
+        group.spawn(first_rank_of(plan) + local, plan.executable, plan.worker_args,
                     worker_environment(plan, local, token, rendezvous, port, restart));
       }
       outcome = group.watch(plan.grace, plan.nnodes > 1 ? kSettleBound : milliseconds(0), signals,

@@ -20,7 +20,11 @@ struct LaunchPlan {
   // What every node of one run shares, whatever its node-local paths (see choose_run_token);
   // "": the executable's name and worker_args stand in for it.
   std::string run_identity;
-  int nproc_per_node = 1;
+  int nproc_per_node = 1;  // ranks on this node
+  // Ranks on each node, by node rank, where the nodes differ: {2, 1} puts ranks 0-1 on node 0
+  // and rank 2 on node 1. The same on every node; its entry for node_rank is nproc_per_node.
+  // Empty: nproc_per_node on every node.
+  std::vector<int> node_sizes;
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -63,11 +67,11 @@ int launch(const LaunchPlan& plan);
 //     to give all nodes of a multi-node run one secret;
 //   * one node: 128 random bits, in hex, fresh for each run;
 //   * several nodes and no env_token: derived from what every node's command shares
-//     (master address and port, nnodes, nproc_per_node, and run_identity — partrain run
-//     puts there the resolved config without its node-local keys, so a different --output
-//     or data.root on one node changes nothing), so the nodes agree without talking. Another
-//     job on the same port gets another token and is refused. Anyone who knows the command
-//     can compute it: set PARTRAIN_RUN_TOKEN to keep others out.
+//     (master address and port, nnodes, nproc_per_node or node_sizes, and run_identity — partrain
+//     run puts there the resolved config without its node-local keys, so a different --output or
+//     data.root on one node changes nothing), so the nodes agree without talking. Another job on
+//     the same port gets another token and is refused. Anyone who knows the command can compute it:
+//     set PARTRAIN_RUN_TOKEN to keep others out.
 std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token);
 
 // The store url the workers get (PARTRAIN_RENDEZVOUS): plan.rendezvous when given; with

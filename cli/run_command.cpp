@@ -7,7 +7,9 @@
 // (same config, one process, batch x ranks, so the total batch is equal).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -24,7 +26,7 @@ namespace {
 
 struct RunOptions {
   ConfigArguments config;
-  int nproc_per_node = 0;  // 0: from the config
+  std::string nproc_per_node;  // "": from the config; "N", or "N0,N1,..." one count per node
   int nnodes = 0;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
@@ -50,15 +52,40 @@ std::string run_identity(Config config) {
   config.comm.host.clear();
   return config_to_json(config);
 }
+// --nproc-per-node: one count for every node, or one per node in node-rank order ("2,1").
+// Returns the counts, one entry per node. Throws UsageError naming what is wrong.
+std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
+  std::vector<int> counts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma - start);
+    const bool digits = !item.empty() && item.size() <= 4 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    PARTRAIN_CHECK(digits && std::stoi(item) >= 1 && std::stoi(item) <= 1024, UsageError,
+                   "--nproc-per-node '", text,
+                   "': expected a count from 1 to 1024, or one such count per node separated by "
+                   "commas (e.g. 2,1)");
+    counts.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (counts.size() == 1) return std::vector<int>(nnodes, counts.front());
+  PARTRAIN_CHECK(static_cast<int>(counts.size()) == nnodes, UsageError, "--nproc-per-node '", text,
+                 "' gives ", counts.size(), " nodes their counts, but the run has ", nnodes,
+                 " (--nnodes or launch.nnodes): give one count, or one per node");
+  return counts;
+}
+
 int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, int nproc, int nnodes);
+                   const std::vector<std::string>& overrides, const std::vector<int>& node_sizes);
 
 // The single-device twin of a parallel run: one process at the same total batch, the rest
 // unchanged (loader threads included, so the pair differs only in parallelism).
 int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
   RunOptions twin = o;
   twin.with_baseline = false;
-  twin.nproc_per_node = 1;
+  twin.nproc_per_node = "1";
   twin.nnodes = 1;
   twin.output = parallel.output_dir + "/baseline";
   twin.config.overrides.push_back("strategy=single");
@@ -93,33 +120,36 @@ int run(const RunOptions& o) {
   int nproc =
       config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
   if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
-  if (o.nproc_per_node > 0) nproc = o.nproc_per_node;
   int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
   PARTRAIN_CHECK(o.node_rank >= 0 && o.node_rank < nnodes, UsageError, "--node-rank ", o.node_rank,
                  " is outside [0, ", nnodes, ")");
-  PARTRAIN_CHECK(nproc * nnodes == 1 || config.strategy == "ddp", UsageError, "strategy ",
-                 config.strategy, " runs one process, but ", nproc * nnodes,
-                 " ranks were asked for; use strategy: ddp");
+  const std::vector<int> node_sizes = o.nproc_per_node.empty()
+                                          ? std::vector<int>(nnodes, nproc)
+                                          : parse_nproc_per_node(o.nproc_per_node, nnodes);
+  int world = 0;
+  for (const int n : node_sizes) world += n;
+  PARTRAIN_CHECK(world == 1 || config.strategy == "ddp", UsageError, "strategy ", config.strategy,
+                 " runs one process, but ", world, " ranks were asked for; use strategy: ddp");
 
   if (o.with_baseline) {
     PARTRAIN_CHECK(
         config.strategy != "single", UsageError,
         "--with-baseline compares a parallel run with one device; this config is strategy single");
-    int code = run_baseline(o, config, config.strategy == "dp" ? 1 : nproc * nnodes);
+    int code = run_baseline(o, config, config.strategy == "dp" ? 1 : world);
     if (code != 0) return code;
   }
   int code = 0;
-  if (nproc * nnodes == 1 && config.launch.max_restarts == 0) {
+  if (world == 1 && config.launch.max_restarts == 0) {
     code = run_worker(config, WorkerEnv{});
   } else {
-    code = launch_workers(o, config, overrides, nproc, nnodes);
+    code = launch_workers(o, config, overrides, node_sizes);
   }
   if (code == 0 && o.node_rank == 0) compare_with_reference(config);
   return code;
 }
 
 int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, int nproc, int nnodes) {
+                   const std::vector<std::string>& overrides, const std::vector<int>& node_sizes) {
   LaunchPlan plan;
   plan.executable = platform::executable_path();
   plan.worker_args = {"worker", o.config.path};
@@ -128,8 +158,13 @@ int launch_workers(const RunOptions& o, const Config& config,
     plan.worker_args.push_back(s);
   }
   plan.run_identity = run_identity(config);
-  plan.nproc_per_node = nproc;
-  plan.nnodes = nnodes;
+  plan.nproc_per_node = node_sizes[o.node_rank];
+  plan.nnodes = static_cast<int>(node_sizes.size());
+  // Uneven nodes only: an even run keeps the token (and behaviour) it always had.
+  if (std::adjacent_find(node_sizes.begin(), node_sizes.end(), std::not_equal_to<>()) !=
+      node_sizes.end()) {
+    plan.node_sizes = node_sizes;
+  }
   plan.node_rank = o.node_rank;
   plan.master_addr = o.master_addr;
   plan.master_port = o.master_port;
@@ -145,8 +180,8 @@ void add_run_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RunOptions>();
   add_config_arguments(*sub, o->config);
   sub->add_option("--nproc-per-node", o->nproc_per_node,
-                  "Ranks on this machine (default: launch.nproc_per_node)")
-      ->check(CLI::Range(1, 1024));
+                  "Ranks on each machine (default: launch.nproc_per_node), or one count per "
+                  "machine in node-rank order, the same list on every machine (2,1)");
   sub->add_option("--nnodes", o->nnodes, "Machines in the run (default: launch.nnodes)")
       ->check(CLI::Range(1, 65536));
   sub->add_option("--node-rank", o->node_rank, "This machine's index, 0-based")

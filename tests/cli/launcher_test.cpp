@@ -454,6 +454,37 @@ TEST(LauncherTest, SecondNodeRanksAndRendezvous) {
   }
 }
 
+// Uneven nodes, {2, 1}: node 1 holds rank 2 alone, in a world of 3; both nodes derive one
+// token from the shared layout, and another layout is another run.
+TEST(LauncherTest, UnevenNodesNumberTheirRanksNodeByNode) {
+  LaunchPlan plan = fake_plan(1, {"--print-env", "--epochs", "1"});
+  plan.nnodes = 2;
+  plan.node_rank = 1;
+  plan.node_sizes = {2, 1};
+  plan.master_port = 29556;  // never opened: the fake workers only print it
+  const Captured r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto env = env_of(r.out, 2);
+  EXPECT_EQ(env["RANK"], "2");
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["WORLD_SIZE"], "3");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1");
+  EXPECT_EQ(env["GROUP_RANK"], "1");
+  LaunchPlan node0 = plan;
+  node0.node_rank = 0;
+  node0.nproc_per_node = 2;
+  EXPECT_EQ(env["PARTRAIN_RUN_TOKEN"], choose_run_token(node0, launcher_env_token()));
+  LaunchPlan other_layout = node0;
+  other_layout.node_sizes = {2, 2};
+  EXPECT_NE(choose_run_token(node0, ""), choose_run_token(other_layout, ""));
+  // A layout that does not fit the plan is refused before anything starts.
+  LaunchPlan bad = plan;
+  bad.node_sizes = {2, 2};
+  EXPECT_THROW(launch(bad), UsageError);
+  bad.node_sizes = {1, 1, 1};
+  EXPECT_THROW(launch(bad), UsageError);
+}
+
 TEST(LauncherTest, RunTokenRule) {
   LaunchPlan one = fake_plan(2, {"worker", "a.yaml"});
   const std::string a = choose_run_token(one, "");

@@ -21,10 +21,12 @@ fs::path small_config(const fs::path& dir, int epochs) {
                                ", threads: 1, log_every: 1}\n");
 }
 
-std::vector<std::string> small_overrides(const std::string& backend) {
-  return {"--set", "model.norm=none",         "--set", "data.synthetic_train=256",
-          "--set", "data.synthetic_test=64",  "--set", "data.batch_size=16",
-          "--set", "comm.backend=" + backend, "--set", "comm.timeout_s=20"};
+// `train`: training images, a multiple of 16 x the world size (every rank the same batches).
+std::vector<std::string> small_overrides(const std::string& backend, int train = 256) {
+  return {
+      "--set", "model.norm=none",         "--set", "data.synthetic_train=" + std::to_string(train),
+      "--set", "data.synthetic_test=64",  "--set", "data.batch_size=16",
+      "--set", "comm.backend=" + backend, "--set", "comm.timeout_s=20"};
 }
 
 struct HostRun {
@@ -35,7 +37,7 @@ struct HostRun {
 
 // `partrain run` for node `host` of a run over all of `hosts`; `tag` names its log and output.
 HostRun start_node(const NetnsHosts& hosts, int host, const fs::path& dir, const fs::path& config,
-                   const std::string& master, int port, int ranks_per_host,
+                   const std::string& master, int port, const std::string& nproc_per_node,
                    const std::vector<std::string>& extra, const std::string& tag) {
   HostRun run;
   run.log = dir / (tag + ".log");
@@ -44,7 +46,7 @@ HostRun start_node(const NetnsHosts& hosts, int host, const fs::path& dir, const
   args.insert(args.end(), extra.begin(), extra.end());
   for (const std::string& a :
        {std::string("--nnodes"), std::to_string(hosts.count()), std::string("--node-rank"),
-        std::to_string(host), std::string("--nproc-per-node"), std::to_string(ranks_per_host),
+        std::to_string(host), std::string("--nproc-per-node"), nproc_per_node,
         std::string("--master-addr"), master, std::string("--master-port"), std::to_string(port),
         std::string("--output"), run.output.string()}) {
     args.push_back(a);
@@ -56,10 +58,11 @@ HostRun start_node(const NetnsHosts& hosts, int host, const fs::path& dir, const
 // Starts the same command on every host; only --node-rank and --output differ.
 std::vector<HostRun> start_on_hosts(const NetnsHosts& hosts, const fs::path& dir,
                                     const fs::path& config, const std::string& master, int port,
-                                    int ranks_per_host, const std::vector<std::string>& extra) {
+                                    const std::string& nproc_per_node,
+                                    const std::vector<std::string>& extra) {
   std::vector<HostRun> runs;
   for (int h = 0; h < hosts.count(); ++h) {
-    runs.push_back(start_node(hosts, h, dir, config, master, port, ranks_per_host, extra,
+    runs.push_back(start_node(hosts, h, dir, config, master, port, nproc_per_node, extra,
                               "host" + std::to_string(h)));
   }
   return runs;
@@ -92,12 +95,12 @@ std::vector<double> losses_in(const fs::path& output) {
 
 // One process at the global batch, outside the namespaces.
 std::vector<double> single_process_losses(const fs::path& dir, const std::string& backend,
-                                          int world, int epochs) {
+                                          int world, int epochs, int train = 256) {
   fs::create_directories(dir);
   auto cfg = write_config(
       dir, "strategy: single\ntrain: {epochs: " + std::to_string(epochs) + ", threads: 1}\n");
   std::string args = "run " + cfg.string();
-  const auto overrides = small_overrides(backend);
+  const auto overrides = small_overrides(backend, train);
   for (const auto& o : overrides) args += " " + o;
   args += " --set data.batch_size=" + std::to_string(16 * world);
   const Result r = partrain(args, dir);
@@ -114,14 +117,30 @@ void expect_same_losses(const std::vector<double>& ddp, const std::vector<double
 
 struct Shape {
   std::string backend;
-  int ranks_per_host;
+  std::string ranks;  // --nproc-per-node: "2" on each host, or "2,1" (host 0, host 1)
   enum class Master { ipv4, ipv6, name } master;  // how --master-addr names host 0
-  std::string reported = "";  // the backend report.json names; "": `backend` itself
+  std::string reported = "";           // the backend report.json names; "": `backend` itself
+  std::vector<int> per_host() const {  // ranks on host 0, host 1
+    std::vector<int> counts;
+    for (std::size_t at = 0; at != std::string::npos;) {
+      const std::size_t comma = ranks.find(',', at);
+      counts.push_back(std::stoi(ranks.substr(at, comma - at)));
+      at = comma == std::string::npos ? comma : comma + 1;
+    }
+    if (counts.size() == 1) counts.push_back(counts.front());
+    return counts;
+  }
+  int world() const { return per_host()[0] + per_host()[1]; }
+  std::string tag() const {
+    std::string name = backend + "_x" + ranks;
+    for (char& c : name) c = c == '-' || c == ',' ? '_' : c;
+    return name;
+  }
 };
 
 void PrintTo(const Shape& shape, std::ostream* out) {
   const char* master[] = {"IPv4", "IPv6", "name"};
-  *out << shape.backend << " x" << shape.ranks_per_host << ", master by "
+  *out << shape.backend << " x" << shape.ranks << ", master by "
        << master[static_cast<int>(shape.master)];
 }
 
@@ -131,38 +150,46 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
   const Shape shape = GetParam();
   NetnsHosts hosts(2);
   if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
-  const std::string tag = shape.backend + "_x" + std::to_string(shape.ranks_per_host);
-  auto dir = scratch("two_hosts_" + tag);
+  auto dir = scratch("two_hosts_" + shape.tag());
   const auto config = small_config(dir, 1);
   const std::string master = shape.master == Shape::Master::name   ? NetnsHosts::host_name(0)
                              : shape.master == Shape::Master::ipv6 ? hosts.address6(0)
                                                                    : hosts.address(0);
-  auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + shape.ranks_per_host,
-                             shape.ranks_per_host, small_overrides(shape.backend));
+  const int world = shape.world();
+  const int train = 16 * world * 5;  // five steps
+  auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + world, shape.ranks,
+                             small_overrides(shape.backend, train));
   const auto codes = finish(runs, std::chrono::seconds(120));
   ASSERT_EQ(codes, (std::vector<int>{0, 0})) << logs(runs);
-  const int world = 2 * shape.ranks_per_host;
   const Json report = Json::parse(std::ifstream(runs[0].output / "report.json"));
   EXPECT_EQ(report["env"]["world_size"], world);
   EXPECT_EQ(report["env"]["backend"], shape.reported.empty() ? shape.backend : shape.reported);
   EXPECT_FALSE(fs::exists(runs[1].output / "report.json")) << "only rank 0 reports";
+  // Ranks are numbered host by host: host 0 has the first per_host()[0] of them.
+  for (int r = 0; r < world; ++r) {
+    const int host = r < shape.per_host()[0] ? 0 : 1;
+    EXPECT_NE(read_text(runs[host].log).find("[rank " + std::to_string(r) + "] epoch 1/1"),
+              std::string::npos)
+        << "rank " << r << " not on host " << host << "\n"
+        << logs(runs);
+  }
   expect_same_losses(losses_in(runs[0].output),
-                     single_process_losses(dir / "single", shape.backend, world, 1));
+                     single_process_losses(dir / "single", shape.backend, world, 1, train));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TwoHosts,
-                         ::testing::Values(Shape{"gloo", 1, Shape::Master::name},
-                                           Shape{"asio-ring", 2, Shape::Master::ipv6},
-                                           Shape{"gloo", 2, Shape::Master::ipv4},
-                                           Shape{"hierarchical", 2, Shape::Master::ipv4},
+                         ::testing::Values(Shape{"gloo", "1", Shape::Master::name},
+                                           Shape{"asio-ring", "2", Shape::Master::ipv6},
+                                           Shape{"gloo", "2", Shape::Master::ipv4},
+                                           Shape{"hierarchical", "2", Shape::Master::ipv4},
                                            // auto on CPU, two ranks on each of two hosts
-                                           Shape{"auto", 2, Shape::Master::name, "hierarchical"}),
-                         [](const auto& info) {
-                           std::string name = info.param.backend + "_x" +
-                                              std::to_string(info.param.ranks_per_host);
-                           for (char& c : name) c = c == '-' ? '_' : c;
-                           return name;
-                         });
+                                           Shape{"auto", "2", Shape::Master::name, "hierarchical"},
+                                           // uneven hosts: ranks 0-1 on host 0, rank 2 on host 1
+                                           Shape{"hierarchical", "2,1", Shape::Master::ipv4},
+                                           Shape{"auto", "1,2", Shape::Master::ipv4,
+                                                 "hierarchical"},
+                                           Shape{"gloo", "2,1", Shape::Master::name}),
+                         [](const auto& info) { return info.param.tag(); });
 
 // The hosts share no filesystem (each has its own --output), so only host 0 holds the
 // checkpoint. The second command resumes both hosts from it, at the same epoch, and the two
@@ -176,13 +203,13 @@ TEST(TwoHostsResume, RankZeroDecidesAndTheOtherHostFollows) {
   auto first_half = overrides;
   first_half.insert(first_half.end(),
                     {"--set", "train.epochs=1", "--set", "checkpoint.resume=auto"});
-  auto runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, 1, first_half);
+  auto runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, "1", first_half);
   ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
   ASSERT_FALSE(fs::exists(runs[1].output / "checkpoints")) << "only rank 0 writes checkpoints";
 
   auto second_half = overrides;
   second_half.insert(second_half.end(), {"--set", "checkpoint.resume=auto"});
-  runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, 1, second_half);
+  runs = start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 10, "1", second_half);
   ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
   EXPECT_NE(read_text(runs[0].log).find("resumed from"), std::string::npos) << logs(runs);
   EXPECT_EQ(read_text(runs[1].log).find("epoch 1/2"), std::string::npos)
@@ -202,7 +229,7 @@ TEST(TwoHostsStrangers, OtherJobsOnTheStorePortAreRefusedAndTheRunFinishes) {
   const auto config = small_config(dir, 1);
   const auto overrides = small_overrides("asio-ring");
   const HostRun master =
-      start_node(hosts, 0, dir, config, hosts.address(0), port, 1, overrides, "host0");
+      start_node(hosts, 0, dir, config, hosts.address(0), port, "1", overrides, "host0");
 
   // Garbage from host 1, retried until the store listens (bounded: 100 x 100 ms).
   bool garbage_sent = false;
@@ -217,7 +244,7 @@ TEST(TwoHostsStrangers, OtherJobsOnTheStorePortAreRefusedAndTheRunFinishes) {
   auto other = overrides;
   other.insert(other.end(), {"--set", "train.optimizer.lr=0.5"});
   const HostRun stranger =
-      start_node(hosts, 1, dir, config, hosts.address(0), port, 1, other, "stranger");
+      start_node(hosts, 1, dir, config, hosts.address(0), port, "1", other, "stranger");
   EXPECT_EQ(finish({stranger}, std::chrono::seconds(60)), std::vector<int>{2})
       << read_text(stranger.log);
   EXPECT_NE(read_text(stranger.log).find("belongs to another run"), std::string::npos)
@@ -225,7 +252,7 @@ TEST(TwoHostsStrangers, OtherJobsOnTheStorePortAreRefusedAndTheRunFinishes) {
 
   // The real node 1 joins and the run finishes.
   const std::vector<HostRun> runs = {
-      master, start_node(hosts, 1, dir, config, hosts.address(0), port, 1, overrides, "host1")};
+      master, start_node(hosts, 1, dir, config, hosts.address(0), port, "1", overrides, "host1")};
   EXPECT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
 }
 
@@ -240,7 +267,8 @@ std::vector<HostRun> start_long_run(const NetnsHosts& hosts, const fs::path& dir
   const auto config = small_config(dir, 500);
   auto overrides = small_overrides(backend);
   overrides.insert(overrides.end(), {"--set", "comm.timeout_s=" + std::to_string(kFailTimeoutS)});
-  return start_on_hosts(hosts, dir, config, hosts.address(0), port, ranks_per_host, overrides);
+  return start_on_hosts(hosts, dir, config, hosts.address(0), port, std::to_string(ranks_per_host),
+                        overrides);
 }
 
 // The worker process of `rank` among those running in host `host` (its RANK variable), or -1.

@@ -164,6 +164,20 @@ TEST(Run, BadInputExitsTwoWithOneLine) {
                dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
+  // --nproc-per-node: one count, or one per node, each 1..1024.
+  auto ddp = write_config(dir, "strategy: ddp\n");
+  const std::string nodes = " --nnodes 3 --master-port 29999 --node-rank 0 --nproc-per-node ";
+  for (const std::string bad : {"2,x", "0", "2,,1", "2,1,1025", "-1"}) {
+    r = partrain("run " + ddp.string() + nodes + bad, dir);
+    EXPECT_EQ(r.code, 2) << bad;
+    EXPECT_NE(r.output.find("--nproc-per-node '" + bad + "': expected a count"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  r = partrain("run " + ddp.string() + nodes + "2,1", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("gives 2 nodes their counts, but the run has 3"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace
