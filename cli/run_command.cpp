@@ -52,6 +52,7 @@ std::string run_identity(Config config) {
   config.comm.host.clear();
   return config_to_json(config);
 }
+
 // --nproc-per-node: one count for every node, or one per node in node-rank order ("2,1").
 // Returns the counts, one entry per node. Throws UsageError naming what is wrong.
 std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
