@@ -53,6 +53,17 @@ std::string run_identity(Config config) {
   return config_to_json(config);
 }
 
+// The counts of ranks on each node, from `source` (--nproc-per-node or the config's
+// launch.nproc_per_node list): one count for every node, or one per node. Throws UsageError
+// when the list does not give every node of the run its count.
+std::vector<int> counts_for_nodes(std::vector<int> counts, int nnodes, const std::string& source) {
+  if (counts.size() == 1) return std::vector<int>(nnodes, counts.front());
+  PARTRAIN_CHECK(static_cast<int>(counts.size()) == nnodes, UsageError, source, " gives ",
+                 counts.size(), " nodes their counts, but the run has ", nnodes,
+                 " (--nnodes or launch.nnodes): give one count, or one per node");
+  return counts;
+}
+
 // --nproc-per-node: one count for every node, or one per node in node-rank order ("2,1").
 // Returns the counts, one entry per node. Throws UsageError naming what is wrong.
 std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
@@ -71,11 +82,7 @@ std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (counts.size() == 1) return std::vector<int>(nnodes, counts.front());
-  PARTRAIN_CHECK(static_cast<int>(counts.size()) == nnodes, UsageError, "--nproc-per-node '", text,
-                 "' gives ", counts.size(), " nodes their counts, but the run has ", nnodes,
-                 " (--nnodes or launch.nnodes): give one count, or one per node");
-  return counts;
+  return counts_for_nodes(counts, nnodes, "--nproc-per-node '" + text + "'");
 }
 
 int launch_workers(const RunOptions& o, const Config& config,
@@ -124,9 +131,12 @@ int run(const RunOptions& o) {
   int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
   PARTRAIN_CHECK(o.node_rank >= 0 && o.node_rank < nnodes, UsageError, "--node-rank ", o.node_rank,
                  " is outside [0, ", nnodes, ")");
-  const std::vector<int> node_sizes = o.nproc_per_node.empty()
-                                          ? std::vector<int>(nnodes, nproc)
-                                          : parse_nproc_per_node(o.nproc_per_node, nnodes);
+  const std::vector<int> node_sizes =
+      !o.nproc_per_node.empty() ? parse_nproc_per_node(o.nproc_per_node, nnodes)
+      : !config.launch.node_sizes.empty()
+          ? counts_for_nodes(config.launch.node_sizes, nnodes,
+                             "launch.nproc_per_node in " + config.source)
+          : std::vector<int>(nnodes, nproc);
   int world = 0;
   for (const int n : node_sizes) world += n;
   PARTRAIN_CHECK(world == 1 || config.strategy == "ddp", UsageError, "strategy ", config.strategy,

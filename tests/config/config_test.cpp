@@ -66,6 +66,26 @@ TEST_F(ConfigTest, NprocAuto) {
   EXPECT_TRUE(c.launch.nproc_auto);
 }
 
+// One count per node, for machines with different numbers of ranks; each a whole count from
+// 1 to 1024, and shown as the list in the resolved config.
+TEST_F(ConfigTest, NprocPerNodeAsAListOfCountsPerNode) {
+  Config c = load_config(write("strategy: ddp\nlaunch: {nnodes: 2, nproc_per_node: [2, 1]}\n"));
+  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{2, 1}));
+  EXPECT_NE(config_to_json(c).find("\"nproc_per_node\":[2,1]"), std::string::npos)
+      << config_to_json(c);
+  c = load_config(write("strategy: ddp\n"), {"launch.nproc_per_node=[1,3]"});
+  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{1, 3}));
+  EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 1.5]}\n"),
+            ":2:30: launch.nproc_per_node: item 1: expected a whole number of ranks, got '1.5'");
+  EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 0]}\n"),
+            ":2:30: launch.nproc_per_node: item 1: 0 is out of range (0, 1024]");
+  EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, x]}\n"),
+            ":2:30: launch.nproc_per_node: item 1: expected a number, got 'x'");
+  EXPECT_NE(error_of("strategy: single\nlaunch: {nproc_per_node: [1, 1]}\n")
+                .find("strategy single runs one process"),
+            std::string::npos);
+}
+
 TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
   EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
             ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "

@@ -46,10 +46,13 @@ HostRun start_node(const NetnsHosts& hosts, int host, const fs::path& dir, const
   args.insert(args.end(), extra.begin(), extra.end());
   for (const std::string& a :
        {std::string("--nnodes"), std::to_string(hosts.count()), std::string("--node-rank"),
-        std::to_string(host), std::string("--nproc-per-node"), nproc_per_node,
-        std::string("--master-addr"), master, std::string("--master-port"), std::to_string(port),
-        std::string("--output"), run.output.string()}) {
+        std::to_string(host), std::string("--master-addr"), master, std::string("--master-port"),
+        std::to_string(port), std::string("--output"), run.output.string()}) {
     args.push_back(a);
+  }
+  if (!nproc_per_node.empty()) {  // "": the config's launch.nproc_per_node
+    args.push_back("--nproc-per-node");
+    args.push_back(nproc_per_node);
   }
   run.pid = hosts.spawn(host, args, run.log);
   return run;
@@ -120,6 +123,7 @@ struct Shape {
   std::string ranks;  // --nproc-per-node: "2" on each host, or "2,1" (host 0, host 1)
   enum class Master { ipv4, ipv6, name } master;  // how --master-addr names host 0
   std::string reported = "";           // the backend report.json names; "": `backend` itself
+  bool in_config = false;              // ranks as launch.nproc_per_node, not as --nproc-per-node
   std::vector<int> per_host() const {  // ranks on host 0, host 1
     std::vector<int> counts;
     for (std::size_t at = 0; at != std::string::npos;) {
@@ -132,7 +136,7 @@ struct Shape {
   }
   int world() const { return per_host()[0] + per_host()[1]; }
   std::string tag() const {
-    std::string name = backend + "_x" + ranks;
+    std::string name = backend + "_x" + ranks + (in_config ? "_in_config" : "");
     for (char& c : name) c = c == '-' || c == ',' ? '_' : c;
     return name;
   }
@@ -157,8 +161,12 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
                                                                    : hosts.address(0);
   const int world = shape.world();
   const int train = 16 * world * 5;  // five steps
-  auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + world, shape.ranks,
-                             small_overrides(shape.backend, train));
+  auto overrides = small_overrides(shape.backend, train);
+  if (shape.in_config) {
+    overrides.insert(overrides.end(), {"--set", "launch.nproc_per_node=[" + shape.ranks + "]"});
+  }
+  auto runs = start_on_hosts(hosts, dir, config, master, kPortBase + world,
+                             shape.in_config ? "" : shape.ranks, overrides);
   const auto codes = finish(runs, std::chrono::seconds(120));
   ASSERT_EQ(codes, (std::vector<int>{0, 0})) << logs(runs);
   const Json report = Json::parse(std::ifstream(runs[0].output / "report.json"));
@@ -177,19 +185,21 @@ TEST_P(TwoHosts, OneRunAcrossHostsEqualsOneProcessAtTheGlobalBatch) {
                      single_process_losses(dir / "single", shape.backend, world, 1, train));
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, TwoHosts,
-                         ::testing::Values(Shape{"gloo", "1", Shape::Master::name},
-                                           Shape{"asio-ring", "2", Shape::Master::ipv6},
-                                           Shape{"gloo", "2", Shape::Master::ipv4},
-                                           Shape{"hierarchical", "2", Shape::Master::ipv4},
-                                           // auto on CPU, two ranks on each of two hosts
-                                           Shape{"auto", "2", Shape::Master::name, "hierarchical"},
-                                           // uneven hosts: ranks 0-1 on host 0, rank 2 on host 1
-                                           Shape{"hierarchical", "2,1", Shape::Master::ipv4},
-                                           Shape{"auto", "1,2", Shape::Master::ipv4,
-                                                 "hierarchical"},
-                                           Shape{"gloo", "2,1", Shape::Master::name}),
-                         [](const auto& info) { return info.param.tag(); });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, TwoHosts,
+    ::testing::Values(Shape{"gloo", "1", Shape::Master::name},
+                      Shape{"asio-ring", "2", Shape::Master::ipv6},
+                      Shape{"gloo", "2", Shape::Master::ipv4},
+                      Shape{"hierarchical", "2", Shape::Master::ipv4},
+                      // auto on CPU, two ranks on each of two hosts
+                      Shape{"auto", "2", Shape::Master::name, "hierarchical"},
+                      // uneven hosts: ranks 0-1 on host 0, rank 2 on host 1
+                      Shape{"hierarchical", "2,1", Shape::Master::ipv4},
+                      Shape{"auto", "1,2", Shape::Master::ipv4, "hierarchical"},
+                      Shape{"gloo", "2,1", Shape::Master::name},
+                      // the same layout from the config
+                      Shape{"hierarchical", "2,1", Shape::Master::ipv4, "", true}),
+    [](const auto& info) { return info.param.tag(); });
 
 // The hosts share no filesystem (each has its own --output), so only host 0 holds the
 // checkpoint. The second command resumes both hosts from it, at the same epoch, and the two

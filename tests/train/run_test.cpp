@@ -178,6 +178,13 @@ TEST(Run, BadInputExitsTwoWithOneLine) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("gives 2 nodes their counts, but the run has 3"), std::string::npos)
       << r.output;
+  // The same rule for the list in the config.
+  r = partrain("run " + ddp.string() + " --set launch.nproc_per_node=[2,1]", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("launch.nproc_per_node in " + ddp.string() +
+                          " gives 2 nodes their counts, but the run has 1"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

@@ -435,6 +435,17 @@ void read_config(Section& top, Config& c) {
     YAML::Node n = launch.raw("nproc_per_node");
     if (n.IsDefined() && n.IsScalar() && n.Scalar() == "auto") {
       c.launch.nproc_auto = true;
+    } else if (n.IsDefined() && n.IsSequence()) {
+      std::vector<double> counts;
+      launch.read_double_list("nproc_per_node", counts, 1, 1024, 65536);
+      for (std::size_t i = 0; i < counts.size(); ++i) {
+        if (counts[i] != std::floor(counts[i])) {
+          fail(launch.origins(), launch.full("nproc_per_node"), n[i].Mark(),
+               detail::concat("item ", i, ": expected a whole number of ranks, got '",
+                              n[i].Scalar(), "'"));
+        }
+        c.launch.node_sizes.push_back(static_cast<int>(counts[i]));
+      }
     } else {
       launch.read_int("nproc_per_node", c.launch.nproc_per_node, 1, 1024);
     }
@@ -553,7 +564,8 @@ void read_config(Section& top, Config& c) {
     fail(top.origins(), "checkpoint.resume", YAML::Mark::null_mark(),
          "'" + c.checkpoint.resume + "' is neither auto, never nor an existing checkpoint file");
   }
-  if (c.strategy == "single" && c.launch.nproc_per_node > 1 && !c.launch.nproc_auto) {
+  if (c.strategy == "single" && !c.launch.nproc_auto &&
+      (c.launch.nproc_per_node > 1 || !c.launch.node_sizes.empty())) {
     fail(top.origins(), "strategy", YAML::Mark::null_mark(),
          "strategy single runs one process; launch.nproc_per_node must be 1 (use strategy: ddp)");
   }
@@ -663,12 +675,13 @@ std::string config_to_json(const Config& c) {
   j["seed"] = c.seed;
   j["device"] = c.device;
   j["strategy"] = c.strategy;
-  j["launch"] = {
-      {"nproc_per_node", c.launch.nproc_auto ? nlohmann::ordered_json("auto")
-                                             : nlohmann::ordered_json(c.launch.nproc_per_node)},
-      {"nnodes", c.launch.nnodes},
-      {"rendezvous", c.launch.rendezvous},
-      {"max_restarts", c.launch.max_restarts}};
+  j["launch"] = {{"nproc_per_node", c.launch.nproc_auto ? nlohmann::ordered_json("auto")
+                                    : !c.launch.node_sizes.empty()
+                                        ? nlohmann::ordered_json(c.launch.node_sizes)
+                                        : nlohmann::ordered_json(c.launch.nproc_per_node)},
+                 {"nnodes", c.launch.nnodes},
+                 {"rendezvous", c.launch.rendezvous},
+                 {"max_restarts", c.launch.max_restarts}};
   j["comm"] = {{"backend", c.comm.backend},       {"bucket_mb", c.comm.bucket_mb},
                {"wire_dtype", c.comm.wire_dtype}, {"timeout_s", c.comm.timeout_s},
                {"interface", c.comm.interface},   {"host", c.comm.host}};

@@ -13,6 +13,9 @@ namespace partrain {
 struct LaunchConfig {
   int nproc_per_node = 1;  // 0 in the YAML means "auto"; resolved by the launcher
   bool nproc_auto = false;
+  // nproc_per_node as a list, one count per node in node-rank order ([2, 1]: machines with
+  // different numbers of ranks); empty when it is one count or auto.
+  std::vector<int> node_sizes;
   int nnodes = 1;
   std::string rendezvous;  // empty: a fresh store per run, made and removed by the launcher
   int max_restarts = 0;
