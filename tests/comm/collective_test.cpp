@@ -12,6 +12,7 @@
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
 #include "tests/comm/rank_threads.h"
+#include "tests/comm/reference_values.h"
 
 namespace partrain::comm {
 namespace {
@@ -41,67 +42,10 @@ double input_value(int rank, std::size_t i) {
   return static_cast<double>(static_cast<int>((rank * 7 + i * 13) % 17) - 8);
 }
 
-void store_value(void* data, DType dtype, std::size_t i, double v) {
-  switch (dtype) {
-    case DType::f32:
-      static_cast<float*>(data)[i] = static_cast<float>(v);
-      break;
-    case DType::f64:
-      static_cast<double*>(data)[i] = v;
-      break;
-    case DType::f16:
-      static_cast<std::uint16_t*>(data)[i] = float_to_half(static_cast<float>(v));
-      break;
-    case DType::bf16:
-      static_cast<std::uint16_t*>(data)[i] = float_to_bf16(static_cast<float>(v));
-      break;
-    case DType::i32:
-      static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v);
-      break;
-    case DType::i64:
-      static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v);
-      break;
-  }
-}
-
-double load_value(const void* data, DType dtype, std::size_t i) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<const float*>(data)[i];
-    case DType::f64:
-      return static_cast<const double*>(data)[i];
-    case DType::f16:
-      return half_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::bf16:
-      return bf16_to_float(static_cast<const std::uint16_t*>(data)[i]);
-    case DType::i32:
-      return static_cast<const std::int32_t*>(data)[i];
-    case DType::i64:
-      return static_cast<double>(static_cast<const std::int64_t*>(data)[i]);
-  }
-  return 0;
-}
-
 double expected_value(int world, std::size_t i, ReduceOp op, DType dtype) {
-  double sum = 0, lo = 1e300, hi = -1e300;
-  for (int r = 0; r < world; ++r) {
-    const double v = input_value(r, i);
-    sum += v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  switch (op) {
-    case ReduceOp::sum:
-      return sum;
-    case ReduceOp::min:
-      return lo;
-    case ReduceOp::max:
-      return hi;
-    case ReduceOp::avg:
-      if (!is_floating(dtype)) return std::trunc(sum / world);  // integer division
-      return sum / world;
-  }
-  return 0;
+  std::vector<double> values;
+  for (int r = 0; r < world; ++r) values.push_back(input_value(r, i));
+  return reduce_reference(values, op, dtype);
 }
 
 double tolerance(DType dtype, DType wire) {

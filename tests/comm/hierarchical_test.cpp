@@ -26,6 +26,7 @@
 #include "common/errors.h"
 #include "tests/comm/rank_process.h"
 #include "tests/comm/rank_threads.h"
+#include "tests/comm/reference_values.h"
 #include "tests/multinode/netns.h"
 
 namespace partrain::comm {
@@ -96,59 +97,15 @@ double input_value(int rank, std::size_t i, DType dtype) {
   return std::ldexp(small + 0.375 * rank, static_cast<int>(i % 11) - 5);
 }
 
-void store_value(std::uint8_t* data, DType dtype, std::size_t i, double v) {
-  if (dtype == DType::i32) {
-    const auto x = static_cast<std::int32_t>(v);
-    std::memcpy(data + 4 * i, &x, 4);
-  } else if (dtype == DType::i64) {
-    const auto x = static_cast<std::int64_t>(v);
-    std::memcpy(data + 8 * i, &x, 8);
-  } else {
-    convert_elements(&v, DType::f64, data + i * dtype_size(dtype), dtype, 1);
-  }
-}
-
-double load_value(const std::uint8_t* data, DType dtype, std::size_t i) {
-  if (dtype == DType::i32) {
-    std::int32_t x;
-    std::memcpy(&x, data + 4 * i, 4);
-    return x;
-  }
-  if (dtype == DType::i64) {
-    std::int64_t x;
-    std::memcpy(&x, data + 8 * i, 8);
-    return static_cast<double>(x);
-  }
-  double v;
-  convert_elements(data + i * dtype_size(dtype), dtype, &v, DType::f64, 1);
-  return v;
-}
-
 double expected_value(int world, std::size_t i, ReduceOp op, DType dtype) {
-  double sum = 0, lo = 1e300, hi = -1e300;
+  std::vector<double> values;
   for (int r = 0; r < world; ++r) {
     // The inputs as the dtype holds them.
-    std::uint8_t bytes[8];
+    alignas(8) std::uint8_t bytes[8];
     store_value(bytes, dtype, 0, input_value(r, i, dtype));
-    const double v = load_value(bytes, dtype, 0);
-    sum += v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
+    values.push_back(load_value(bytes, dtype, 0));
   }
-  switch (op) {
-    case ReduceOp::sum:
-      return sum;
-    case ReduceOp::avg:
-      if (dtype == DType::i32 || dtype == DType::i64) {
-        return static_cast<double>(static_cast<std::int64_t>(sum) / world);
-      }
-      return sum / world;
-    case ReduceOp::min:
-      return lo;
-    case ReduceOp::max:
-      return hi;
-  }
-  return 0;
+  return reduce_reference(values, op, dtype);
 }
 
 double tolerance(DType dtype, DType wire) {
