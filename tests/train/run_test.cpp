@@ -341,8 +341,7 @@ TEST(Run, PrecisionBf16TrainsAndF16OnTheCpuIsRefused) {
   EXPECT_EQ(read_report(dir)["config"]["train"]["precision"], "bf16");
   // The note on slow bf16 convolutions comes exactly when the CPU lacks what oneDNN's need,
   // as the kernel reports the CPU's flags.
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  const std::string flags((std::istreambuf_iterator<char>(cpuinfo)), {});
+  const std::string flags = read_text("/proc/cpuinfo");
   const bool onednn_bf16 = flags.find(" avx512bw") != std::string::npos &&
                            flags.find(" avx512vl") != std::string::npos &&
                            flags.find(" avx512dq") != std::string::npos;
