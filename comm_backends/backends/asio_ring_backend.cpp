@@ -67,17 +67,8 @@ class AsioRingCommunicator : public Communicator {
     try {
       collective();
     } catch (const PeerError& e) {
-      const int culprit = trace_failure(e.peer_rank());
-      if (culprit == e.peer_rank()) throw;
-      throw PeerError(culprit, "asio-ring: rank " + std::to_string(culprit) +
-                                   " failed first (traced through the other ranks' reports); "
-                                   "here: " +
-                                   e.what());
+      rethrow_traced(e, "asio-ring", store_, prefix_, rank(), size(), grace_, timeout_);
     }
-  }
-
-  int trace_failure(int peer) {
-    return trace_failed_rank(store_, prefix_, rank(), size(), peer, grace_, timeout_).culprit;
   }
 
   std::mutex mutex_;  // one collective at a time: the byte streams carry them in order

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -78,6 +79,17 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   } catch (const std::exception&) {
     return trace;
   }
+}
+
+void rethrow_traced(const PeerError& lost, const std::string& backend, Store& store,
+                    const std::string& prefix, int rank, int size, std::chrono::milliseconds grace,
+                    std::chrono::milliseconds patience) {
+  const int culprit =
+      trace_failed_rank(store, prefix, rank, size, lost.peer_rank(), grace, patience).culprit;
+  if (culprit == lost.peer_rank() || culprit < 0) throw;
+  throw PeerError(
+      culprit, backend + ": rank " + std::to_string(culprit) +
+                   " failed first (traced through the other ranks' reports); here: " + lost.what());
 }
 
 }  // namespace partrain::comm

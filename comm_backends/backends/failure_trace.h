@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+namespace partrain {
+class PeerError;
+}
+
 namespace partrain::comm {
 
 class Store;
@@ -29,6 +33,15 @@ struct FailureTrace {
 FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank, int size,
                                int blamed, std::chrono::milliseconds grace,
                                std::chrono::milliseconds patience);
+
+// For a backend whose collective just threw `lost` (call it from the catch block): traces the
+// failure from lost.peer_rank() and throws. It rethrows `lost` itself when the chain of blame
+// ends at the rank it names (or nowhere), and otherwise a PeerError naming the rank found:
+// "BACKEND: rank N failed first (traced through the other ranks' reports); here: <lost>".
+[[noreturn]] void rethrow_traced(const PeerError& lost, const std::string& backend, Store& store,
+                                 const std::string& prefix, int rank, int size,
+                                 std::chrono::milliseconds grace,
+                                 std::chrono::milliseconds patience);
 
 // The grace period for a communicator timeout: long enough for the other survivors to
 // report, short against the timeout.

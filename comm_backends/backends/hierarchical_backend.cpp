@@ -240,14 +240,7 @@ class HierarchicalCommunicator : public Communicator {
       // host's ranks (the mark names whom this rank blames). Then the chain of blame.
       if (transport_) transport_->break_ring();
       if (local_) local_->mark_failed(e.peer_rank());
-      const int culprit = trace_failed_rank(store_, prefix_ + "trace/", rank_, size_, e.peer_rank(),
-                                            grace_, timeout_)
-                              .culprit;
-      if (culprit == e.peer_rank() || culprit < 0) throw;
-      throw PeerError(culprit, "hierarchical: rank " + std::to_string(culprit) +
-                                   " failed first (traced through the other ranks' reports); "
-                                   "here: " +
-                                   e.what());
+      rethrow_traced(e, "hierarchical", store_, prefix_ + "trace/", rank_, size_, grace_, timeout_);
     } catch (const CommError&) {
       broken_ = true;
       if (transport_) transport_->break_ring();
