@@ -311,6 +311,13 @@ int dataset_channels(const std::string& dataset) {
 }
 constexpr long long kMaxCount = 1LL << 40;
 
+// A key that belongs to other settings than the ones chosen, such as momentum with adamw, is
+// an error rather than silently ignored.
+void refuse(Section& section, const std::string& key, const std::string& why) {
+  YAML::Node n = section.raw(key);
+  if (n.IsDefined() && !n.IsNull()) fail(section.origins(), section.full(key), n.Mark(), why);
+}
+
 // model.torchscript replaces the built-in models, so a built-in model's keys next to it would
 // be silently ignored: an error instead. model.sync_batchnorm needs BatchNorm layers it can
 // reach and ranks to share statistics with.
@@ -318,12 +325,9 @@ void read_model_choice(Section& model, const Config& c, const YAML::Node& torchs
                        const YAML::Node& sync_batchnorm) {
   if (!c.model.torchscript.empty()) {
     for (const char* key : {"name", "width", "norm"}) {
-      const YAML::Node n = model.raw(key);
-      if (n.IsDefined() && !n.IsNull()) {
-        fail(model.origins(), model.full(key), n.Mark(),
-             "has no effect with model.torchscript (the saved module is the model); remove "
-             "one of the two");
-      }
+      refuse(model, key,
+             "has no effect with model.torchscript (the saved module is the model); remove one "
+             "of the two");
     }
     if (!std::filesystem::is_regular_file(c.model.torchscript)) {
       fail(model.origins(), "model.torchscript", torchscript.Mark(),
@@ -349,13 +353,6 @@ void read_model_choice(Section& model, const Config& c, const YAML::Node& torchs
     reject("model " + c.model.name + (c.model.name == "mlp" ? "" : " with norm: none") +
            " has no BatchNorm layers to synchronise");
   }
-}
-
-// A key that belongs to other settings than the ones chosen, such as momentum with adamw, is
-// an error rather than silently ignored.
-void refuse(Section& section, const std::string& key, const std::string& why) {
-  YAML::Node n = section.raw(key);
-  if (n.IsDefined() && !n.IsNull()) fail(section.origins(), section.full(key), n.Mark(), why);
 }
 
 void read_optimizer(Section opt, OptimizerConfig& o) {
