@@ -10,7 +10,6 @@
 // Exit: 0 all right, 1 a wrong value or an error.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
+#include "tests/comm/reference_values.h"
 
 namespace {
 
@@ -38,99 +38,13 @@ double element(int rank, std::size_t i, int salt) {
       14);
 }
 
-// Element i of a buffer of `dtype` as a double; set_element writes one.
-double get_element(const std::vector<std::uint8_t>& bytes, DType dtype, std::size_t i) {
-  const std::uint8_t* at = bytes.data() + i * dtype_size(dtype);
-  switch (dtype) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, at, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, at, 8);
-      return v;
-    }
-    case DType::f16: {
-      std::uint16_t v;
-      std::memcpy(&v, at, 2);
-      return half_to_float(v);
-    }
-    case DType::bf16: {
-      std::uint16_t v;
-      std::memcpy(&v, at, 2);
-      return bf16_to_float(v);
-    }
-    case DType::i32: {
-      std::int32_t v;
-      std::memcpy(&v, at, 4);
-      return v;
-    }
-    case DType::i64: {
-      std::int64_t v;
-      std::memcpy(&v, at, 8);
-      return static_cast<double>(v);
-    }
-  }
-  return 0;
-}
-
-void set_element(std::vector<std::uint8_t>& bytes, DType dtype, std::size_t i, double value) {
-  std::uint8_t* at = bytes.data() + i * dtype_size(dtype);
-  switch (dtype) {
-    case DType::f32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(at, &v, 4);
-      return;
-    }
-    case DType::f64: {
-      std::memcpy(at, &value, 8);
-      return;
-    }
-    case DType::f16: {
-      const std::uint16_t v = float_to_half(static_cast<float>(value));
-      std::memcpy(at, &v, 2);
-      return;
-    }
-    case DType::bf16: {
-      const std::uint16_t v = float_to_bf16(static_cast<float>(value));
-      std::memcpy(at, &v, 2);
-      return;
-    }
-    case DType::i32: {
-      const auto v = static_cast<std::int32_t>(value);
-      std::memcpy(at, &v, 4);
-      return;
-    }
-    case DType::i64: {
-      const auto v = static_cast<std::int64_t>(value);
-      std::memcpy(at, &v, 8);
-      return;
-    }
-  }
-}
-
 // What allreduce must leave in element i: the reduction over ranks, with avg divided the way
 // the dtype divides (integers truncate; f16/bf16 divide in f32, then round to their type).
 double expected_allreduce(int world, std::size_t i, int salt, DType dtype, ReduceOp op) {
-  double sum = 0, lo = element(0, i, salt), hi = lo;
-  for (int r = 0; r < world; ++r) {
-    const double v = element(r, i, salt);
-    sum += v;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
-  }
-  switch (op) {
-    case ReduceOp::sum:
-      return sum;
-    case ReduceOp::min:
-      return lo;
-    case ReduceOp::max:
-      return hi;
-    case ReduceOp::avg:
-      break;
-  }
+  std::vector<double> values;
+  for (int r = 0; r < world; ++r) values.push_back(element(r, i, salt));
+  if (op != ReduceOp::avg) return reduce_reference(values, op, dtype);
+  const double sum = reduce_reference(values, ReduceOp::sum, dtype);
   switch (dtype) {
     case DType::i32:
     case DType::i64:
@@ -196,12 +110,13 @@ void check_allreduce(Communicator& comm, DType dtype, ReduceOp op, std::size_t c
                      Tally& tally) {
   const int rank = comm.rank(), world = comm.size();
   std::vector<std::uint8_t> data(count * dtype_size(dtype));
-  for (std::size_t i = 0; i < count; ++i) set_element(data, dtype, i, element(rank, i, salt));
+  for (std::size_t i = 0; i < count; ++i)
+    store_value(data.data(), dtype, i, element(rank, i, salt));
   comm.allreduce(Buffer{data.data(), count, dtype}, op);
   ++tally.collectives;
   for (std::size_t i = 0; i < count; ++i) {
     const double want = expected_allreduce(world, i, salt, dtype, op);
-    const double got = get_element(data, dtype, i);
+    const double got = load_value(data.data(), dtype, i);
     tally.check(got == want, "allreduce " + std::string(dtype_name(dtype)) + " " +
                                  std::string(reduce_op_name(op)) + " count " +
                                  std::to_string(count) + " [" + comm.name() + "]: element " +
@@ -216,22 +131,23 @@ void check_broadcast_allgather(Communicator& comm, Tally& tally) {
   for (int root = 0; root < world; ++root) {
     std::vector<std::uint8_t> data(count * 8);
     for (std::size_t i = 0; i < count; ++i)
-      set_element(data, DType::i64, i, element(rank, i, root));
+      store_value(data.data(), DType::i64, i, element(rank, i, root));
     comm.broadcast(Buffer{data.data(), count, DType::i64}, root);
     ++tally.collectives;
     for (std::size_t i = 0; i < count; ++i) {
-      tally.check(get_element(data, DType::i64, i) == element(root, i, root),
+      tally.check(load_value(data.data(), DType::i64, i) == element(root, i, root),
                   "broadcast from " + std::to_string(root) + ": element " + std::to_string(i));
     }
   }
   std::vector<std::uint8_t> in(count * 4), out(count * 4 * world);
-  for (std::size_t i = 0; i < count; ++i) set_element(in, DType::f32, i, element(rank, i, 5));
+  for (std::size_t i = 0; i < count; ++i)
+    store_value(in.data(), DType::f32, i, element(rank, i, 5));
   comm.allgather(Buffer{in.data(), count, DType::f32},
                  Buffer{out.data(), count * world, DType::f32});
   ++tally.collectives;
   for (int r = 0; r < world; ++r) {
     for (std::size_t i = 0; i < count; ++i) {
-      tally.check(get_element(out, DType::f32, r * count + i) == element(r, i, 5),
+      tally.check(load_value(out.data(), DType::f32, r * count + i) == element(r, i, 5),
                   "allgather: rank " + std::to_string(r) + "'s element " + std::to_string(i));
     }
   }
