@@ -18,8 +18,8 @@
 #include "trainer/parity/parity.h"
 #include "common/errors.h"
 #include "trainer/config/config.h"
-#include "trainer/train/torch_info.h"
-#include "trainer/train/train_loop.h"
+#include "trainer/device/torch_info.h"
+#include "trainer/loop/worker.h"
 
 namespace partrain::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "comm_backends/communicator.h"
 #ifdef PARTRAIN_WITH_TORCH
-#include "trainer/train/torch_info.h"
+#include "trainer/device/torch_info.h"
 #endif
 
 namespace partrain::cli {

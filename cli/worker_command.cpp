@@ -7,7 +7,7 @@
 #include "cli/engine_env.h"
 #include "common/errors.h"
 #include "trainer/config/config.h"
-#include "trainer/train/train_loop.h"
+#include "trainer/loop/worker.h"
 
 namespace partrain::cli {
 namespace {

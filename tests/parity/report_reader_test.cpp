@@ -1,6 +1,6 @@
 // read_run_report(): a good report reads back its figures; bad JSON, a wrong schema, missing
 // and ill-typed fields are UsageErrors naming the file and the JSON path.
-#include "trainer/parity/report_reader.h"
+#include "trainer/report/report_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include "trainer/train/data_parallel.h"
-#include "trainer/train/models.h"
+#include "trainer/parallel/data_parallel.h"
+#include "trainer/model/models.h"
 
 namespace partrain::dp_checks {
 

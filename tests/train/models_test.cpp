@@ -1,5 +1,5 @@
 // Model shapes and structure: DigitalNet exactly as DESIGN.md draws it.
-#include "trainer/train/models.h"
+#include "trainer/model/models.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -11,12 +11,12 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
-#include "trainer/train/evaluation.h"
-#include "trainer/train/loss_scaler.h"
-#include "trainer/train/lr_schedule.h"
-#include "trainer/train/optimizer.h"
-#include "trainer/train/strategy.h"
-#include "trainer/train/train_step.h"
+#include "trainer/loop/evaluation.h"
+#include "trainer/precision/loss_scaler.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/parallel/strategy.h"
+#include "trainer/loop/train_step.h"
 
 namespace partrain {
 namespace {

@@ -17,8 +17,8 @@
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
 #include "comm_backends/store/store.h"
-#include "trainer/train/models.h"
-#include "trainer/train/reducer.h"
+#include "trainer/model/models.h"
+#include "trainer/parallel/reducer.h"
 
 namespace partrain {
 namespace {

@@ -5,7 +5,7 @@
 // statistics and parameters. The Reducer runs on its own communicator at the same time as the
 // layers' allreduces, as in a real run. Also: plain BatchNorm across ranks does NOT give this
 // (so the comparison can fail), and eval mode needs no communication.
-#include "trainer/train/sync_batchnorm.h"
+#include "trainer/parallel/sync_batchnorm.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,8 +19,8 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
-#include "trainer/train/models.h"
-#include "trainer/train/reducer.h"
+#include "trainer/model/models.h"
+#include "trainer/parallel/reducer.h"
 
 namespace partrain {
 namespace {

@@ -3,7 +3,7 @@
 // module's own tensors under its names, follows to() and train(), a buffer the forward updates
 // in place moves in both views, DataParallel (on CPU "devices") gives the whole batch's
 // gradients, and every bad module is refused with a UsageError naming what is wrong.
-#include "trainer/train/torchscript_model.h"
+#include "trainer/model/torchscript_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/script.h>

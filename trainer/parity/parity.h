@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "trainer/parity/reference.h"
-#include "trainer/parity/report_reader.h"
+#include "trainer/report/report_reader.h"
 
 namespace partrain::parity {
 

@@ -1,0 +1,25 @@
+// defines: pick_device(), set_intra_op_threads() and data_parallel_devices() — where one rank
+// computes: its CUDA device or the CPU, how many CPU threads it uses, and (strategy dp) the GPUs
+// it spreads each batch over.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <vector>
+
+#include "trainer/config/config.h"
+#include "trainer/loop/worker.h"
+
+namespace partrain {
+
+// Selects the device before any other device work, so that the CUDA context is made there.
+// Throws UsageError where the config asks for a device this machine lacks.
+c10::Device pick_device(const Config& config, const WorkerEnv& env);
+
+// train.threads, or the cores shared out between the ranks of this host.
+void set_intra_op_threads(const Config& config, const WorkerEnv& env);
+
+// strategy dp: every visible GPU; otherwise none.
+std::vector<c10::Device> data_parallel_devices(const Config& config);
+
+}  // namespace partrain

@@ -1,0 +1,75 @@
+// defines: Checkpointer and TrainingPosition — periodic checkpoints that survive a crash at
+// any moment, resuming from the newest complete one, and best.pt (the epoch of the highest
+// test accuracy). See checkpoint.cpp for the layout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/config/config.h"
+#include "trainer/precision/loss_scaler.h"
+#include "trainer/report/report_writer.h"
+#include "trainer/loop/worker.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+namespace optim {
+class Optimizer;
+}
+}  // namespace torch
+
+namespace partrain {
+namespace comm {
+class Communicator;
+}
+
+// Where training stands, beyond the model and optimizer: all a checkpoint needs for a resumed
+// run to continue exactly as an uninterrupted one (the learning rate is a function of step).
+struct TrainingPosition {
+  int epoch = 0;                               // epochs completed
+  std::int64_t step = 0;                       // optimizer steps taken, skipped ones included
+  std::optional<LossScalerState> loss_scaler;  // precision f16 only
+  std::string source;                          // checkpoint file it came from
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(const Config& config, const WorkerEnv& env);
+
+  // Loads the checkpoint that checkpoint.resume selects on rank 0 (auto: the newest complete
+  // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
+  // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
+  // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
+  // this run (another model, world size or optimizer).
+  TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                          comm::Communicator* comm);
+  // Epoch records of the run up to the resumed checkpoint (for the report).
+  const std::vector<EpochRecord>& previous_epochs() const { return previous_epochs_; }
+
+  // After epoch `at.epoch`, whose record ends `epochs`. On rank 0, every
+  // checkpoint.every_epochs (and at the last epoch): write, sync, rename, then the manifest,
+  // then prune to checkpoint.keep; other ranks wait at a barrier so no rank runs ahead of a
+  // checkpoint that might be needed. And whenever the epoch's test accuracy beats every
+  // earlier epoch's, rank 0 writes the same checkpoint as best.pt (atomically, no barrier).
+  void maybe_save(const TrainingPosition& at, const torch::nn::Module& model,
+                  const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
+                  comm::Communicator* comm);
+
+  std::string directory() const { return dir_; }
+
+ private:
+  std::string choose_checkpoint() const;  // rank 0: the file to resume from, or ""
+  static std::int64_t broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
+                                      std::int64_t length, std::string* bytes);
+
+  const Config& config_;
+  WorkerEnv env_;
+  std::string dir_;
+  std::vector<EpochRecord> previous_epochs_;
+};
+
+}  // namespace partrain

@@ -1,0 +1,23 @@
+// defines: gather_and_write_report() — the end of a run: every rank's figures (memory,
+// compute and communication time, device) gathered to rank 0, which writes report.json.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <vector>
+
+#include "common/stopwatch.h"
+#include "trainer/config/config.h"
+#include "trainer/report/report_writer.h"
+#include "trainer/parallel/strategy.h"
+#include "trainer/loop/worker.h"
+
+namespace partrain {
+
+// Every rank calls it (the figures travel by allgather). Rank 0 writes OUTPUT/report.json
+// and prints where it is.
+void gather_and_write_report(const Config& config, const WorkerEnv& env, const c10::Device& device,
+                             Strategy& strategy, double compute_seconds,
+                             const std::vector<EpochRecord>& epochs, Clock::time_point run_start);
+
+}  // namespace partrain

@@ -1,0 +1,70 @@
+#include "trainer/loop/rank_data.h"
+
+#include <string>
+#include <vector>
+
+#include "common/errors.h"
+#include "trainer/data/download.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/tensor_file.h"
+
+namespace partrain {
+
+RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* store,
+                        std::chrono::milliseconds timeout) {
+  RankData d;
+  auto load = [&] {
+    data::DatasetSplits splits = data::load_splits(cfg.data, cfg.seed, &data::read_tensor_file);
+    d.train_set = std::make_shared<data::ImageDataset>(std::move(splits.train));
+    d.test_set = std::make_shared<data::ImageDataset>(std::move(splits.test));
+  };
+  // The others wait through the store, not a collective: a download may take far longer
+  // than comm.timeout_s, and is bounded by its own timeouts (DownloadOptions), which the
+  // wait adds to the usual bound.
+  if (store != nullptr && env.local_world_size > 1) {
+    const std::string loaded_key = "data-loaded/" + std::to_string(env.rank - env.local_rank);
+    if (env.local_rank == 0) {
+      try {
+        load();
+      } catch (const std::exception&) {
+        store->set(loaded_key, {'f', 'a', 'i', 'l', 'e', 'd'});  // the others stop waiting
+        throw;
+      }
+      store->set(loaded_key, {'o', 'k'});
+    } else {
+      const data::DownloadOptions download;
+      const auto bound =
+          timeout + (cfg.data.download
+                         ? std::chrono::milliseconds(static_cast<int64_t>(
+                               1000 * (download.connect_timeout_s + download.total_timeout_s)))
+                         : std::chrono::milliseconds(0));
+      store->wait({loaded_key}, bound);
+      const std::vector<std::uint8_t> outcome = store->get(loaded_key);
+      // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
+      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), UsageError, "rank ",
+                     env.rank - env.local_rank, " could not load the data set (see its error)");
+      load();
+    }
+  } else {
+    load();
+  }
+
+  data::LoaderOptions lo;
+  lo.batch_size = cfg.data.batch_size;
+  lo.num_workers = cfg.data.num_workers;
+  lo.augment = cfg.data.augment;
+  lo.seed = cfg.seed;
+  lo.timeout_s = cfg.comm.timeout_s;
+  d.train = std::make_unique<data::Loader>(
+      d.train_set,
+      data::DistributedSampler(d.train_set->size, {env.world_size, env.rank, cfg.seed, true}), lo);
+  data::LoaderOptions eval_lo = lo;
+  eval_lo.augment = false;
+  d.test = std::make_unique<data::Loader>(
+      d.test_set,
+      data::DistributedSampler(d.test_set->size, {env.world_size, env.rank, cfg.seed, false}),
+      eval_lo);
+  return d;
+}
+
+}  // namespace partrain

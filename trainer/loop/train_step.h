@@ -1,0 +1,73 @@
+// defines: TrainStep, TrainStepOptions and classification_loss() — one batch of training:
+// forward (under autocast for bf16/f16), loss (with label smoothing), backward (of the
+// loss-scaled loss for f16), and on the last batch of an accumulation group the update: the
+// gradients averaged over the ranks, unscaled and checked (f16), clipped to a global norm,
+// and applied by the optimizer at the schedule's rate.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+#include "trainer/config/config.h"
+#include "trainer/precision/loss_scaler.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/parallel/strategy.h"
+#include "trainer/model/train_model.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace partrain {
+
+struct TrainStepOptions {
+  std::string autocast = "f32";  // f32 | bf16 | f16: the precision of the forward
+  bool loss_scaling = false;     // f16's dynamic loss scale
+  LossScalerOptions scaler;
+  double label_smoothing = 0.0;
+  double clip_grad_norm = 0.0;  // 0: off
+};
+
+// What train.precision, train.label_smoothing and train.clip_grad_norm ask for.
+TrainStepOptions train_step_options(const TrainConfig& train);
+
+// Mean cross-entropy of `logits` [N, K] against `labels` [N], computed in f32. With label
+// smoothing e the target is (1 - e) on the label plus e / K on every class (PyTorch's
+// definition): (1 - e) * CE + e * mean over k of -log p_k.
+at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& labels,
+                               double label_smoothing = 0.0);
+
+class TrainStep {
+ public:
+  TrainStep(TrainStepOptions options, Strategy& strategy, torch::optim::Optimizer& optimizer,
+            LrSchedule schedule, const c10::Device& device);
+
+  // `step`: the optimizer steps taken before this batch (the schedule's position). sync: this
+  // batch ends its accumulation group of `group_size` batches, whose gradient is the mean
+  // over the group, and the update follows. Returns the batch's mean loss (detached).
+  at::Tensor run(TrainModel& model, const at::Tensor& images, const at::Tensor& labels, bool sync,
+                 std::int64_t group_size, std::int64_t step);
+
+  double learning_rate() const { return lr_; }  // of the last update
+  // Updates skipped because the f16 gradients were not finite (they count as steps).
+  std::int64_t skipped_steps() const { return skipped_; }
+  void set_skipped_steps(std::int64_t n) { skipped_ = n; }
+  LossScaler& loss_scaler() { return scaler_; }
+
+ private:
+  void update(TrainModel& model, std::int64_t step);
+
+  TrainStepOptions options_;
+  Strategy& strategy_;
+  torch::optim::Optimizer& optimizer_;
+  LrSchedule schedule_;
+  c10::Device device_;
+  LossScaler scaler_;
+  double lr_ = 0;
+  std::int64_t skipped_ = 0;
+};
+
+}  // namespace partrain

@@ -1,0 +1,122 @@
+// Note [DataParallel]
+// -------------------
+// What Python's nn.DataParallel does, in one process:
+//
+//   input --split--+--> piece 0 -> the module itself (devices[0]) --+
+//                  +--> piece 1 -> replica 1 (devices[1])          --+--> cat on the
+//                  +--> ...                                         --+    output device
+//
+// Replicas 1.. are fresh deep copies for every forward (parameters and buffers as they are
+// now). Their parameters are then given a gradient edge back to the module's own parameter:
+// one node per parameter that, in backward, sums the gradients of every replica onto the
+// module's device and hands them to the parameter's gradient accumulator. Piece 0 goes
+// through the module itself, so its buffers are the ones that advance: BatchNorm running
+// statistics end up those of device 0's share of each batch, as in Python (whose replica 0
+// shares the module's buffers). LibTorch's own data_parallel() deep-copies the module for
+// every device, device 0 included, and wires back only gradients, so there the statistics
+// never move from their initial values and evaluation normalises with mean 0, variance 1.
+//
+// The replicas run one after another on this thread: on CUDA each forward only queues
+// kernels on its device, so the devices compute side by side while the next one is queued,
+// and grad mode and the other thread-local settings stay the caller's.
+#include "trainer/parallel/data_parallel.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <memory>
+#include <string>
+
+#include "common/errors.h"
+
+namespace partrain {
+namespace {
+
+// Backward of replication for one parameter: input i is replica i's gradient.
+class SumReplicaGradients : public torch::autograd::Node {
+ public:
+  explicit SumReplicaGradients(c10::Device device) : device_(device) {}
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    at::Tensor sum;
+    for (const auto& grad : grads) {
+      if (!grad.defined()) continue;  // that replica's forward did not reach the parameter
+      at::Tensor here = grad.to(device_);
+      sum = sum.defined() ? sum + here : here;
+    }
+    return {sum};
+  }
+
+  std::string name() const override { return "partrain::SumReplicaGradients"; }
+
+ private:
+  c10::Device device_;
+};
+
+}  // namespace
+
+at::Tensor data_parallel_forward(
+    const std::vector<at::Tensor>& parameters,
+    const std::function<at::Tensor(const at::Tensor&)>& forward,
+    const std::function<DataParallelReplica(const c10::Device&)>& replicate,
+    const at::Tensor& input, const std::vector<c10::Device>& devices,
+    const c10::Device& output_device) {
+  PARTRAIN_CHECK(!devices.empty(), Error, "DataParallel over no devices");
+  for (const auto& p : parameters) {
+    PARTRAIN_CHECK(p.device() == devices[0], Error, "DataParallel: the model is on ",
+                   p.device().str(), ", not on the first of its devices, ", devices[0].str());
+  }
+  if (devices.size() == 1) return forward(input.to(devices[0])).to(output_device);
+
+  const auto pieces = input.chunk(static_cast<int64_t>(devices.size()), 0);
+  std::vector<DataParallelReplica> replicas;
+  for (std::size_t k = 1; k < pieces.size(); ++k) {
+    replicas.push_back(replicate(devices[k]));
+    const auto& theirs = replicas.back().parameters;
+    PARTRAIN_CHECK(theirs.size() == parameters.size(), Error, "DataParallel: a replica has ",
+                   theirs.size(), " parameters, the model ", parameters.size());
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      PARTRAIN_CHECK(theirs[i].sizes() == parameters[i].sizes(), Error,
+                     "DataParallel: replica parameter ", i, " has shape ", theirs[i].sizes(),
+                     " where the model's has ", parameters[i].sizes());
+    }
+  }
+
+  if (torch::autograd::GradMode::is_enabled()) {
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      const at::Tensor& original = parameters[i];
+      if (!original.requires_grad()) continue;
+      auto node = std::make_shared<SumReplicaGradients>(original.device());
+      node->set_next_edges(torch::autograd::collect_next_edges(original));
+      for (auto& replica : replicas) torch::autograd::set_history(replica.parameters[i], node);
+    }
+  }
+
+  std::vector<at::Tensor> outputs;
+  outputs.push_back(forward(pieces[0].to(devices[0])).to(output_device));
+  for (std::size_t k = 1; k < pieces.size(); ++k) {
+    outputs.push_back(replicas[k - 1].forward(pieces[k].to(devices[k])).to(output_device));
+  }
+  return at::cat(outputs, 0);
+}
+
+at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
+                                 const std::vector<c10::Device>& devices,
+                                 const c10::Device& output_device) {
+  auto replicate = [&module](const c10::Device& device) {
+    auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
+    PARTRAIN_CHECK(replica != nullptr, Error,
+                   "DataParallel: the model did not clone as a Sequential");
+    replica->train(module.is_training());
+    // Sequential's clone numbers its children ("0.weight" for "conv1.weight"), so its
+    // parameters are matched to the model's by position (and checked by shape).
+    return DataParallelReplica{[replica](const at::Tensor& x) { return replica->forward(x); },
+                               replica->parameters()};
+  };
+  return data_parallel_forward(
+      module.parameters(), [&module](const at::Tensor& x) { return module.forward(x); }, replicate,
+      input, devices, output_device);
+}
+
+}  // namespace partrain

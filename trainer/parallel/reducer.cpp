@@ -1,0 +1,277 @@
+// Note [Reducer]
+// --------------
+// DDP averages gradients over ranks while backward is still running, so communication
+// hides behind computation. The parameters are laid, in reverse registration order (roughly
+// the order autograd produces their gradients), into flat buckets:
+//
+//   bucket 0 (<= first_bucket_mb)  bucket 1 (<= bucket_mb)           ...
+//   [ fc.w | fc.b ]                [ conv4.w | bn4.w | bn4.b | ... ]
+//
+// Each parameter has a hook that autograd calls with its gradient. The hook copies the
+// gradient into its slot, already scaled by 1/W ("average while copying"), and when a
+// bucket's last slot is filled the bucket is ready. A communication thread allreduces
+// ready buckets strictly in bucket order — every rank issues the same collectives in the
+// same order, whatever order autograd happened to finish them in — so bucket 0 is on the
+// wire while autograd computes the gradients of bucket 1. After backward, finish_backward()
+// waits for the remaining buckets and copies the sums back into .grad.
+//
+// Gradient accumulation: on a micro-step without sync the hooks do nothing and autograd
+// sums into .grad as usual; on the sync step the hook adds what .grad already holds, so the
+// bucket carries the whole accumulated gradient. Parameters that received no gradient this
+// step contribute their .grad (or zero) when finish_backward() closes the step.
+//
+// Note [Reducer streams]
+// ----------------------
+// On CUDA the hooks write buckets on the compute stream (the legacy default stream, where
+// LibTorch computes unless told otherwise), and the host cannot see when those writes land.
+// So when a bucket's last slot is written, the hook records an event on the compute stream,
+// and the collective orders itself after that event alone:
+//
+//   compute stream: ..grads of bucket 0.. [ev0] ..grads of bucket 1.. [ev1] ..rest of backward..
+//   comm stream:                           wait ev0, allreduce 0     wait ev1, allreduce 1
+//
+// nccl runs the allreduce on its own non-blocking stream; the host backends copy the bucket
+// to pinned host memory on a copy stream of their own (HostStaging), reduce it there and
+// copy it back the same way. Neither waits for the rest of backward, and the compute stream
+// never waits for them. The comm thread sees each collective finish (it polls an event,
+// bounded by the communication timeout), so once finish_backward() has seen every bucket
+// done, the copies into .grad that it queues on the compute stream, and the optimizer step
+// after them, read reduced values.
+#include "trainer/parallel/reducer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "comm_backends/communicator.h"
+#include "common/errors.h"
+#include "common/stopwatch.h"
+#include "trainer/parallel/tensor_buffer.h"
+
+namespace partrain {
+
+Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
+                 ReducerOptions options)
+    : comm_(comm), options_(options) {
+  for (auto& p : parameters) {
+    if (p.requires_grad()) params_.push_back(p);
+  }
+  scale_ = 1.0f / static_cast<float>(comm_.size());
+  slots_.resize(params_.size());
+
+  // Reverse registration order; a bucket closes when adding the next parameter would pass
+  // its cap (a parameter larger than the cap gets a bucket of its own).
+  std::size_t element_size = params_.empty() ? 4 : params_[0].element_size();
+  auto cap_elements = [&](std::size_t bucket_index) {
+    double mb = bucket_index == 0 ? std::min(options_.first_bucket_mb, options_.bucket_mb)
+                                  : options_.bucket_mb;
+    return std::max<std::size_t>(1, static_cast<std::size_t>(mb * 1024 * 1024) / element_size);
+  };
+  std::vector<std::vector<std::size_t>> groups;
+  std::size_t filled = 0;
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k];
+    PARTRAIN_CHECK(p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
+                   Error, "DDP needs all parameters on one device with one dtype");
+    std::size_t n = static_cast<std::size_t>(p.numel());
+    if (groups.empty() || (filled > 0 && filled + n > cap_elements(groups.size() - 1))) {
+      groups.emplace_back();
+      filled = 0;
+    }
+    groups.back().push_back(k);
+    filled += n;
+  }
+  for (auto& group : groups) {
+    Bucket bucket;
+    std::size_t offset = 0;
+    for (std::size_t k : group) {
+      slots_[k].bucket = buckets_.size();
+      slots_[k].offset = offset;
+      offset += static_cast<std::size_t>(params_[k].numel());
+    }
+    bucket.flat =
+        at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
+    bucket.params = std::move(group);
+    buckets_.push_back(std::move(bucket));
+  }
+
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    hooks_.push_back(
+        params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
+  }
+  ready_.assign(buckets_.size(), false);
+  // A build without the CUDA runtime in partrain_comm keeps the plain path: the collective
+  // then waits for the whole compute stream, which is slower but still correct.
+  if (!params_.empty() && params_[0].is_cuda() && comm::cuda_runtime_compiled_in()) {
+    const int device = params_[0].get_device();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) ready_events_.emplace_back(device);
+    if (!collective_reads_device_memory(comm_)) {
+      staging_ = std::make_unique<comm::HostStaging>(device, options_.timeout);
+      // Pinned memory for the largest bucket now: allocating it may synchronise with the
+      // device, which must not happen in the middle of backward.
+      const Bucket* largest = &buckets_[0];
+      for (const auto& b : buckets_) {
+        if (b.flat.numel() > largest->flat.numel()) largest = &b;
+      }
+      staging_->host_buffer(as_buffer(largest->flat), 0);
+    }
+  }
+  next_ = buckets_.size();  // idle until the first sync step
+  comm_thread_ = std::thread([this] { run_comm_thread(); });
+}
+
+Reducer::~Reducer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (comm_thread_.joinable()) comm_thread_.join();
+  for (std::size_t k = 0; k < params_.size(); ++k) params_[k].remove_hook(hooks_[k]);
+}
+
+std::vector<std::size_t> Reducer::bucket_sizes() const {
+  std::vector<std::size_t> sizes;
+  for (const auto& b : buckets_) sizes.push_back(static_cast<std::size_t>(b.flat.numel()));
+  return sizes;
+}
+
+double Reducer::comm_busy_seconds() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comm_busy_seconds_;
+}
+
+void Reducer::prepare_for_backward(bool sync) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PARTRAIN_CHECK(next_ == buckets_.size(), Error, "Reducer: previous step did not finish");
+  sync_ = sync;
+  if (!sync) return;
+  for (auto& s : slots_) s.ready = false;
+  for (auto& b : buckets_) b.pending = b.params.size();
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_ = 0;
+  error_ = nullptr;
+}
+
+void Reducer::on_gradient(std::size_t k, const at::Tensor& grad) {
+  if (!sync_) return;
+  Slot& slot = slots_[k];
+  Bucket& bucket = buckets_[slot.bucket];
+  {
+    // A leaf's hook runs once per backward; the check keeps a bucket already on the wire
+    // from being written should that ever not hold.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (slot.ready) return;
+  }
+  auto view = bucket.flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+  const at::Tensor& accumulated = params_[k].grad();
+  if (accumulated.defined()) {
+    at::add_out(view, accumulated.reshape(-1), grad.reshape(-1));
+    view.mul_(scale_);
+  } else {
+    at::mul_out(view, grad.reshape(-1), at::scalar_tensor(scale_, grad.options()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  slot.ready = true;
+  if (--bucket.pending == 0) mark_bucket_ready(slot.bucket);
+}
+
+void Reducer::mark_bucket_ready(std::size_t b) {
+  // Every write into the bucket was queued before this, on the stream it is recorded on.
+  if (!ready_events_.empty()) ready_events_[b].record(nullptr);
+  ready_[b] = true;
+  cv_.notify_all();
+}
+
+std::string Reducer::describe_bucket(std::size_t b) const {
+  return detail::concat("gradient bucket ", b, " of ", buckets_.size(), " (",
+                        buckets_[b].flat.numel(), " elements)");
+}
+
+void Reducer::run_comm_thread() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || (next_ < buckets_.size() && ready_[next_]); });
+    if (stop_) return;
+    std::size_t b = next_;
+    lock.unlock();
+    auto start = Clock::now();
+    std::exception_ptr error;
+    StreamOrder order;
+    if (!ready_events_.empty()) {
+      order.ready = &ready_events_[b];
+      order.staging = staging_.get();
+    }
+    try {
+      allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum, order);
+    } catch (const PeerError& e) {
+      error =
+          std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
+    } catch (const CommError& e) {
+      error = std::make_exception_ptr(CommError(describe_bucket(b) + ": " + e.what()));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    comm_busy_seconds_ += seconds_since(start);
+    if (error) {
+      error_ = error;
+      next_ = buckets_.size();  // abandon the step; finish_backward() rethrows
+    } else {
+      ++next_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Reducer::finish_backward() {
+  auto start = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    // Parameters autograd did not reach this step still take part, so that every rank
+    // reduces the same buckets.
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      Slot& slot = slots_[k];
+      if (slot.ready) continue;
+      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset),
+                                                    params_[k].numel());
+      const at::Tensor& g = params_[k].grad();
+      if (g.defined()) {
+        at::mul_out(view, g.reshape(-1), at::scalar_tensor(scale_, g.options()));
+      } else {
+        view.zero_();
+      }
+      slot.ready = true;
+      if (--buckets_[slot.bucket].pending == 0) mark_bucket_ready(slot.bucket);
+    }
+    // The communicator bounds each collective by its own timeout; this bound only guards
+    // against a communicator that fails to honour it.
+    auto bound = options_.timeout * static_cast<int>(buckets_.size() + 1) + std::chrono::seconds(5);
+    bool finished = cv_.wait_for(lock, bound, [&] { return next_ == buckets_.size(); });
+    if (!finished) {
+      throw CommError("gradient allreduce did not finish within the communication timeout; " +
+                      describe_bucket(next_) + " was still in flight");
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    const Slot& slot = slots_[k];
+    auto view =
+        buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+    at::Tensor& g = params_[k].mutable_grad();
+    if (!g.defined()) g = at::zeros_like(params_[k]);
+    g.copy_(view.view_as(params_[k]));
+  }
+  comm_wait_seconds_ += seconds_since(start);
+}
+
+void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::Communicator& comm) {
+  for (const auto& t : tensors) {
+    at::NoGradGuard no_grad;
+    auto contiguous = t.contiguous();
+    broadcast_tensor(comm, contiguous, 0);
+    if (!contiguous.is_same(t)) t.copy_(contiguous);
+  }
+}
+
+}  // namespace partrain

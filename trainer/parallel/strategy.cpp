@@ -1,0 +1,70 @@
+#include "trainer/parallel/strategy.h"
+
+#include <torch/nn/module.h>
+#include <torch/utils.h>
+
+#include "trainer/device/rank_device.h"
+#include "trainer/parallel/reducer.h"
+
+namespace partrain {
+namespace {
+
+std::vector<at::Tensor> state_tensors(const torch::nn::Module& model) {
+  std::vector<at::Tensor> tensors = model.parameters();
+  for (const auto& b : model.buffers()) tensors.push_back(b);
+  return tensors;
+}
+
+}  // namespace
+
+Strategy::Strategy(const Config& config, const c10::Device& device, comm::Communicator* comm)
+    : config_(config), device_(device), comm_(comm), dp_devices_(data_parallel_devices(config)) {}
+
+Strategy::~Strategy() = default;
+
+std::unique_ptr<TrainModel> Strategy::build_model(const ModelShape& shape,
+                                                  comm::Communicator* batchnorm_comm) const {
+  torch::manual_seed(config_.seed);
+  std::unique_ptr<TrainModel> model = make_train_model(config_.model, shape, batchnorm_comm);
+  // Layers that need the communicator (such as a BatchNorm whose statistics are reduced over
+  // the ranks) replace their plain forms here: the communicator exists, and the broadcast
+  // below still reaches what they hold.
+  model->module().to(device_);
+  if (comm_ != nullptr) broadcast_from_rank0(state_tensors(model->module()), *comm_);
+  return model;
+}
+
+void Strategy::start_gradient_averaging(TrainModel& model) {
+  if (comm_ == nullptr) return;
+  ReducerOptions ro;
+  ro.bucket_mb = config_.comm.bucket_mb;
+  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm.timeout_s * 1000));
+  reducer_ = std::make_unique<Reducer>(model.module().parameters(), *comm_, ro);
+}
+
+at::Tensor Strategy::forward(TrainModel& model, const at::Tensor& images) const {
+  if (dp_devices_.empty()) return model.forward(images);
+  return model.forward_data_parallel(images, dp_devices_, device_);
+}
+
+void Strategy::prepare_for_backward(bool sync) {
+  if (reducer_) reducer_->prepare_for_backward(sync);
+}
+
+void Strategy::finish_backward() {
+  if (reducer_) reducer_->finish_backward();
+}
+
+void Strategy::share_buffers(TrainModel& model) {
+  if (comm_ != nullptr) broadcast_from_rank0(model.module().buffers(), *comm_);
+}
+
+void Strategy::stop() { reducer_.reset(); }
+
+double Strategy::comm_wait_seconds() const {
+  return reducer_ ? reducer_->comm_wait_seconds() : 0.0;
+}
+
+double Strategy::comm_busy_seconds() { return reducer_ ? reducer_->comm_busy_seconds() : 0.0; }
+
+}  // namespace partrain

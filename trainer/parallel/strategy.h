@@ -1,0 +1,69 @@
+// defines: Strategy — what strategy single | dp | ddp does to the model and to a training
+// step: every rank starts from the same model, dp splits each forward over the GPUs, and ddp
+// averages the gradients over the ranks (the Reducer) between backward and the optimizer step.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <vector>
+
+#include "trainer/config/config.h"
+#include "trainer/model/train_model.h"
+
+namespace partrain {
+
+namespace comm {
+class Communicator;
+}
+class Reducer;
+
+class Strategy {
+ public:
+  // comm: null for single and dp.
+  Strategy(const Config& config, const c10::Device& device, comm::Communicator* comm);
+  ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  // The model this rank trains, on the training device, the same on every rank: built from
+  // the same seed everywhere, then rank 0's parameters and buffers broadcast, so that nothing
+  // (e.g. a different LibTorch build) can make the replicas start apart.
+  // batchnorm_comm: model.sync_batchnorm's communicator (RankGroup), or null.
+  std::unique_ptr<TrainModel> build_model(const ModelShape& shape,
+                                          comm::Communicator* batchnorm_comm = nullptr) const;
+
+  // ddp: from here on, backward passes of `model` feed the Reducer. Call once, after the
+  // model holds its final starting state (a resumed checkpoint included).
+  void start_gradient_averaging(TrainModel& model);
+
+  // dp: the batch split over the GPUs, the outputs gathered on the training device.
+  at::Tensor forward(TrainModel& model, const at::Tensor& images) const;
+
+  // Around backward. sync=false: a gradient-accumulation micro-step, no communication.
+  // After a sync step's backward, finish_backward() leaves the gradients averaged over the
+  // ranks, identical on every rank.
+  void prepare_for_backward(bool sync);
+  void finish_backward();
+
+  // Before evaluation: rank 0's buffers (BatchNorm statistics) everywhere, as DDP does.
+  void share_buffers(TrainModel& model);
+
+  // Ends gradient averaging (the Reducer's thread and hooks).
+  void stop();
+
+  double comm_wait_seconds() const;  // blocked in finish_backward
+  double comm_busy_seconds();        // the communication thread in allreduce
+  const std::vector<c10::Device>& dp_devices() const { return dp_devices_; }
+  comm::Communicator* comm() const { return comm_; }
+
+ private:
+  const Config& config_;
+  c10::Device device_;
+  comm::Communicator* comm_;
+  std::vector<c10::Device> dp_devices_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace partrain

@@ -1,0 +1,89 @@
+#include "trainer/parallel/tensor_buffer.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/cuda_stream.h"
+
+namespace partrain {
+
+bool collective_reads_device_memory(const comm::Communicator& comm) {
+  return comm.name() == "nccl";
+}
+
+namespace {
+
+comm::Buffer device_buffer(const at::Tensor& tensor, const StreamOrder& order) {
+  comm::Buffer b = as_buffer(tensor);
+  if (order.ready != nullptr) b.ready_event = order.ready->handle();
+  return b;
+}
+
+// Runs `collective` on the tensor's memory, or on a host copy that is written back.
+template <typename Collective>
+void on_reachable_memory(comm::Communicator& comm, const at::Tensor& tensor,
+                         const StreamOrder& order, const char* what, Collective collective) {
+  if (!tensor.is_cuda() || collective_reads_device_memory(comm)) {
+    collective(device_buffer(tensor, order));
+    return;
+  }
+  if (order.staging != nullptr) {
+    const comm::Buffer device = device_buffer(tensor, order);
+    comm::Buffer host = order.staging->to_host(device, 0, order.ready, what);
+    collective(host);
+    order.staging->to_device(host, device, what);
+    return;
+  }
+  // The plain path: both copies run on the compute stream, so each waits for all the work
+  // queued there and holds the host until done.
+  at::Tensor host = tensor.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  collective(as_buffer(host));
+  tensor.copy_(host);
+}
+
+}  // namespace
+
+void allreduce_tensor(comm::Communicator& comm, const at::Tensor& tensor, comm::ReduceOp op,
+                      const StreamOrder& order) {
+  on_reachable_memory(comm, tensor, order, "an allreduce buffer",
+                      [&](comm::Buffer b) { comm.allreduce(b, op); });
+}
+
+void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int root,
+                      const StreamOrder& order) {
+  on_reachable_memory(comm, tensor, order, "a broadcast buffer",
+                      [&](comm::Buffer b) { comm.broadcast(b, root); });
+}
+
+void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                      const StreamOrder& order) {
+  if (!in.is_cuda() || collective_reads_device_memory(comm)) {
+    comm.allgather(device_buffer(in, order), as_buffer(out));
+    return;
+  }
+  if (order.staging != nullptr) {
+    const comm::Buffer device_out = as_buffer(out);
+    comm::Buffer host_in =
+        order.staging->to_host(device_buffer(in, order), 0, order.ready, "an allgather input");
+    comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
+    comm.allgather(host_in, host_out);
+    order.staging->to_device(host_out, device_out, "an allgather output");
+    return;
+  }
+  at::Tensor host_in = in.cpu(), host_out = out.cpu();
+  comm.allgather(as_buffer(host_in), as_buffer(host_out));
+  out.copy_(host_out);
+}
+
+void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
+                    const c10::Device& device) {
+  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
+  at::Tensor t = at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(device);
+  allreduce_tensor(*comm, t, comm::ReduceOp::sum);
+  t = t.cpu();
+  std::copy(t.data_ptr<double>(), t.data_ptr<double>() + values.size(), values.begin());
+}
+
+}  // namespace partrain

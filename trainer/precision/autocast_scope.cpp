@@ -1,0 +1,66 @@
+#include "trainer/precision/autocast_scope.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "common/errors.h"
+
+namespace partrain {
+
+void check_precision_supported(const std::string& precision, const c10::Device& device) {
+  PARTRAIN_CHECK(precision != "f16" || device.is_cuda(), UsageError,
+                 "train.precision f16 needs a CUDA device, and this rank trains on the CPU "
+                 "(LibTorch's autocast runs the CPU in bf16 only): use precision bf16 or f32");
+}
+
+bool cpu_has_onednn_bf16() {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return true;
+#endif
+}
+
+std::string precision_note(const std::string& precision, const c10::Device& device) {
+  if (precision != "bf16" || !device.is_cpu() || cpu_has_onednn_bf16()) return "";
+  return "note: train.precision bf16 on a CPU without AVX-512 (BW, VL, DQ): LibTorch runs bf16 "
+         "convolutions here with its slow reference kernels, not oneDNN's, so expect training "
+         "to be several times slower than with f32 (BENCHMARKS.md, \"precision bf16\")";
+}
+
+AutocastScope::AutocastScope(const std::string& precision, const c10::Device& device) {
+  if (precision == "f32") return;
+  check_precision_supported(precision, device);
+  const c10::ScalarType dtype =
+      precision == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
+  active_ = true;
+  cuda_ = device.is_cuda();
+  if (cuda_) {
+    was_enabled_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_autocast_gpu_dtype(dtype);
+    at::autocast::set_enabled(true);
+  } else {
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(dtype);
+    at::autocast::set_cpu_enabled(true);
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  // The casts of the weights are cached for the scope; the next scope sees updated weights.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(was_enabled_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  }
+}
+
+}  // namespace partrain

@@ -1,0 +1,34 @@
+// defines: MetricsLog — metrics.jsonl (a line per logged step and per epoch) and metrics.csv
+// (a row per epoch), rank 0's record of a run as it trains. LibTorch-free.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "trainer/report/report_writer.h"
+
+namespace partrain {
+
+// metrics.jsonl gets one line per logged step and per epoch, appended and flushed as they
+// happen; metrics.csv (one row per epoch) is rewritten whole, atomically.
+//
+// `resumed` holds the epochs a resumed run already has (from its checkpoint). A fresh run
+// (none) starts both files anew, so an old run in the same folder never mixes in. A resumed
+// run keeps metrics.jsonl's lines up to the end of its last resumed epoch and drops the rest
+// (the interrupted epoch, which is trained again), and metrics.csv holds every epoch, as
+// report.json does.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed);
+  void log_step(int epoch, std::int64_t step, double loss, double images_per_s, double lr);
+  void log_epoch(const EpochRecord& record);
+
+ private:
+  std::string dir_;
+  std::ofstream jsonl_;
+  std::vector<EpochRecord> epochs_;
+};
+
+}  // namespace partrain
