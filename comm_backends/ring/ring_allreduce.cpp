@@ -33,11 +33,18 @@
 // Each collective opens with a frame header (kind, sequence number, count, dtypes, op, root)
 // that the receiver checks against its own call, so ranks that disagree fail with a message
 // instead of mixing up bytes.
+//
+// In the code: plan_allreduce() cuts the segments and chunks and lays out the steps
+// (allreduce_steps(); an allgather alone takes the last W-1 of them, broadcast a chain from the
+// root). PassRun carries a plan out: post_headers() opens it; send_ready_chunks() sends chunk
+// c of step s+1 as soon as on_chunk_arrived() has taken chunk c of step s, reduced into ours
+// (reduce_chunk()) or, in the allgather steps, in place of ours; wait() bounds the whole pass
+// by the timeout, and finish() hands the buffers back or throws naming the failed neighbour.
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <utility>
 
@@ -50,6 +57,7 @@
 namespace partrain::comm {
 
 namespace asio = boost::asio;
+using boost::system::error_code;
 using net::Clock;
 
 namespace {
@@ -88,6 +96,36 @@ std::vector<Segment> equal_segments(std::size_t elements, std::size_t elem_bytes
   return segments;
 }
 
+// Chunks per segment: enough that none of the largest segment's chunks exceeds `chunk` units
+// (elements or bytes, as the segment is counted), and at least one.
+std::size_t chunks_per_segment(std::size_t largest_segment, std::size_t chunk) {
+  return std::max<std::size_t>(1, (largest_segment + chunk - 1) / chunk);
+}
+
+// Step s of rank r around the ring: send segment (r - s) mod W to the right, receive segment
+// (r - s - 1) mod W from the left, and send only what step s - 1 has received.
+Step ring_step(int rank, int world, int s) {
+  Step step;
+  step.send = ((rank - s) % world + world) % world;
+  step.recv = ((rank - s - 1) % world + world) % world;
+  step.send_after = s - 1;
+  return step;
+}
+
+// The steps of an allreduce: W-1 reduce-scatter steps (the last of them leaves this rank
+// owning one segment's final values), then W-1 allgather steps.
+std::vector<Step> allreduce_steps(int rank, int world) {
+  std::vector<Step> steps;
+  for (int s = 0; s < 2 * (world - 1); ++s) {
+    Step step = ring_step(rank, world, s);
+    step.reduce = s < world - 1;
+    step.finalize = s == world - 2;
+    step.narrow_send = s == 0;
+    steps.push_back(step);
+  }
+  return steps;
+}
+
 }  // namespace
 
 // A frame header is a CollectiveCall in a fixed little-endian layout behind the magic.
@@ -119,6 +157,7 @@ std::string RingCollectives::describe_frame(const std::uint8_t* header) {
   return theirs.describe();
 }
 
+// What a pass moves: the work buffer cut into segments and chunks, and the steps.
 struct RingCollectives::Pass {
   std::uint8_t* work = nullptr;
   DType work_type = DType::f32;
@@ -135,6 +174,8 @@ struct RingCollectives::Pass {
 
   std::size_t elements(const Segment& s) const { return s.bytes / work_elem; }
   std::size_t first_element(const Segment& s) const { return s.offset / work_elem; }
+  // narrow: the wire words of a segment's elements.
+  std::uint16_t* wire_words(const Segment& s) const { return wire + first_element(s); }
 
   // Chunk c of a segment, cut on element boundaries.
   Segment chunk(int segment, std::size_t c) const {
@@ -145,257 +186,305 @@ struct RingCollectives::Pass {
   }
 };
 
+// One pass on the wire, as Note [Ring allreduce] tells it. One operation per direction is in
+// flight at a time; send_ready_chunks() and receive_next_chunk() start the next one whenever
+// a direction is free and the pipeline allows it.
+//
+// The pass lives on the heap, shared by every completion handler it starts: a handler that
+// runs after run_pass() has returned (a pass abandoned after a failure, whose aborted handlers
+// the io_context runs later or never) still finds it. finish() disarms it, and from then on a
+// handler only records that its operation is over: the buffers and the ring belong to the
+// caller again.
+class RingCollectives::PassRun : public std::enable_shared_from_this<PassRun> {
+ public:
+  PassRun(RingTransport& transport, Pass pass, const Header& header, std::uint8_t* recv_stage)
+      : transport_(transport), pass_(std::move(pass)), header_(header), recv_stage_(recv_stage) {
+    header_.encode(my_header_);
+    recv_done_.assign(pass_.steps.size(), 0);
+    skip_idle_steps(send_step_, &Step::send);
+    skip_idle_steps(recv_step_, &Step::recv);
+  }
+
+  void post_headers();
+  void wait(std::chrono::milliseconds timeout);
+  void finish();
+
+ private:
+  std::size_t step_count() const { return pass_.steps.size(); }
+  void skip_idle_steps(std::size_t& step, int Step::*segment) const {
+    while (step < step_count() && pass_.steps[step].*segment < 0) ++step;
+  }
+  bool done() const {
+    return send_step_ >= step_count() && recv_step_ >= step_count() && !send_busy_ && !recv_busy_;
+  }
+
+  void on_header_sent(const error_code& ec);
+  void on_left_header(const error_code& ec);
+  void send_ready_chunks();
+  void send_chunk(const Step& step, const Segment& piece);
+  void on_chunk_sent(const error_code& ec);
+  void next_send();
+  void receive_next_chunk();
+  void* arrival_of(const Step& step, const Segment& piece) const;
+  void on_chunk_arrived(const error_code& ec, const Segment& piece);
+  void reduce_chunk(const Step& step, const Segment& piece);
+  void count_arrival();
+  void fail(int peer, bool is_peer, const std::string& message);
+  void fail_io(int peer, const error_code& ec, const char* direction);
+
+  RingTransport& transport_;
+  const Pass pass_;
+  const Header header_;
+  std::uint8_t* const recv_stage_;  // not narrow: a chunk to reduce arrives here first
+  std::uint8_t my_header_[kHeaderBytes] = {};
+  std::uint8_t left_header_[kHeaderBytes] = {};
+  std::size_t send_step_ = 0, send_chunk_ = 0, recv_step_ = 0, recv_chunk_ = 0;
+  std::vector<std::size_t> recv_done_;        // per step: chunks received (and reduced)
+  bool send_busy_ = true, recv_busy_ = true;  // the headers go first
+  bool armed_ = true;                         // false once finish() has handed everything back
+  int failed_peer_ = -1;
+  bool peer_failure_ = false;
+  std::string failure_;
+};
+
+// Each collective opens with a frame header, checked against our own call before any of the
+// neighbour's data is taken.
+void RingCollectives::PassRun::post_headers() {
+  asio::async_write(
+      transport_.to_right(), asio::buffer(my_header_, kHeaderBytes),
+      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_header_sent(ec); });
+  asio::async_read(
+      transport_.from_left(), asio::buffer(left_header_, kHeaderBytes),
+      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_left_header(ec); });
+}
+
+void RingCollectives::PassRun::on_header_sent(const error_code& ec) {
+  send_busy_ = false;
+  if (!armed_) return;
+  if (ec) return fail_io(transport_.right(), ec, "sending to it");
+  send_ready_chunks();
+}
+
+void RingCollectives::PassRun::on_left_header(const error_code& ec) {
+  recv_busy_ = false;
+  if (!armed_) return;
+  const int left = transport_.left();
+  if (ec) return fail_io(left, ec, "receiving from it");
+  if (std::memcmp(left_header_, my_header_, kHeaderBytes) != 0) {
+    return fail(left, false,
+                "asio-ring: ranks disagree: rank " + std::to_string(left) + " called " +
+                    describe_frame(left_header_) + " while rank " +
+                    std::to_string(transport_.rank()) + " called " + header_.describe());
+  }
+  receive_next_chunk();
+}
+
+// Sends chunks in step order while the socket is free. Chunk c of step s+1 is what arrived as
+// chunk c of step s, so it leaves only once that arrival is in (and reduced).
+void RingCollectives::PassRun::send_ready_chunks() {
+  while (!send_busy_ && failure_.empty() && send_step_ < step_count()) {
+    const Step& step = pass_.steps[send_step_];
+    if (step.send_after >= 0 && recv_done_[step.send_after] <= send_chunk_) return;
+    const Segment piece = pass_.chunk(step.send, send_chunk_);
+    if (piece.bytes == 0) {
+      next_send();
+      continue;
+    }
+    send_chunk(step, piece);
+  }
+}
+
+// On a reduced-precision wire a chunk leaves as wire words: step 0 narrows the work copy into
+// them; later steps forward the words an arrival left there.
+void RingCollectives::PassRun::send_chunk(const Step& step, const Segment& piece) {
+  const std::size_t elements = pass_.elements(piece);
+  const void* source = pass_.work + piece.offset;
+  if (pass_.narrow) {
+    std::uint16_t* words = pass_.wire_words(piece);
+    if (step.narrow_send) {
+      narrow_to_wire(static_cast<const float*>(source), words, pass_.wire_type, elements);
+    }
+    source = words;
+  }
+  send_busy_ = true;
+  asio::async_write(
+      transport_.to_right(), asio::buffer(source, elements * pass_.wire_elem),
+      [self = shared_from_this()](const error_code& ec, std::size_t) { self->on_chunk_sent(ec); });
+}
+
+void RingCollectives::PassRun::on_chunk_sent(const error_code& ec) {
+  send_busy_ = false;
+  if (!armed_) return;
+  if (ec) return fail_io(transport_.right(), ec, "sending to it");
+  next_send();
+  send_ready_chunks();
+}
+
+void RingCollectives::PassRun::next_send() {
+  if (++send_chunk_ < pass_.chunks) return;
+  send_chunk_ = 0;
+  ++send_step_;
+  skip_idle_steps(send_step_, &Step::send);
+}
+
+// Posts the read of the next chunk to arrive, then lets the sends catch up with what has.
+void RingCollectives::PassRun::receive_next_chunk() {
+  while (!recv_busy_ && failure_.empty() && recv_step_ < step_count()) {
+    const Step& step = pass_.steps[recv_step_];
+    const Segment piece = pass_.chunk(step.recv, recv_chunk_);
+    if (piece.bytes == 0) {
+      count_arrival();
+      continue;
+    }
+    recv_busy_ = true;
+    asio::async_read(transport_.from_left(),
+                     asio::buffer(arrival_of(step, piece), pass_.elements(piece) * pass_.wire_elem),
+                     [self = shared_from_this(), piece](const error_code& ec, std::size_t) {
+                       self->on_chunk_arrived(ec, piece);
+                     });
+  }
+  send_ready_chunks();
+}
+
+// Where a chunk lands: in its wire words on a reduced-precision wire; else in the receive
+// stage when it is to be reduced into ours, or in place when it replaces ours (allgather).
+void* RingCollectives::PassRun::arrival_of(const Step& step, const Segment& piece) const {
+  if (pass_.narrow) return pass_.wire_words(piece);
+  if (step.reduce) return recv_stage_;
+  return pass_.work + piece.offset;
+}
+
+// A reduce-scatter chunk is reduced into ours; an allgather chunk (already final) is widened
+// into the work copy from its wire words, or has already landed in place.
+void RingCollectives::PassRun::on_chunk_arrived(const error_code& ec, const Segment& piece) {
+  recv_busy_ = false;
+  if (!armed_) return;
+  if (ec) return fail_io(transport_.left(), ec, "receiving from it");
+  const Step& step = pass_.steps[recv_step_];
+  if (step.reduce) {
+    reduce_chunk(step, piece);
+  } else if (pass_.narrow) {
+    widen_from_wire(pass_.wire_words(piece), reinterpret_cast<float*>(pass_.work + piece.offset),
+                    pass_.wire_type, pass_.elements(piece));
+  }
+  count_arrival();
+  receive_next_chunk();
+  send_ready_chunks();
+}
+
+// On a reduced-precision wire the words are reduced and rewritten in place, ready to forward
+// (reduce_from_wire()); the owner of the final values applies avg's division either way.
+void RingCollectives::PassRun::reduce_chunk(const Step& step, const Segment& piece) {
+  std::uint8_t* target = pass_.work + piece.offset;
+  const std::size_t elements = pass_.elements(piece);
+  if (pass_.narrow) {
+    reduce_from_wire(reinterpret_cast<float*>(target), pass_.wire_words(piece), pass_.wire_type,
+                     elements, pass_.op, step.finalize, pass_.divisor);
+    return;
+  }
+  reduce_into(target, pass_.work_type, recv_stage_, pass_.work_type, elements, pass_.op);
+  if (step.finalize && pass_.divisor != 1) {
+    divide_elements(target, pass_.work_type, elements, pass_.divisor);
+  }
+}
+
+void RingCollectives::PassRun::count_arrival() {
+  ++recv_done_[recv_step_];
+  if (++recv_chunk_ < pass_.chunks) return;
+  recv_chunk_ = 0;
+  ++recv_step_;
+  skip_idle_steps(recv_step_, &Step::recv);
+}
+
+// The first failure wins; breaking the ring aborts the other direction's pending operation.
+void RingCollectives::PassRun::fail(int peer, bool is_peer, const std::string& message) {
+  if (!failure_.empty()) return;
+  failed_peer_ = peer;
+  peer_failure_ = is_peer;
+  failure_ = message;
+  transport_.break_ring();
+}
+
+void RingCollectives::PassRun::fail_io(int peer, const error_code& ec, const char* direction) {
+  const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset ||
+                      ec == asio::error::broken_pipe;
+  fail(peer, true,
+       "asio-ring: rank " + std::to_string(peer) +
+           (closed ? " closed its connection (it exited or failed)" : " connection failed") +
+           " while " + direction + " during " + header_.describe() + ": " + ec.message());
+}
+
+// Drives the ring until the last chunk has gone both ways or something failed. A neighbour
+// that lets the bound pass is named: the left one if we still wait for data, else the right.
+void RingCollectives::PassRun::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const bool finished = net::run_until(
+      transport_.io(), [this] { return !failure_.empty() || done(); }, deadline);
+  if (finished) return;
+  const bool waiting_left = recv_busy_ || recv_step_ < step_count();
+  const int peer = waiting_left ? transport_.left() : transport_.right();
+  fail(peer, true,
+       "asio-ring: rank " + std::to_string(peer) +
+           (waiting_left ? " sent nothing for " : " stopped taking our data for ") +
+           std::to_string(timeout.count()) + " ms during " + header_.describe() +
+           " (dead, hung, or not calling the same collective)");
+}
+
+// Ends the pass: disarms the handlers and throws what failed, if anything did.
+void RingCollectives::PassRun::finish() {
+  if (!failure_.empty()) {
+    // The sockets are closed, so the aborted operations complete at once; give their handlers
+    // a bounded moment to run. Any that have not run by then find the pass disarmed when they do.
+    constexpr auto kDrainBound = std::chrono::seconds(5);
+    net::run_until(
+        transport_.io(), [this] { return !send_busy_ && !recv_busy_; }, Clock::now() + kDrainBound);
+  }
+  armed_ = false;
+  if (failure_.empty()) return;
+  if (peer_failure_) throw PeerError(failed_peer_, failure_);
+  throw CommError(failure_);
+}
+
 RingCollectives::RingCollectives(RingTransport& transport, std::chrono::milliseconds timeout,
                                  std::size_t chunk_bytes)
     : transport_(transport),
       timeout_(timeout),
       chunk_bytes_(std::max<std::size_t>(chunk_bytes, 64)) {}
 
-// The state of one pass lives on the heap, shared by every completion handler it starts: a
-// handler that runs after run_pass() has returned (a pass abandoned after a failure, whose
-// aborted handlers the io_context runs later or never) still finds what it refers to.
-struct RingCollectives::PassRun {
-  PassRun(Pass p, const Header& h) : pass(std::move(p)), header(h) {}
-  Pass pass;
-  Header header;
-  std::uint8_t my_header[kHeaderBytes] = {};
-  std::uint8_t left_header[kHeaderBytes] = {};
-  std::size_t send_step = 0, send_chunk = 0, recv_step = 0, recv_chunk = 0;
-  std::vector<std::size_t> recv_done;       // per step: chunks received (and reduced)
-  bool send_busy = true, recv_busy = true;  // the headers go first
-  int failed_peer = -1;
-  bool peer_failure = false;
-  std::string failure;
-};
+void RingCollectives::run_pass(Pass pass, const Header& header) {
+  std::uint8_t* const stage = receive_stage(pass);
+  const auto run = std::make_shared<PassRun>(transport_, std::move(pass), header, stage);
+  run->post_headers();
+  run->wait(timeout_);
+  run->finish();
+}
 
-void RingCollectives::run_pass(Pass pass_in, const Header& header_in) {
-  const auto run = std::make_shared<PassRun>(std::move(pass_in), header_in);
-  PassRun& st = *run;
-  const Pass& pass = st.pass;
-  const Header& header = st.header;
-  const int left = transport_.left();
-  const int right = transport_.right();
-  auto& out = transport_.to_right();
-  auto& in = transport_.from_left();
-  const std::size_t n = pass.steps.size();
-  std::uint8_t* const recv_stage = [&] {
-    std::size_t max_chunk = 0;
-    for (std::size_t s = 0; s < pass.segments.size(); ++s) {
-      max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).bytes + pass.work_elem);
-    }
-    if (!pass.narrow) recv_stage_.resize(std::max(recv_stage_.size(), max_chunk));
-    return recv_stage_.data();
-  }();
-
-  header.encode(st.my_header);
-  st.recv_done.assign(n, 0);
-  while (st.send_step < n && pass.steps[st.send_step].send < 0) ++st.send_step;
-  while (st.recv_step < n && pass.steps[st.recv_step].recv < 0) ++st.recv_step;
-
-  // The helpers below are called only from this thread while it drives the io_context inside
-  // this function; completion handlers hold `run` and reach the helpers through `ops`, which
-  // run_pass() empties before it returns, so a late handler sees nothing to call.
-  struct Ops {
-    std::function<void(int, bool, const std::string&)> fail;
-    std::function<void(int, const boost::system::error_code&, const char*)> io_failure;
-    std::function<void()> pump_send, pump_recv;
-  };
-  const auto ops = std::make_shared<Ops>();
-
-  ops->fail = [this, &st](int peer, bool is_peer, const std::string& message) {
-    if (!st.failure.empty()) return;
-    st.failed_peer = peer;
-    st.peer_failure = is_peer;
-    st.failure = message;
-    transport_.break_ring();  // aborts the other direction's pending operation
-  };
-  ops->io_failure = [&st, ops](int peer, const boost::system::error_code& ec,
-                               const char* direction) {
-    const bool closed = ec == asio::error::eof || ec == asio::error::connection_reset ||
-                        ec == asio::error::broken_pipe;
-    ops->fail(peer, true,
-              "asio-ring: rank " + std::to_string(peer) +
-                  (closed ? " closed its connection (it exited or failed)" : " connection failed") +
-                  " while " + direction + " during " + st.header.describe() + ": " + ec.message());
-  };
-  auto advance_send = [&st, n] {
-    if (++st.send_chunk < st.pass.chunks) return;
-    st.send_chunk = 0;
-    do ++st.send_step;
-    while (st.send_step < n && st.pass.steps[st.send_step].send < 0);
-  };
-  auto advance_recv = [&st, n] {
-    if (++st.recv_chunk < st.pass.chunks) return;
-    st.recv_chunk = 0;
-    do ++st.recv_step;
-    while (st.recv_step < n && st.pass.steps[st.recv_step].recv < 0);
-  };
-  auto complete_recv = [&st, advance_recv] {
-    ++st.recv_done[st.recv_step];
-    advance_recv();
-  };
-
-  // A completion handler: keeps the pass state alive, and does nothing once run_pass() has
-  // returned (ops emptied) but record that its operation is over.
-  auto on_send = [run, ops, right, advance_send](const boost::system::error_code& ec, std::size_t) {
-    run->send_busy = false;
-    if (!ops->pump_send) return;
-    if (ec) return ops->io_failure(right, ec, "sending to it");
-    advance_send();
-    ops->pump_send();
-  };
-
-  ops->pump_send = [&st, &out, n, advance_send, on_send] {
-    const Pass& pass = st.pass;
-    while (!st.send_busy && st.failure.empty() && st.send_step < n) {
-      const Step& step = pass.steps[st.send_step];
-      if (step.send_after >= 0 && st.recv_done[step.send_after] <= st.send_chunk) return;
-      const Segment piece = pass.chunk(step.send, st.send_chunk);
-      if (piece.bytes == 0) {
-        advance_send();
-        continue;
-      }
-      const std::size_t elements = pass.elements(piece);
-      const void* source = pass.work + piece.offset;
-      if (pass.narrow) {
-        std::uint16_t* words = pass.wire + pass.first_element(piece);
-        if (step.narrow_send) {
-          narrow_to_wire(static_cast<const float*>(source), words, pass.wire_type, elements);
-        }
-        source = words;
-      }
-      st.send_busy = true;
-      asio::async_write(out, asio::buffer(source, elements * pass.wire_elem), on_send);
-    }
-  };
-
-  ops->pump_recv = [run, ops, &st, &in, n, left, recv_stage, complete_recv] {
-    const Pass& pass = st.pass;
-    while (!st.recv_busy && st.failure.empty() && st.recv_step < n) {
-      const Step& step = pass.steps[st.recv_step];
-      const Segment piece = pass.chunk(step.recv, st.recv_chunk);
-      if (piece.bytes == 0) {
-        complete_recv();
-        continue;
-      }
-      const std::size_t elements = pass.elements(piece);
-      std::uint8_t* target = pass.work + piece.offset;
-      void* arrival = pass.narrow   ? static_cast<void*>(pass.wire + pass.first_element(piece))
-                      : step.reduce ? recv_stage
-                                    : target;
-      st.recv_busy = true;
-      asio::async_read(in, asio::buffer(arrival, elements * pass.wire_elem),
-                       [run, ops, left, recv_stage, complete_recv, piece, elements, target](
-                           const boost::system::error_code& ec, std::size_t) {
-                         run->recv_busy = false;
-                         if (!ops->pump_recv) return;
-                         if (ec) return ops->io_failure(left, ec, "receiving from it");
-                         const Pass& pass = run->pass;
-                         const Step& done = pass.steps[run->recv_step];
-                         if (pass.narrow) {
-                           auto* acc = reinterpret_cast<float*>(target);
-                           std::uint16_t* words = pass.wire + pass.first_element(piece);
-                           if (done.reduce) {
-                             reduce_from_wire(acc, words, pass.wire_type, elements, pass.op,
-                                              done.finalize, pass.divisor);
-                           } else {
-                             widen_from_wire(words, acc, pass.wire_type, elements);
-                           }
-                         } else if (done.reduce) {
-                           reduce_into(target, pass.work_type, recv_stage, pass.work_type, elements,
-                                       pass.op);
-                           if (done.finalize && pass.divisor != 1) {
-                             divide_elements(target, pass.work_type, elements, pass.divisor);
-                           }
-                         }
-                         complete_recv();
-                         ops->pump_recv();
-                         ops->pump_send();
-                       });
-    }
-    ops->pump_send();
-  };
-
-  asio::async_write(out, asio::buffer(st.my_header, kHeaderBytes),
-                    [run, ops, right](const boost::system::error_code& ec, std::size_t) {
-                      run->send_busy = false;
-                      if (!ops->pump_send) return;
-                      if (ec) return ops->io_failure(right, ec, "sending to it");
-                      ops->pump_send();
-                    });
-  asio::async_read(in, asio::buffer(st.left_header, kHeaderBytes),
-                   [this, run, ops, left](const boost::system::error_code& ec, std::size_t) {
-                     run->recv_busy = false;
-                     if (!ops->pump_recv) return;
-                     if (ec) return ops->io_failure(left, ec, "receiving from it");
-                     if (std::memcmp(run->left_header, run->my_header, kHeaderBytes) != 0) {
-                       return ops->fail(left, false,
-                                        "asio-ring: ranks disagree: rank " + std::to_string(left) +
-                                            " called " + describe_frame(run->left_header) +
-                                            " while rank " + std::to_string(transport_.rank()) +
-                                            " called " + run->header.describe());
-                     }
-                     ops->pump_recv();
-                   });
-
-  const auto deadline = Clock::now() + timeout_;
-  const bool finished = net::run_until(
-      transport_.io(),
-      [&st, n] {
-        return !st.failure.empty() ||
-               (st.send_step >= n && st.recv_step >= n && !st.send_busy && !st.recv_busy);
-      },
-      deadline);
-  if (!finished) {
-    const bool waiting_left = st.recv_busy || st.recv_step < n;
-    const int peer = waiting_left ? left : right;
-    ops->fail(peer, true,
-              "asio-ring: rank " + std::to_string(peer) +
-                  (waiting_left ? " sent nothing for " : " stopped taking our data for ") +
-                  std::to_string(timeout_.count()) + " ms during " + header.describe() +
-                  " (dead, hung, or not calling the same collective)");
+// Room for the largest chunk a reduction receives before reducing it into ours (only the
+// full-width wire needs it: a reduced-precision chunk arrives in its wire words).
+std::uint8_t* RingCollectives::receive_stage(const Pass& pass) {
+  std::size_t max_chunk = 0;
+  for (std::size_t s = 0; s < pass.segments.size(); ++s) {
+    max_chunk = std::max(max_chunk, pass.chunk(static_cast<int>(s), 0).bytes + pass.work_elem);
   }
-  if (!st.failure.empty()) {
-    // The sockets are closed, so the aborted operations complete at once; give their handlers
-    // a bounded moment to run. Any that have not run by then find `ops` empty when they do.
-    constexpr auto kDrainBound = std::chrono::seconds(5);
-    net::run_until(
-        transport_.io(), [&st] { return !st.send_busy && !st.recv_busy; },
-        Clock::now() + kDrainBound);
-  }
-  const std::string failure = st.failure;
-  const int failed_peer = st.failed_peer;
-  const bool peer_failure = st.peer_failure;
-  // Break the cycles (handlers hold ops, ops' functions hold handlers) and disarm late
-  // handlers: from here on they only clear their busy flag.
-  ops->pump_send = nullptr;
-  ops->pump_recv = nullptr;
-  ops->fail = nullptr;
-  ops->io_failure = nullptr;
-  if (!failure.empty()) {
-    if (peer_failure) throw PeerError(failed_peer, failure);
-    throw CommError(failure);
-  }
+  if (!pass.narrow) recv_stage_.resize(std::max(recv_stage_.size(), max_chunk));
+  return recv_stage_.data();
+}
+
+void RingCollectives::check_usable() const {
+  PARTRAIN_CHECK(!transport_.broken(), CommError,
+                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
 }
 
 void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, ReduceOp op,
                                 DType wire) {
-  PARTRAIN_CHECK(!transport_.broken(), CommError,
-                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  check_usable();
   const int world = transport_.size();
   if (world == 1) return;
   PARTRAIN_CHECK(count == 0 || data != nullptr, UsageError, "allreduce: null buffer");
   const DType acc = accumulator_type(dtype);
   if (acc != DType::f32 || (wire != DType::f16 && wire != DType::bf16)) wire = acc;
 
-  Pass pass;
-  pass.work_type = acc;
-  pass.wire_type = wire;
-  pass.work_elem = dtype_size(acc);
-  pass.wire_elem = dtype_size(wire);
-  pass.narrow = acc != wire;
-  pass.op = op;
-  if (op == ReduceOp::avg) pass.divisor = world;
+  Pass pass = plan_allreduce(count, acc, wire, op);
   if (acc != dtype) {
     work_.resize(count * pass.work_elem);
     convert_elements(data, dtype, work_.data(), acc, count);
@@ -406,23 +495,6 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
   if (pass.narrow) {
     wire_.resize(count);
     pass.wire = wire_.data();
-  }
-  pass.segments = equal_segments(count, pass.work_elem, world);
-  // Sized in work-copy bytes, so what one chunk's reduction touches stays in cache whatever
-  // the wire type.
-  const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.work_elem);
-  const std::size_t max_segment = (count + world - 1) / world;
-  pass.chunks = std::max<std::size_t>(1, (max_segment + chunk_elems - 1) / chunk_elems);
-  const int r = transport_.rank();
-  for (int s = 0; s < 2 * (world - 1); ++s) {
-    Step step;
-    step.send = ((r - s) % world + world) % world;
-    step.recv = ((r - s - 1) % world + world) % world;
-    step.reduce = s < world - 1;
-    step.finalize = s == world - 2;
-    step.narrow_send = s == 0;
-    step.send_after = s - 1;
-    pass.steps.push_back(step);
   }
   Header header;
   header.kind = static_cast<std::uint8_t>(Kind::allreduce);
@@ -435,9 +507,29 @@ void RingCollectives::allreduce(void* data, std::size_t count, DType dtype, Redu
   if (acc != dtype) convert_elements(work_.data(), acc, data, dtype, count);
 }
 
+// An allreduce's segments, chunks and steps; the caller points it at the work copy.
+RingCollectives::Pass RingCollectives::plan_allreduce(std::size_t count, DType acc, DType wire,
+                                                      ReduceOp op) const {
+  const int world = transport_.size();
+  Pass pass;
+  pass.work_type = acc;
+  pass.wire_type = wire;
+  pass.work_elem = dtype_size(acc);
+  pass.wire_elem = dtype_size(wire);
+  pass.narrow = acc != wire;
+  pass.op = op;
+  if (op == ReduceOp::avg) pass.divisor = world;
+  pass.segments = equal_segments(count, pass.work_elem, world);
+  // Sized in work-copy bytes, so what one chunk's reduction touches stays in cache whatever
+  // the wire type.
+  const std::size_t chunk_elems = std::max<std::size_t>(1, chunk_bytes_ / pass.work_elem);
+  pass.chunks = chunks_per_segment((count + world - 1) / world, chunk_elems);
+  pass.steps = allreduce_steps(transport_.rank(), world);
+  return pass;
+}
+
 void RingCollectives::broadcast(void* data, std::size_t bytes, int root) {
-  PARTRAIN_CHECK(!transport_.broken(), CommError,
-                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  check_usable();
   const int world = transport_.size();
   PARTRAIN_CHECK(root >= 0 && root < world, UsageError, "broadcast: root ", root,
                  " is outside a world of ", world);
@@ -446,7 +538,7 @@ void RingCollectives::broadcast(void* data, std::size_t bytes, int root) {
   Pass pass;
   pass.work = static_cast<std::uint8_t*>(data);
   pass.segments = {Segment{0, bytes}};
-  pass.chunks = std::max<std::size_t>(1, (bytes + chunk_bytes_ - 1) / chunk_bytes_);
+  pass.chunks = chunks_per_segment(bytes, chunk_bytes_);
   const int position = (transport_.rank() - root + world) % world;
   Step step;
   if (position > 0) step.recv = 0;
@@ -461,9 +553,9 @@ void RingCollectives::broadcast(void* data, std::size_t bytes, int root) {
   run_pass(std::move(pass), header);
 }
 
+// The allgather half of an allreduce: rank r's block starts at r and travels W-1 steps.
 void RingCollectives::allgather(const void* in, void* out, std::size_t bytes_per_rank) {
-  PARTRAIN_CHECK(!transport_.broken(), CommError,
-                 "asio-ring: the ring is broken by an earlier failure; create a new communicator");
+  check_usable();
   const int world = transport_.size();
   const int r = transport_.rank();
   auto* target = static_cast<std::uint8_t*>(out);
@@ -474,14 +566,8 @@ void RingCollectives::allgather(const void* in, void* out, std::size_t bytes_per
   Pass pass;
   pass.work = target;
   for (int i = 0; i < world; ++i) pass.segments.push_back({i * bytes_per_rank, bytes_per_rank});
-  pass.chunks = std::max<std::size_t>(1, (bytes_per_rank + chunk_bytes_ - 1) / chunk_bytes_);
-  for (int s = 0; s < world - 1; ++s) {
-    Step step;
-    step.send = ((r - s) % world + world) % world;
-    step.recv = ((r - s - 1) % world + world) % world;
-    step.send_after = s - 1;
-    pass.steps.push_back(step);
-  }
+  pass.chunks = chunks_per_segment(bytes_per_rank, chunk_bytes_);
+  for (int s = 0; s < world - 1; ++s) pass.steps.push_back(ring_step(r, world, s));
   Header header;
   header.kind = static_cast<std::uint8_t>(Kind::allgather);
   header.sequence = ++sequence_;

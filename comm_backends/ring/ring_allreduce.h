@@ -33,7 +33,10 @@ class RingCollectives {
  private:
   struct Header;
   struct Pass;
-  struct PassRun;
+  class PassRun;
+  void check_usable() const;
+  Pass plan_allreduce(std::size_t count, DType acc, DType wire, ReduceOp op) const;
+  std::uint8_t* receive_stage(const Pass& pass);
   void run_pass(Pass pass, const Header& header);
 
   RingTransport& transport_;
