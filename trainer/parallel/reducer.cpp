@@ -2,7 +2,7 @@
 // --------------
 // DDP averages gradients over ranks while backward is still running, so communication
 // hides behind computation. The parameters are laid, in reverse registration order (roughly
-// the order autograd produces their gradients), into flat buckets:
+// the order autograd produces their gradients), into flat buckets (assign_buckets()):
 //
 //   bucket 0 (<= first_bucket_mb)  bucket 1 (<= bucket_mb)           ...
 //   [ fc.w | fc.b ]                [ conv4.w | bn4.w | bn4.b | ... ]
@@ -46,6 +46,7 @@
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
 #include "common/stopwatch.h"
+#include "trainer/parallel/bucket_assignment.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
@@ -57,67 +58,62 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
     if (p.requires_grad()) params_.push_back(p);
   }
   scale_ = 1.0f / static_cast<float>(comm_.size());
-  slots_.resize(params_.size());
+  make_buckets();
+  register_hooks();
+  prepare_cuda_staging();
+  next_ = buckets_.size();  // idle until the first sync step
+  comm_thread_ = std::thread([this] { run_comm_thread(); });
+}
 
-  // Reverse registration order; a bucket closes when adding the next parameter would pass
-  // its cap (a parameter larger than the cap gets a bucket of its own).
-  std::size_t element_size = params_.empty() ? 4 : params_[0].element_size();
-  auto cap_elements = [&](std::size_t bucket_index) {
-    double mb = bucket_index == 0 ? std::min(options_.first_bucket_mb, options_.bucket_mb)
-                                  : options_.bucket_mb;
-    return std::max<std::size_t>(1, static_cast<std::size_t>(mb * 1024 * 1024) / element_size);
-  };
-  std::vector<std::vector<std::size_t>> groups;
-  std::size_t filled = 0;
-  for (std::size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k];
+// The layout is assign_buckets()'s; here each bucket gets its flat tensor and each parameter
+// its slot in one.
+void Reducer::make_buckets() {
+  std::vector<std::size_t> element_counts;
+  for (const auto& p : params_) {
     PARTRAIN_CHECK(p.scalar_type() == params_[0].scalar_type() && p.device() == params_[0].device(),
                    Error, "DDP needs all parameters on one device with one dtype");
-    std::size_t n = static_cast<std::size_t>(p.numel());
-    if (groups.empty() || (filled > 0 && filled + n > cap_elements(groups.size() - 1))) {
-      groups.emplace_back();
-      filled = 0;
-    }
-    groups.back().push_back(k);
-    filled += n;
+    element_counts.push_back(static_cast<std::size_t>(p.numel()));
   }
-  for (auto& group : groups) {
-    Bucket bucket;
-    std::size_t offset = 0;
-    for (std::size_t k : group) {
-      slots_[k].bucket = buckets_.size();
-      slots_[k].offset = offset;
-      offset += static_cast<std::size_t>(params_[k].numel());
+  const std::size_t element_bytes = params_.empty() ? 4 : params_[0].element_size();
+  slots_.resize(params_.size());
+  for (auto& layout : assign_buckets(element_counts, element_bytes,
+                                     {options_.bucket_mb, options_.first_bucket_mb})) {
+    for (std::size_t i = 0; i < layout.params.size(); ++i) {
+      slots_[layout.params[i]].bucket = buckets_.size();
+      slots_[layout.params[i]].offset = layout.offsets[i];
     }
-    bucket.flat =
-        at::zeros({static_cast<int64_t>(offset)}, params_[0].options().requires_grad(false));
-    bucket.params = std::move(group);
+    Bucket bucket;
+    bucket.flat = at::zeros({static_cast<int64_t>(layout.elements)},
+                            params_[0].options().requires_grad(false));
+    bucket.params = std::move(layout.params);
     buckets_.push_back(std::move(bucket));
   }
+  ready_.assign(buckets_.size(), false);
+}
 
+void Reducer::register_hooks() {
   for (std::size_t k = 0; k < params_.size(); ++k) {
     hooks_.push_back(
         params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
   }
-  ready_.assign(buckets_.size(), false);
-  // A build without the CUDA runtime in partrain_comm keeps the plain path: the collective
-  // then waits for the whole compute stream, which is slower but still correct.
-  if (!params_.empty() && params_[0].is_cuda() && comm::cuda_runtime_compiled_in()) {
-    const int device = params_[0].get_device();
-    for (std::size_t b = 0; b < buckets_.size(); ++b) ready_events_.emplace_back(device);
-    if (!collective_reads_device_memory(comm_)) {
-      staging_ = std::make_unique<comm::HostStaging>(device, options_.timeout);
-      // Pinned memory for the largest bucket now: allocating it may synchronise with the
-      // device, which must not happen in the middle of backward.
-      const Bucket* largest = &buckets_[0];
-      for (const auto& b : buckets_) {
-        if (b.flat.numel() > largest->flat.numel()) largest = &b;
-      }
-      staging_->host_buffer(as_buffer(largest->flat), 0);
-    }
+}
+
+// The events and host staging of Note [Reducer streams]. A build without the CUDA runtime in
+// partrain_comm keeps the plain path: the collective then waits for the whole compute stream,
+// which is slower but still correct.
+void Reducer::prepare_cuda_staging() {
+  if (params_.empty() || !params_[0].is_cuda() || !comm::cuda_runtime_compiled_in()) return;
+  const int device = params_[0].get_device();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) ready_events_.emplace_back(device);
+  if (collective_reads_device_memory(comm_)) return;
+  staging_ = std::make_unique<comm::HostStaging>(device, options_.timeout);
+  // Pinned memory for the largest bucket now: allocating it may synchronise with the
+  // device, which must not happen in the middle of backward.
+  const Bucket* largest = &buckets_[0];
+  for (const auto& b : buckets_) {
+    if (b.flat.numel() > largest->flat.numel()) largest = &b;
   }
-  next_ = buckets_.size();  // idle until the first sync step
-  comm_thread_ = std::thread([this] { run_comm_thread(); });
+  staging_->host_buffer(as_buffer(largest->flat), 0);
 }
 
 Reducer::~Reducer() {

@@ -57,6 +57,11 @@ class Reducer {
     std::size_t pending = 0;
   };
 
+  // The constructor's steps, in order.
+  void make_buckets();
+  void register_hooks();
+  void prepare_cuda_staging();
+
   void on_gradient(std::size_t param, const at::Tensor& grad);
   void mark_bucket_ready(std::size_t bucket);  // caller holds mutex_
   void run_comm_thread();
