@@ -4,13 +4,15 @@
 //                      torch.save, so `torch.load("epoch-0003.pt")["model"]` gives the
 //                      state dict (names like "conv1.weight", no wrapper prefix)
 //   latest.json        the manifest: names the newest checkpoint that was written whole
+//                      (CheckpointManifest, checkpoint_format.h)
 //   best.pt            a copy of the checkpoint of the epoch with the highest test accuracy
 //                      so far (the first such epoch on a tie)
 //
 // A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
 // "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
 // "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
-// epoch records). Checkpoints of earlier versions hold SGD's buffers under "momentum".
+// epoch records; CheckpointMeta). Checkpoints of earlier versions hold SGD's buffers under
+// "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
@@ -26,53 +28,27 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "comm_backends/communicator.h"
 #include "common/atomic_file.h"
 #include "common/errors.h"
+#include "trainer/loop/checkpoint_format.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-constexpr const char* kFormat = "partrain.checkpoint/1";
-constexpr std::uint64_t kMaxCheckpointBytes = 16ull << 30;
+
+// What rank 0 broadcasts in place of a checkpoint's length.
+constexpr std::int64_t kFresh = -1;        // nothing to resume from: start afresh
+constexpr std::int64_t kRank0Failed = -2;  // rank 0 failed to choose or read it
 
 std::string checkpoint_name(int epoch) {
   char name[32];
   std::snprintf(name, sizeof(name), "epoch-%04d.pt", epoch);
   return name;
-}
-
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", path, ": cannot read (", ec.message(), ")");
-  PARTRAIN_CHECK(size <= kMaxCheckpointBytes, UsageError, "checkpoint ", path, ": ", size,
-                 " bytes is larger than any checkpoint partrain writes");
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ", path,
-                 ": short read");
-  return bytes;
-}
-
-Json epochs_to_json(const std::vector<EpochRecord>& epochs) {
-  Json list = Json::array();
-  for (const auto& e : epochs) list.push_back(Json(epoch_to_json(e)));
-  return list;
-}
-
-std::vector<EpochRecord> epochs_from_json(const Json& list) {
-  std::vector<EpochRecord> epochs;
-  for (const auto& j : list) epochs.push_back(epoch_from_json(j));
-  return epochs;
 }
 
 std::string shape_text(const at::Tensor& t) {
@@ -166,7 +142,93 @@ void optimizer_from_dict(torch::optim::Optimizer& optimizer, torch::nn::Module& 
   }
 }
 
+// The dict of a checkpoint's bytes, its format checked. Checkpoints of earlier versions hold
+// "momentum" where later ones hold "optimizer" (upgrade_older_formats()).
+c10::impl::GenericDict unpickle_checkpoint(const std::string& bytes, const std::string& path) {
+  c10::IValue loaded;
+  try {
+    loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+  } catch (const c10::Error&) {
+    throw UsageError("checkpoint " + path +
+                     " cannot be read (truncated or not a partrain checkpoint)");
+  }
+  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
+                 " is not a partrain checkpoint");
+  auto top = loaded.toGenericDict();
+  PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
+                     top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
+                     top.contains("meta") &&
+                     (top.contains("optimizer") || top.contains("momentum")),
+                 UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat, " checkpoint");
+  return top;
+}
+
+// Checkpoints of earlier versions hold only SGD's momentum buffers, by parameter name, under
+// "momentum": they become the "optimizer" entry that later versions write.
+void upgrade_older_formats(c10::impl::GenericDict& top) {
+  if (top.contains("optimizer")) return;
+  c10::impl::GenericDict sgd(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericDict per_parameter(c10::StringType::get(), c10::AnyType::get());
+  for (const auto& item : top.at("momentum").toGenericDict()) {
+    c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
+    entry.insert("momentum_buffer", item.value());
+    per_parameter.insert(item.key(), entry);
+  }
+  sgd.insert("name", std::string("sgd"));
+  sgd.insert("state", per_parameter);
+  top.insert("optimizer", sgd);
+}
+
+// Every parameter and buffer of the model from the checkpoint's state dict, which must hold
+// exactly those names with those shapes.
+void load_model(torch::nn::Module& model, const c10::impl::GenericDict& top,
+                const CheckpointMeta& meta, const std::string& path) {
+  auto model_state = top.at("model").toGenericDict();
+  std::size_t expected = 0;
+  auto load_into = [&](const std::string& name, at::Tensor& target) {
+    PARTRAIN_CHECK(model_state.contains(name), UsageError, "checkpoint ", path,
+                   " was written for another model (", meta.model, "): it has no '", name, "'");
+    at::Tensor saved = model_state.at(name).toTensor();
+    PARTRAIN_CHECK(saved.sizes() == target.sizes(), UsageError, "checkpoint ", path,
+                   " was written for another model: '", name, "' is ", shape_text(saved),
+                   " there and ", shape_text(target), " here");
+    target.copy_(saved);
+    ++expected;
+  };
+  for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
+  for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
+  PARTRAIN_CHECK(expected == model_state.size(), UsageError, "checkpoint ", path,
+                 " was written for another model: it holds ", model_state.size(),
+                 " tensors, this model ", expected);
+}
+
+TrainingPosition position_of(const CheckpointMeta& meta, const std::string& path) {
+  TrainingPosition position;
+  position.epoch = meta.epoch;
+  position.step = meta.step;
+  position.loss_scaler = meta.loss_scaler;
+  position.source = path;
+  return position;
+}
+
+// The state dict as torch.save writes it: parameters and buffers by name, on the CPU.
+c10::Dict<std::string, at::Tensor> model_state_of(const torch::nn::Module& model) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& item : model.named_parameters())
+    state.insert(item.key(), item.value().detach().cpu());
+  for (const auto& item : model.named_buffers())
+    state.insert(item.key(), item.value().detach().cpu());
+  return state;
+}
+
 }  // namespace
+
+// What every rank resumes from: the checkpoint's bytes and its name for messages, or nothing.
+struct Checkpointer::Fetched {
+  bool fresh = true;  // nothing to resume from
+  std::string path;
+  std::string bytes;
+};
 
 // Broadcasts rank 0's `length` and, when it is >= 0, the bytes (into *bytes on the others).
 // They travel as int64 tensors on the model's device: nccl reads only device memory.
@@ -211,59 +273,55 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
   }
   if (env_.rank == 0 && (due || best)) {
     fs::create_directories(dir_);
-    c10::Dict<std::string, at::Tensor> model_state;
-    for (const auto& item : model.named_parameters())
-      model_state.insert(item.key(), item.value().detach().cpu());
-    for (const auto& item : model.named_buffers())
-      model_state.insert(item.key(), item.value().detach().cpu());
-
-    Json meta = {{"format", kFormat},
-                 {"epoch", epoch},
-                 {"step", at.step},
-                 {"world_size", env_.world_size},
-                 {"model", config_.model.name},
-                 {"width", config_.model.width},
-                 {"norm", config_.model.norm},
-                 {"seed", config_.seed},
-                 {"optimizer", optimizer_name(optimizer)},
-                 {"test_accuracy", epochs.empty() ? 0.0 : epochs.back().test_accuracy},
-                 {"epochs", epochs_to_json(epochs)}};
-    if (at.loss_scaler) {
-      meta["loss_scale"] = at.loss_scaler->scale;
-      meta["loss_scale_good_steps"] = at.loss_scaler->good_steps;
-    }
-    c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
-    top.insert("format", std::string(kFormat));
-    top.insert("model", model_state);
-    top.insert("optimizer", optimizer_to_dict(optimizer, model));
-    top.insert("meta", meta.dump());
-    std::vector<char> pickled = torch::pickle_save(c10::IValue(top));
-    const std::string bytes(pickled.begin(), pickled.end());
-
+    const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs);
     if (due) {
-      std::string name = checkpoint_name(epoch);
+      const std::string name = checkpoint_name(epoch);
       write_file_atomically(dir_ + "/" + name, bytes);
-      Json manifest = {{"format", kFormat},
-                       {"file", name},
-                       {"epoch", epoch},
-                       {"step", at.step},
-                       {"bytes", bytes.size()}};
-      write_file_atomically(dir_ + "/latest.json", manifest.dump(2) + "\n");
-
-      // Keep the newest `keep` checkpoints; leftover temp files from a crash go too.
-      std::vector<fs::path> files;
-      for (const auto& entry : fs::directory_iterator(dir_)) {
-        const auto file = entry.path().filename().string();
-        if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
-          files.push_back(entry.path());
-        if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
-      }
-      std::sort(files.begin(), files.end());
-      for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
+      write_manifest(dir_, {name, epoch, at.step, bytes.size()});
+      prune_checkpoints();
     }
     if (best) write_file_atomically(dir_ + "/best.pt", bytes);
   }
   if (due && comm) comm->barrier();
+}
+
+// A whole checkpoint, pickled as torch.save pickles a dict.
+std::string Checkpointer::checkpoint_bytes(const TrainingPosition& at,
+                                           const torch::nn::Module& model,
+                                           const torch::optim::Optimizer& optimizer,
+                                           const std::vector<EpochRecord>& epochs) const {
+  CheckpointMeta meta;
+  meta.epoch = at.epoch;
+  meta.step = at.step;
+  meta.world_size = env_.world_size;
+  meta.model = config_.model.name;
+  meta.width = config_.model.width;
+  meta.norm = config_.model.norm;
+  meta.seed = config_.seed;
+  meta.optimizer = optimizer_name(optimizer);
+  meta.test_accuracy = epochs.empty() ? 0.0 : epochs.back().test_accuracy;
+  meta.epochs = epochs;
+  meta.loss_scaler = at.loss_scaler;
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("format", std::string(kCheckpointFormat));
+  top.insert("model", model_state_of(model));
+  top.insert("optimizer", optimizer_to_dict(optimizer, model));
+  top.insert("meta", meta_to_text(meta));
+  std::vector<char> pickled = torch::pickle_save(c10::IValue(top));
+  return std::string(pickled.begin(), pickled.end());
+}
+
+// Keeps the newest checkpoint.keep checkpoints; leftover temp files from a crash go too.
+void Checkpointer::prune_checkpoints() const {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const auto file = entry.path().filename().string();
+    if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
+      files.push_back(entry.path());
+    if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
 }
 
 // Where the run resumes is rank 0's decision alone: the hosts of a run need not share a
@@ -271,120 +329,73 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
 // different epochs, after which their collectives no longer match. So rank 0 picks the
 // checkpoint and broadcasts its bytes (or "start fresh", or "failed"); every rank then loads
 // the same bytes through the same checks.
+TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                      comm::Communicator* comm) {
+  const Fetched fetched = fetch_checkpoint(model, comm);
+  if (fetched.fresh) return TrainingPosition{};
+  const std::string& path = fetched.path;
+  auto top = unpickle_checkpoint(fetched.bytes, path);
+  upgrade_older_formats(top);
+  const CheckpointMeta meta = meta_from_text(top.at("meta").toStringRef());
+  check_fits_this_run(meta, path);
+  torch::NoGradGuard no_grad;  // loading writes into parameters, outside any graph
+  load_model(model, top, meta, path);
+  optimizer_from_dict(optimizer, model, top.at("optimizer").toGenericDict(), path);
+  previous_epochs_ = meta.epochs;
+  return position_of(meta, path);
+}
+
 std::string Checkpointer::choose_checkpoint() const {
   const std::string& mode = config_.checkpoint.resume;
   if (mode == "never") return "";
   if (mode != "auto") return mode;
-  std::string manifest_path = dir_ + "/latest.json";
-  if (!fs::exists(manifest_path)) return "";
-  std::string path;
-  try {
-    Json manifest = Json::parse(read_file(manifest_path));
-    path = dir_ + "/" + manifest.at("file").get<std::string>();
-  } catch (const Json::exception& e) {
-    throw UsageError("checkpoint manifest " + manifest_path + " is not valid: " + e.what());
-  }
-  PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path, " names ",
-                 path, ", which does not exist");
+  const auto manifest = read_manifest(dir_);
+  if (!manifest) return "";
+  const std::string path = dir_ + "/" + manifest->file;
+  PARTRAIN_CHECK(fs::exists(path), UsageError, "checkpoint manifest ", manifest_path(dir_),
+                 " names ", path, ", which does not exist");
   return path;
 }
 
-TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                      comm::Communicator* comm) {
-  constexpr std::int64_t kFresh = -1;
-  constexpr std::int64_t kRank0Failed = -2;
-  TrainingPosition position;
-  const bool shared = comm != nullptr && comm->size() > 1;
-  std::string path;
-  std::string bytes;
+// Rank 0 chooses and reads; the others receive its bytes, or word that there are none.
+Checkpointer::Fetched Checkpointer::fetch_checkpoint(const torch::nn::Module& model,
+                                                     comm::Communicator* comm) const {
+  comm::Communicator* shared = comm != nullptr && comm->size() > 1 ? comm : nullptr;
+  Fetched fetched;
   std::int64_t length = kFresh;
-  if (env_.rank == 0) {
-    try {
-      path = choose_checkpoint();
-      if (!path.empty()) bytes = read_file(path);
-      length = path.empty() ? kFresh : static_cast<std::int64_t>(bytes.size());
-    } catch (const UsageError&) {
-      // The others would wait for the checkpoint until the timeout: tell them now.
-      if (shared) broadcast_bytes(*comm, model, kRank0Failed, nullptr);
-      throw;
-    }
-  }
-  if (shared) {
-    length = broadcast_bytes(*comm, model, length, &bytes);
+  if (env_.rank == 0) length = read_on_rank0(model, shared, fetched);
+  if (shared != nullptr) {
+    length = broadcast_bytes(*shared, model, length, &fetched.bytes);
     PARTRAIN_CHECK(length != kRank0Failed, UsageError,
                    "rank 0 could not load the checkpoint to resume from (its message says why)");
     if (env_.rank != 0 && length >= 0) {
-      path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+      fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
     }
   }
-  if (length == kFresh) return position;
+  fetched.fresh = length == kFresh;
+  return fetched;
+}
 
-  c10::IValue loaded;
+// The chosen checkpoint's length (kFresh: none). A failure here is told to the other ranks
+// before it is thrown: they would wait for the checkpoint until the timeout.
+std::int64_t Checkpointer::read_on_rank0(const torch::nn::Module& model, comm::Communicator* shared,
+                                         Fetched& fetched) const {
   try {
-    loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const c10::Error& e) {
-    throw UsageError("checkpoint " + path +
-                     " cannot be read (truncated or not a partrain checkpoint)");
+    fetched.path = choose_checkpoint();
+    if (fetched.path.empty()) return kFresh;
+    fetched.bytes = read_checkpoint_file(fetched.path);
+    return static_cast<std::int64_t>(fetched.bytes.size());
+  } catch (const UsageError&) {
+    if (shared != nullptr) broadcast_bytes(*shared, model, kRank0Failed, nullptr);
+    throw;
   }
-  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
-                 " is not a partrain checkpoint");
-  auto top = loaded.toGenericDict();
-  PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
-                     top.at("format").toStringRef() == kFormat && top.contains("model") &&
-                     top.contains("meta") &&
-                     (top.contains("optimizer") || top.contains("momentum")),
-                 UsageError, "checkpoint ", path, " is not a ", kFormat, " checkpoint");
-  Json meta = Json::parse(top.at("meta").toStringRef());
-  const int saved_world = meta.at("world_size").get<int>();
-  PARTRAIN_CHECK(saved_world == env_.world_size, UsageError, "checkpoint ", path,
-                 " was written by a run of ", saved_world, " ranks; this run has ", env_.world_size,
+}
+
+void Checkpointer::check_fits_this_run(const CheckpointMeta& meta, const std::string& path) const {
+  PARTRAIN_CHECK(meta.world_size == env_.world_size, UsageError, "checkpoint ", path,
+                 " was written by a run of ", meta.world_size, " ranks; this run has ",
+                 env_.world_size,
                  " (the global batch would change); use checkpoint.resume: never to start afresh");
-
-  auto model_state = top.at("model").toGenericDict();
-  torch::NoGradGuard no_grad;
-  std::size_t expected = 0;
-  auto load_into = [&](const std::string& name, at::Tensor& target) {
-    PARTRAIN_CHECK(model_state.contains(name), UsageError, "checkpoint ", path,
-                   " was written for another model (", meta.at("model").get<std::string>(),
-                   "): it has no '", name, "'");
-    at::Tensor saved = model_state.at(name).toTensor();
-    PARTRAIN_CHECK(saved.sizes() == target.sizes(), UsageError, "checkpoint ", path,
-                   " was written for another model: '", name, "' is ", shape_text(saved),
-                   " there and ", shape_text(target), " here");
-    target.copy_(saved);
-    ++expected;
-  };
-  for (auto& item : model.named_parameters()) load_into(item.key(), item.value());
-  for (auto& item : model.named_buffers()) load_into(item.key(), item.value());
-  PARTRAIN_CHECK(expected == model_state.size(), UsageError, "checkpoint ", path,
-                 " was written for another model: it holds ", model_state.size(),
-                 " tensors, this model ", expected);
-
-  if (top.contains("optimizer")) {
-    optimizer_from_dict(optimizer, model, top.at("optimizer").toGenericDict(), path);
-  } else {  // an earlier version's checkpoint: SGD momentum buffers by parameter name
-    c10::impl::GenericDict sgd(c10::StringType::get(), c10::AnyType::get());
-    c10::impl::GenericDict per_parameter(c10::StringType::get(), c10::AnyType::get());
-    for (const auto& item : top.at("momentum").toGenericDict()) {
-      c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
-      entry.insert("momentum_buffer", item.value());
-      per_parameter.insert(item.key(), entry);
-    }
-    sgd.insert("name", std::string("sgd"));
-    sgd.insert("state", per_parameter);
-    optimizer_from_dict(optimizer, model, sgd, path);
-  }
-  if (meta.contains("loss_scale")) {
-    LossScalerState scaler;
-    scaler.scale = meta.at("loss_scale").get<double>();
-    scaler.good_steps = meta.at("loss_scale_good_steps").get<std::int64_t>();
-    position.loss_scaler = scaler;
-  }
-  position.epoch = meta.at("epoch").get<int>();
-  position.step = meta.at("step").get<std::int64_t>();
-  position.source = path;
-  previous_epochs_ = epochs_from_json(meta.at("epochs"));
-  return position;
 }
 
 }  // namespace partrain

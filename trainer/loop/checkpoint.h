@@ -26,6 +26,7 @@ namespace partrain {
 namespace comm {
 class Communicator;
 }
+struct CheckpointMeta;
 
 // Where training stands, beyond the model and optimizer: all a checkpoint needs for a resumed
 // run to continue exactly as an uninterrupted one (the learning rate is a function of step).
@@ -62,9 +63,22 @@ class Checkpointer {
   std::string directory() const { return dir_; }
 
  private:
+  struct Fetched;
+
+  // Saving.
+  std::string checkpoint_bytes(const TrainingPosition& at, const torch::nn::Module& model,
+                               const torch::optim::Optimizer& optimizer,
+                               const std::vector<EpochRecord>& epochs) const;
+  void prune_checkpoints() const;
+
+  // Resuming, in order; the loading steps are in checkpoint.cpp.
   std::string choose_checkpoint() const;  // rank 0: the file to resume from, or ""
+  Fetched fetch_checkpoint(const torch::nn::Module& model, comm::Communicator* comm) const;
+  std::int64_t read_on_rank0(const torch::nn::Module& model, comm::Communicator* shared,
+                             Fetched& fetched) const;
   static std::int64_t broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
                                       std::int64_t length, std::string* bytes);
+  void check_fits_this_run(const CheckpointMeta& meta, const std::string& path) const;
 
   const Config& config_;
   WorkerEnv env_;

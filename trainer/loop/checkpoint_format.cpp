@@ -1,0 +1,111 @@
+#include "trainer/loop/checkpoint_format.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+
+namespace partrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+}  // namespace
+
+std::string manifest_to_text(const CheckpointManifest& manifest) {
+  const Json json = {{"format", kCheckpointFormat},
+                     {"file", manifest.file},
+                     {"epoch", manifest.epoch},
+                     {"step", manifest.step},
+                     {"bytes", manifest.bytes}};
+  return json.dump(2) + "\n";
+}
+
+CheckpointManifest manifest_from_text(const std::string& text, const std::string& path) {
+  CheckpointManifest manifest;
+  try {
+    const Json json = Json::parse(text);
+    manifest.file = json.at("file").get<std::string>();
+    manifest.epoch = json.at("epoch").get<int>();
+    manifest.step = json.at("step").get<std::int64_t>();
+    manifest.bytes = json.at("bytes").get<std::uint64_t>();
+  } catch (const Json::exception& e) {
+    throw UsageError("checkpoint manifest " + path + " is not valid: " + e.what());
+  }
+  return manifest;
+}
+
+std::string manifest_path(const std::string& dir) { return dir + "/latest.json"; }
+
+void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
+  write_file_atomically(manifest_path(dir), manifest_to_text(manifest));
+}
+
+std::optional<CheckpointManifest> read_manifest(const std::string& dir) {
+  const std::string path = manifest_path(dir);
+  if (!fs::exists(path)) return std::nullopt;
+  return manifest_from_text(read_checkpoint_file(path), path);
+}
+
+std::string meta_to_text(const CheckpointMeta& meta) {
+  Json epochs = Json::array();
+  for (const auto& e : meta.epochs) epochs.push_back(Json(epoch_to_json(e)));
+  Json json = {{"format", kCheckpointFormat},
+               {"epoch", meta.epoch},
+               {"step", meta.step},
+               {"world_size", meta.world_size},
+               {"model", meta.model},
+               {"width", meta.width},
+               {"norm", meta.norm},
+               {"seed", meta.seed},
+               {"optimizer", meta.optimizer},
+               {"test_accuracy", meta.test_accuracy},
+               {"epochs", epochs}};
+  if (meta.loss_scaler) {
+    json["loss_scale"] = meta.loss_scaler->scale;
+    json["loss_scale_good_steps"] = meta.loss_scaler->good_steps;
+  }
+  return json.dump();
+}
+
+CheckpointMeta meta_from_text(const std::string& text) {
+  const Json json = Json::parse(text);
+  CheckpointMeta meta;
+  meta.epoch = json.at("epoch").get<int>();
+  meta.step = json.at("step").get<std::int64_t>();
+  meta.world_size = json.at("world_size").get<int>();
+  meta.model = json.at("model").get<std::string>();
+  meta.width = json.at("width").get<int>();
+  meta.norm = json.at("norm").get<std::string>();
+  meta.seed = json.at("seed").get<std::uint64_t>();
+  meta.optimizer = json.value("optimizer", std::string());
+  meta.test_accuracy = json.value("test_accuracy", 0.0);
+  for (const auto& e : json.at("epochs")) meta.epochs.push_back(epoch_from_json(e));
+  if (json.contains("loss_scale")) {
+    LossScalerState scaler;
+    scaler.scale = json.at("loss_scale").get<double>();
+    scaler.good_steps = json.at("loss_scale_good_steps").get<std::int64_t>();
+    meta.loss_scaler = scaler;
+  }
+  return meta;
+}
+
+std::string read_checkpoint_file(const std::string& path) {
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", path, ": cannot read (", ec.message(), ")");
+  PARTRAIN_CHECK(size <= kMaxCheckpointBytes, UsageError, "checkpoint ", path, ": ", size,
+                 " bytes is larger than any checkpoint partrain writes");
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(size, '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ", path,
+                 ": short read");
+  return bytes;
+}
+
+}  // namespace partrain

@@ -1,0 +1,64 @@
+// defines: kCheckpointFormat, CheckpointManifest (latest.json) and CheckpointMeta (a
+// checkpoint's "meta" entry), each with the one writer and the one reader of its JSON text;
+// write_manifest(), read_manifest() and read_checkpoint_file(). LibTorch-free: the tensors of
+// a checkpoint are checkpoint.cpp's, which also describes the folder's layout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/precision/loss_scaler.h"
+#include "trainer/report/report_writer.h"
+
+namespace partrain {
+
+// The "format" of a checkpoint's dict, of its meta and of the manifest.
+inline constexpr const char* kCheckpointFormat = "partrain.checkpoint/1";
+// No checkpoint partrain writes is larger; a bigger file or announced size is refused.
+inline constexpr std::uint64_t kMaxCheckpointBytes = 16ull << 30;
+
+// latest.json: names the newest checkpoint that was written whole.
+struct CheckpointManifest {
+  std::string file;  // the checkpoint's name in the manifest's folder: "epoch-0003.pt"
+  int epoch = 0;
+  std::int64_t step = 0;
+  std::uint64_t bytes = 0;  // the checkpoint's size
+};
+
+std::string manifest_to_text(const CheckpointManifest& manifest);
+// Throws UsageError naming `path` (where the text came from) and what is missing or wrong.
+CheckpointManifest manifest_from_text(const std::string& text, const std::string& path);
+
+std::string manifest_path(const std::string& dir);  // DIR/latest.json
+// Atomically (common/atomic_file.h), so that a crash leaves the previous manifest whole.
+void write_manifest(const std::string& dir, const CheckpointManifest& manifest);
+// Empty when DIR has no manifest; throws UsageError when it has one that is not readable.
+std::optional<CheckpointManifest> read_manifest(const std::string& dir);
+
+// A checkpoint's "meta" entry, JSON text beside its tensors: where training stood, and the
+// run that wrote it.
+struct CheckpointMeta {
+  int epoch = 0;          // epochs completed
+  std::int64_t step = 0;  // optimizer steps taken
+  int world_size = 0;
+  std::string model;
+  int width = 0;
+  std::string norm;
+  std::uint64_t seed = 0;
+  std::string optimizer;     // "" in checkpoints of earlier versions
+  double test_accuracy = 0;  // of the last epoch; 0 in checkpoints of earlier versions
+  std::vector<EpochRecord> epochs;
+  std::optional<LossScalerState> loss_scaler;  // precision f16 only
+};
+
+std::string meta_to_text(const CheckpointMeta& meta);
+// Throws nlohmann's exceptions when the text is not JSON or lacks a field.
+CheckpointMeta meta_from_text(const std::string& text);
+
+// The whole file; throws UsageError naming `path` when it cannot be read or is larger than any
+// checkpoint partrain writes.
+std::string read_checkpoint_file(const std::string& path);
+
+}  // namespace partrain
