@@ -34,9 +34,8 @@
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
 #include "comm_backends/communicator.h"
-#include "comm_backends/net/local_address.h"
+#include "comm_backends/rank_group.h"
 #include "common/errors.h"
-#include "comm_backends/store/store.h"
 #include "common/atomic_file.h"
 #include "common/temp_dir.h"
 
@@ -210,24 +209,17 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   PARTRAIN_CHECK(!me.rendezvous.empty(), UsageError, "bench: no rendezvous for ", me.world_size,
                  " ranks started by ", engine_name(me.engine),
                  ": set MASTER_ADDR and MASTER_PORT, --rendezvous or PARTRAIN_RENDEZVOUS");
-  comm::StoreOptions store_options;
-  store_options.token = me.token;
-  store_options.timeout = timeout;
-  store_options.rank = me.rank;
-  store_options.world_size = me.world_size;
-  store_options.host_server = me.rank == 0;
-  auto store = comm::open_store(me.rendezvous, store_options);
-
-  // The address the ranks listen on: --host, else what training would take (the route to the
-  // master, PARTRAIN_SOCKET_IFNAME, loopback when every rank is here).
-  comm::net::BindAddressRequest address;
-  address.host = args.host;
-  if (const auto url = comm::parse_store_url(me.rendezvous);
-      url.kind == comm::StoreUrl::Kind::tcp) {
-    address.master_host = url.host;
-  }
-  address.single_host = me.local_world_size == me.world_size;
-  const std::string bind_host = comm::net::choose_bind_address(address);
+  // Opened as training opens its ranks; they listen on --host, else where training would (the
+  // route to the master, PARTRAIN_SOCKET_IFNAME, loopback when every rank is here).
+  comm::RankGroupOptions group_options;
+  group_options.rendezvous = me.rendezvous;
+  group_options.token = me.token;
+  group_options.rank = me.rank;
+  group_options.world_size = me.world_size;
+  group_options.local_world_size = me.local_world_size;
+  group_options.timeout = timeout;
+  group_options.host = args.host;
+  const auto group = comm::open_rank_group(group_options);
 
   std::vector<std::size_t> sizes;
   for (const auto& s : split(args.sizes)) sizes.push_back(parse_size(s));
@@ -241,15 +233,12 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     const int device = on_device ? me.local_rank % devices : 0;
     const auto memory_kind = on_device ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
     BenchMemory memory(max_bytes + 64, memory_kind, device);
-    comm::CommOptions options;
+    comm::CommOptions options = group->comm_options();
     options.backend = backend;
-    options.timeout = timeout;
     options.wire_dtype = wire;
-    options.token = me.token;
-    options.bind_host = bind_host;
     options.device = memory_kind;
     options.device_index = device;
-    auto comm = comm::make_communicator(options, *store, me.rank, me.world_size);
+    auto comm = group->make_communicator(options);
     for (std::size_t bytes : sizes) {
       const std::size_t count = bytes / comm::dtype_size(dtype);
       const int iters = args.iters > 0 ? args.iters : iterations_for(bytes);

@@ -1,45 +1,42 @@
 #include "comm_backends/communicator.h"
 
+#include <optional>
+
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/shm/host_identity.h"
-#include "common/errors.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 
 namespace partrain::comm {
 
-const std::vector<Backend>& backends() {
-  // The first usable one wins for `auto`; gloo is never usable for auto (asio-ring does
-  // what it does on CPU, faster) but stays available by name.
-  static const std::vector<Backend> list = {nccl_backend(), asio_ring_backend(), shm_backend(),
-                                            hierarchical_backend(), gloo_backend()};
-  return list;
-}
+namespace {
 
-std::vector<std::string> backend_names() {
-  std::vector<std::string> names;
-  for (const auto& backend : backends()) names.push_back(backend.name);
-  names.push_back("auto");
-  return names;
-}
+// The order is `auto`'s rule: the first entry compiled in and usable for the placement wins.
+constinit const BackendEntry* const kBackends[] = {
+    &kNcclBackend,          // CUDA buffers on Linux: NCCL reduces device memory itself
+    &kShmBackend,           // several ranks, one host: memory instead of loopback TCP
+    &kHierarchicalBackend,  // several hosts, several ranks on some: memory inside, TCP across
+    &kAsioRingBackend,      // anything else: the TCP ring, usable everywhere
+    &kGlooBackend,          // by name only: asio-ring, before it, runs wherever gloo does
+};
 
-bool backend_compiled_in(const std::string& name) {
-  if (name == "auto") return true;
-  for (const auto& backend : backends()) {
-    if (backend.name == name) return backend.compiled_in;
+const BackendEntry& named_backend(const std::string& name) {
+  for (const BackendEntry* entry : kBackends) {
+    if (entry->name == name) return *entry;
   }
-  return false;
+  std::string known;
+  for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UsageError("unknown comm backend '" + name + "' (expected one of " + known + ")");
 }
 
-std::string resolve_backend(const CommOptions& options) {
-  if (options.backend != "auto") return options.backend;
-  for (const auto& backend : backends()) {
-    if (backend.compiled_in && backend.usable && backend.usable(options)) return backend.name;
+const BackendEntry& chosen_backend(const std::string& requested, const Placement& placement) {
+  if (requested != "auto") return named_backend(requested);
+  for (const BackendEntry* entry : kBackends) {
+    if (entry->compiled_in && !entry->usable(placement)) return *entry;
   }
-  return "asio-ring";
+  throw Error("no comm backend is usable for this placement; asio-ring should always be");
 }
 
-std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
-                                                int size) {
+void check_options(const CommOptions& options, int rank, int size) {
   PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "rank ", rank,
                  " is outside a world of ", size);
   PARTRAIN_CHECK(options.timeout.count() > 0, UsageError, "comm timeout must be positive");
@@ -47,32 +44,60 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
                      options.wire_dtype == DType::bf16,
                  UsageError, "comm.wire_dtype must be f32, f16 or bf16, not ",
                  dtype_name(options.wire_dtype));
+}
+
+}  // namespace
+
+std::optional<std::string> usable_anywhere(const Placement&) { return std::nullopt; }
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> names;
+  for (const BackendEntry* entry : kBackends) names.push_back(entry->name);
+  names.push_back("auto");
+  return names;
+}
+
+bool backend_compiled_in(const std::string& name) {
+  if (name == "auto") return true;
+  for (const BackendEntry* entry : kBackends) {
+    if (entry->name == name) return entry->compiled_in;
+  }
+  return false;
+}
+
+std::string choose_backend(const std::string& requested, const Placement& placement) {
+  return chosen_backend(requested, placement).name;
+}
+
+std::vector<BackendStatus> probe_backends(const Placement& placement) {
+  std::vector<BackendStatus> statuses;
+  for (const BackendEntry* entry : kBackends) {
+    BackendStatus status{entry->name, entry->compiled_in, entry->how_to_get};
+    if (entry->compiled_in) status.why_not = entry->usable(placement).value_or("");
+    statuses.push_back(std::move(status));
+  }
+  return statuses;
+}
+
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
+                                                int size) {
+  check_options(options, rank, size);
+  const RankHosts hosts(store, kHostLayoutPrefix, rank, size);
+  return make_communicator(options, store, hosts, rank);
+}
+
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
+                                                const RankHosts& hosts, int rank) {
+  check_options(options, rank, hosts.ranks());
   // Every rank creates its communicators in the same order, so a per-rank counter gives all
   // ranks the same instance number without talking to each other.
   const std::int64_t instance = store.add("comm/instances/" + std::to_string(rank), 1);
-  std::string name = resolve_backend(options);
-  if (options.backend == "auto" && name == "asio-ring" && size > 1) {
-    const HostLayout layout = group_by_host(exchange_host_identities(
-        store, "comm/" + std::to_string(instance) + "/hosts/", rank, size));
-    if (layout.hosts.size() == 1) {
-      name = "shm";  // same results as asio-ring, through memory instead of loopback TCP
-    } else if (layout.hosts.size() < static_cast<std::size_t>(size)) {
-      name = "hierarchical";  // fewer bytes across hosts than the flat ring, memory inside
-    }
-  }
-  const Backend* chosen = nullptr;
-  for (const auto& backend : backends()) {
-    if (backend.name == name) chosen = &backend;
-  }
-  if (chosen == nullptr) {
-    std::string known;
-    for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
-    throw UsageError("unknown comm backend '" + name + "' (expected one of " + known + ")");
-  }
-  PARTRAIN_CHECK(chosen->compiled_in, UsageError, "comm backend '", name,
-                 "' is not compiled into this build: ", chosen->how_to_get);
-  const std::string prefix = "comm/" + std::to_string(instance) + "/" + name + "/";
-  return chosen->make(options, store, rank, size, prefix);
+  const Placement placement{options.device, hosts};
+  const BackendEntry& backend = chosen_backend(options.backend, placement);
+  PARTRAIN_CHECK(backend.compiled_in, UsageError, "comm backend '", backend.name,
+                 "' is not compiled into this build: ", backend.how_to_get);
+  return backend.make(BackendArgs{options, store, placement, rank,
+                                  "comm/" + std::to_string(instance) + "/" + backend.name + "/"});
 }
 
 void check_host_buffer(const Buffer& buffer, const std::string& backend) {

@@ -1,11 +1,14 @@
 // defines: Communicator (the collective contract), CommOptions, make_communicator(),
-// backend_names(), backend_compiled_in().
+// backend_names(), backend_compiled_in(), choose_backend() and BackendStatus /
+// probe_backends().
 //
-// Backends: gloo, asio-ring, shm, hierarchical, nccl, and auto — the first usable in the
-// ordered list [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins, and asio-ring
-// becomes shm when every rank runs on one host (shm gives asio-ring's results, through
-// memory) and hierarchical when the ranks span several hosts with more than one on some
-// (shared memory inside each host, the ring among one leader per host).
+// Backends: nccl, shm, hierarchical, asio-ring, gloo, and auto. One list (communicator.cpp)
+// holds them in the order `auto` tries them; the first compiled in and usable for the
+// placement of the ranks (placement.h) wins. So auto takes nccl for CUDA buffers on Linux,
+// shm when several ranks all run on one host (asio-ring's results, through memory),
+// hierarchical when the ranks span several hosts with more than one on some (shared memory
+// inside each host, the ring among one leader per host), and asio-ring otherwise. A backend named
+// explicitly is that backend, or a UsageError saying why it cannot be.
 #pragma once
 
 #include <chrono>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "comm_backends/buffer.h"
+#include "comm_backends/placement.h"
 
 namespace partrain::comm {
 
@@ -45,15 +49,31 @@ class Communicator {
 
 // The store must outlive the communicator: asio-ring also uses it, after a failure, to trace
 // which rank failed first (the ranks downstream of a dead one see only their neighbour close).
+// Where the ranks run is learned through the store when the backend asks (placement.h).
 // Throws UsageError for an unknown backend or one not compiled in (saying how to get it
 // or what to use instead), CommError/PeerError when rendezvous fails.
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
                                                 int size);
+// The same, with the hosts of the ranks shared: a RankGroup (rank_group.h) learns them at
+// most once for all its communicators. The world size is hosts.ranks().
+std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
+                                                const RankHosts& hosts, int rank);
 
-std::vector<std::string> backend_names();  // every known name, compiled in or not
+std::vector<std::string> backend_names();  // every known name, compiled in or not, and auto
 bool backend_compiled_in(const std::string& name);
-// What auto picks from the options alone (make_communicator() then takes shm or hierarchical
-// for asio-ring, by where the ranks run).
-std::string resolve_backend(const CommOptions& options);
+// The backend that `requested` stands for with ranks placed so: itself, or for auto the
+// first usable one. UsageError for an unknown name.
+std::string choose_backend(const std::string& requested, const Placement& placement);
+
+// One backend's answer for a placement.
+struct BackendStatus {
+  std::string name;
+  bool compiled_in = false;
+  // Why `auto` may not take it there ("" when it may); for a backend not compiled in, how to
+  // get it or what to use instead.
+  std::string why_not;
+};
+// Every backend, in the order `auto` tries them.
+std::vector<BackendStatus> probe_backends(const Placement& placement);
 
 }  // namespace partrain::comm

@@ -19,18 +19,18 @@ namespace {
 
 class AsioRingCommunicator : public Communicator {
  public:
-  AsioRingCommunicator(const CommOptions& options, Store& store, int rank, int size,
-                       const std::string& prefix)
-      : transport_(store, rank, size,
-                   RingTransportOptions{options.token, options.bind_host, prefix + "ring/",
-                                        options.timeout}),
-        ring_(transport_, options.timeout,
-              options.ring_chunk_bytes > 0 ? options.ring_chunk_bytes : kDefaultRingChunkBytes),
-        wire_(options.wire_dtype),
-        store_(store),
-        prefix_(prefix),
-        grace_(failure_grace(options.timeout)),
-        timeout_(options.timeout) {}
+  explicit AsioRingCommunicator(const BackendArgs& args)
+      : transport_(args.store, args.rank, args.size(),
+                   RingTransportOptions{args.options.token, args.options.bind_host,
+                                        args.prefix + "ring/", args.options.timeout}),
+        ring_(transport_, args.options.timeout,
+              args.options.ring_chunk_bytes > 0 ? args.options.ring_chunk_bytes
+                                                : kDefaultRingChunkBytes),
+        wire_(args.options.wire_dtype),
+        store_(args.store),
+        prefix_(args.prefix),
+        grace_(failure_grace(args.options.timeout)),
+        timeout_(args.options.timeout) {}
 
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
@@ -83,16 +83,7 @@ class AsioRingCommunicator : public Communicator {
 
 }  // namespace
 
-Backend asio_ring_backend() {
-  Backend backend;
-  backend.name = "asio-ring";
-  backend.compiled_in = true;
-  backend.usable = [](const CommOptions& options) { return options.device == DeviceKind::cpu; };
-  backend.make = [](const CommOptions& options, Store& store, int rank, int size,
-                    const std::string& prefix) -> std::unique_ptr<Communicator> {
-    return std::make_unique<AsioRingCommunicator>(options, store, rank, size, prefix);
-  };
-  return backend;
-}
+constinit const BackendEntry kAsioRingBackend{"asio-ring", true, "", usable_anywhere,
+                                              make_backend<AsioRingCommunicator>};
 
 }  // namespace partrain::comm

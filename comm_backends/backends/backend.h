@@ -1,36 +1,55 @@
-// defines: Backend — what each backend file registers (name, compiled in or not, "am I
-// usable for these options?", "make one"), the ordered list that `auto` walks, and the
-// buffer checks every backend shares.
+// defines: BackendEntry — what each backend file registers, in one line: its name, whether it
+// is compiled in, "may `auto` take me for this placement, and if not, why?" and "make one" —
+// with BackendArgs and make_backend<>() for that line, the entries themselves (listed in the
+// order `auto` tries them in communicator.cpp) and the buffer checks every backend shares.
 #pragma once
 
-#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
-#include <vector>
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/placement.h"
 
 namespace partrain::comm {
 
-struct Backend {
-  std::string name;
-  bool compiled_in = false;
-  std::string how_to_get;  // for a backend not compiled in: how to build it, what to use instead
-  std::function<bool(const CommOptions&)> usable;  // may `auto` pick it for these options?
-  // prefix: a store key prefix unique to this communicator on every rank.
-  std::function<std::unique_ptr<Communicator>(const CommOptions&, Store&, int rank, int size,
-                                              const std::string& prefix)>
-      make;
+// Everything a backend's communicator is made from.
+struct BackendArgs {
+  const CommOptions& options;
+  Store& store;
+  const Placement& placement;  // where every rank of the group runs; only during make()
+  int rank;
+  std::string prefix;  // a store key prefix unique to this communicator on every rank
+  int size() const { return placement.hosts.ranks(); }
 };
 
-Backend nccl_backend();
-Backend asio_ring_backend();
-Backend shm_backend();
-Backend hierarchical_backend();
-Backend gloo_backend();
+// Plain data (a name, flags, function pointers), so that each entry is a constant that exists
+// before any code runs, whichever file defines it.
+struct BackendEntry {
+  const char* name;
+  bool compiled_in;
+  const char* how_to_get;  // not compiled in: how to build it, or what to use instead
+  // Why `auto` may not take it for this placement; nothing when it may. Only asked of an
+  // entry compiled in; a backend named explicitly is made without asking.
+  std::optional<std::string> (*usable)(const Placement& placement);
+  std::unique_ptr<Communicator> (*make)(const BackendArgs& args);
+};
 
-// In the order `auto` tries them.
-const std::vector<Backend>& backends();
+template <typename CommunicatorType>
+std::unique_ptr<Communicator> make_backend(const BackendArgs& args) {
+  return std::make_unique<CommunicatorType>(args);
+}
+
+// For backends that run wherever there is TCP: the callers stage CUDA buffers through host
+// memory for every backend but nccl.
+std::optional<std::string> usable_anywhere(const Placement& placement);
+
+// One per file in backends/.
+extern const BackendEntry kNcclBackend;
+extern const BackendEntry kShmBackend;
+extern const BackendEntry kHierarchicalBackend;
+extern const BackendEntry kAsioRingBackend;
+extern const BackendEntry kGlooBackend;
 
 void check_host_buffer(const Buffer& buffer, const std::string& backend);
 void check_allgather_buffers(const Buffer& in, const Buffer& out, int size);

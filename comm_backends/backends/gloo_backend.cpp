@@ -76,11 +76,10 @@ constexpr std::size_t kSmallMessageBytes = 256 << 10;
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(const CommOptions& options, comm::Store& store, int rank, int size,
-                   const std::string& prefix)
-      : store_(store),
-        prefix_(prefix),
-        context_(std::make_shared<gloo::rendezvous::Context>(rank, size)) {
+  explicit GlooCommunicator(const BackendArgs& args)
+      : store_(args.store),
+        prefix_(args.prefix),
+        context_(std::make_shared<gloo::rendezvous::Context>(args.rank, args.size())) {
     // Gloo writes to its sockets without MSG_NOSIGNAL: a peer that died would kill this
     // process with SIGPIPE instead of failing the collective (Python ignores SIGPIPE, so
     // PyTorch never sees it). Keep a handler someone installed; replace only the default.
@@ -89,13 +88,13 @@ class GlooCommunicator : public Communicator {
       std::signal(SIGPIPE, SIG_IGN);
     }
     gloo::transport::tcp::attr attr;
-    attr.hostname = options.bind_host;
-    attr.ai_family = options.bind_host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+    attr.hostname = args.options.bind_host;
+    attr.ai_family = args.options.bind_host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
     guard("connecting", [&] {
       auto device = gloo::transport::tcp::CreateDevice(attr);
-      timeout_ = options.timeout;
-      context_->setTimeout(options.timeout);
-      GlooStore gloo_store(store, prefix, options.timeout);
+      timeout_ = args.options.timeout;
+      context_->setTimeout(args.options.timeout);
+      GlooStore gloo_store(store_, prefix_, args.options.timeout);
       context_->connectFullMesh(gloo_store, device);
     });
     publish_address();
@@ -377,31 +376,19 @@ class GlooCommunicator : public Communicator {
 
 }  // namespace
 
-Backend gloo_backend() {
-  Backend backend;
-  backend.name = "gloo";
-  backend.compiled_in = true;
-  backend.usable = [](const CommOptions&) { return false; };
-  backend.make = [](const CommOptions& options, Store& store, int rank, int size,
-                    const std::string& prefix) -> std::unique_ptr<Communicator> {
-    return std::make_unique<GlooCommunicator>(options, store, rank, size, prefix);
-  };
-  return backend;
-}
+constinit const BackendEntry kGlooBackend{"gloo", true, "", usable_anywhere,
+                                          make_backend<GlooCommunicator>};
 
 }  // namespace partrain::comm
 
 #else  // not compiled in: still a known name, with a clear way forward
 
 namespace partrain::comm {
-Backend gloo_backend() {
-  Backend backend;
-  backend.name = "gloo";
-  backend.how_to_get =
-      "install libgloo (Debian: libgloo-dev) and rebuild with -DPARTRAIN_WITH_GLOO=ON, or use "
-      "asio-ring";
-  return backend;
-}
+constinit const BackendEntry kGlooBackend{
+    "gloo", false,
+    "install libgloo (Debian: libgloo-dev) and rebuild with -DPARTRAIN_WITH_GLOO=ON, or use "
+    "asio-ring",
+    nullptr, nullptr};
 }  // namespace partrain::comm
 
 #endif

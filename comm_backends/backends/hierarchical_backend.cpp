@@ -3,10 +3,10 @@
 // (RingTransport + RingCollectives), composed as Note [Hierarchical collectives] says.
 //
 // Note [Hierarchical collectives]
-// Ranks are grouped by host_identity(), exchanged through the store (not by what a launcher
-// says about local ranks). Hosts are numbered in the order of their lowest rank, and the
-// lowest rank of each host is its *leader*; the leaders form a ring of their own, host h at
-// position h.
+// Ranks are grouped by host_identity(), as the group's placement holds them (learned through
+// the store, not from what a launcher says about local ranks). Hosts are numbered in the
+// order of their lowest rank, and the lowest rank of each host is its *leader*; the leaders
+// form a ring of their own, host h at position h.
 //
 //   allreduce:  shm allreduce inside the host (f32 wire: exact)  ->  the leaders' ring
 //               allreduce of the host partials (comm.wire_dtype on the wire)  ->  shm
@@ -38,13 +38,14 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/reduction.h"
 #include "comm_backends/ring/ring_allreduce.h"
 #include "comm_backends/ring/ring_transport.h"
-#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/shm/shm_collectives.h"
 #include "comm_backends/shm/shm_region.h"
 #include "comm_backends/store/store.h"
@@ -53,21 +54,30 @@
 namespace partrain::comm {
 namespace {
 
+// Nothing when the ranks span hosts with several on some; else why `auto` leaves it alone
+// (named, it serves any placement: one host is shm, one rank per host the flat ring).
+std::optional<std::string> usable(const Placement& placement) {
+  const HostLayout& layout = placement.hosts.layout();
+  if (layout.hosts.size() < 2) return "every rank on one host (shm serves that)";
+  if (layout.largest_host() < 2) return "one rank per host (asio-ring serves that)";
+  return std::nullopt;
+}
+
 class HierarchicalCommunicator : public Communicator {
  public:
-  HierarchicalCommunicator(const CommOptions& options, Store& store, int rank, int size,
-                           const std::string& prefix)
-      : rank_(rank),
-        size_(size),
-        store_(store),
-        prefix_(prefix),
-        wire_(options.wire_dtype),
-        timeout_(options.timeout),
-        grace_(failure_grace(options.timeout)),
-        layout_(group_by_host(exchange_host_identities(store, prefix + "ids/", rank, size))) {
-    host_ = layout_.host_of[rank];
+  explicit HierarchicalCommunicator(const BackendArgs& args)
+      : rank_(args.rank),
+        size_(args.size()),
+        store_(args.store),
+        prefix_(args.prefix),
+        wire_(args.options.wire_dtype),
+        timeout_(args.options.timeout),
+        grace_(failure_grace(args.options.timeout)),
+        layout_(args.placement.hosts.layout()) {
+    const CommOptions& options = args.options;
+    host_ = layout_.host_of[rank_];
     const std::vector<int>& mine = layout_.hosts[host_];
-    local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+    local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
     for (const auto& ranks : layout_.hosts) {
       leaders_.push_back(ranks.front());
       max_local_ = std::max(max_local_, ranks.size());
@@ -75,7 +85,7 @@ class HierarchicalCommunicator : public Communicator {
     const int local_size = static_cast<int>(mine.size());
     if (local_size > 1) {
       region_ = std::make_unique<ShmRegion>(
-          store, prefix + "hosts/" + std::to_string(host_) + "/", options.token, local_rank_,
+          store_, prefix_ + "hosts/" + std::to_string(host_) + "/", options.token, local_rank_,
           local_size, shm_region_bytes(local_size), options.timeout, [&](void* address) {
             local_ = std::make_unique<ShmCollectives>(address, local_rank_, local_size,
                                                       options.timeout, mine);
@@ -84,8 +94,8 @@ class HierarchicalCommunicator : public Communicator {
     if (local_rank_ == 0 && layout_.hosts.size() > 1) {
       across_hosts([&] {
         transport_ = std::make_unique<RingTransport>(
-            store, host_, static_cast<int>(layout_.hosts.size()),
-            RingTransportOptions{options.token, options.bind_host, prefix + "leaders/",
+            store_, host_, static_cast<int>(layout_.hosts.size()),
+            RingTransportOptions{options.token, options.bind_host, prefix_ + "leaders/",
                                  options.timeout});
       });
       ring_ = std::make_unique<RingCollectives>(
@@ -273,18 +283,7 @@ class HierarchicalCommunicator : public Communicator {
 
 }  // namespace
 
-Backend hierarchical_backend() {
-  Backend backend;
-  backend.name = "hierarchical";
-  backend.compiled_in = true;
-  // Not in auto's walk over the options: make_communicator() takes it for asio-ring once the
-  // store shows ranks on several hosts and more than one on some.
-  backend.usable = [](const CommOptions&) { return false; };
-  backend.make = [](const CommOptions& options, Store& store, int rank, int size,
-                    const std::string& prefix) -> std::unique_ptr<Communicator> {
-    return std::make_unique<HierarchicalCommunicator>(options, store, rank, size, prefix);
-  };
-  return backend;
-}
+constinit const BackendEntry kHierarchicalBackend{"hierarchical", true, "", usable,
+                                                  make_backend<HierarchicalCommunicator>};
 
 }  // namespace partrain::comm

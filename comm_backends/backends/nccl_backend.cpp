@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "comm_backends/backends/failure_trace.h"
@@ -74,33 +76,32 @@ void check_cuda(cudaError_t status, const char* what) {
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(const CommOptions& options, Store& store, int rank, int size,
-                   const std::string& prefix)
-      : rank_(rank),
-        size_(size),
-        device_(options.device_index),
-        timeout_(options.timeout),
-        store_(store),
-        prefix_(prefix) {
-    choose_nccl_interface(options.bind_host);
+  explicit NcclCommunicator(const BackendArgs& args)
+      : rank_(args.rank),
+        size_(args.size()),
+        device_(args.options.device_index),
+        timeout_(args.options.timeout),
+        store_(args.store),
+        prefix_(args.prefix) {
+    choose_nccl_interface(args.options.bind_host);
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id;
-    if (rank == 0) {
+    if (rank_ == 0) {
       PARTRAIN_CHECK(ncclGetUniqueId(&id) == ncclSuccess, CommError,
                      "nccl: ncclGetUniqueId failed");
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(&id);
-      store.set(prefix + "unique_id", std::vector<std::uint8_t>(bytes, bytes + sizeof id));
+      store_.set(prefix_ + "unique_id", std::vector<std::uint8_t>(bytes, bytes + sizeof id));
     } else {
-      const auto value = store.get(prefix + "unique_id");
+      const auto value = store_.get(prefix_ + "unique_id");
       PARTRAIN_CHECK(value.size() == sizeof id, CommError, "nccl: unique id from the store has ",
                      value.size(), " bytes, expected ", sizeof id);
       std::memcpy(&id, value.data(), sizeof id);
     }
-    store.set(prefix + "joined/" + std::to_string(rank), {1});
+    store_.set(prefix_ + "joined/" + std::to_string(rank_), {1});
 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    ncclResult_t started = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+    ncclResult_t started = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     PARTRAIN_CHECK(started == ncclSuccess || started == ncclInProgress, CommError,
                    "nccl: ncclCommInitRankConfig failed: ", ncclGetErrorString(started));
     const auto deadline = Clock::now() + timeout_;
@@ -108,8 +109,8 @@ class NcclCommunicator : public Communicator {
       ncclCommAbort(comm_);
       comm_ = nullptr;
       // Name a rank that never reached the rendezvous, if there is one.
-      for (int r = 0; r < size; ++r) {
-        if (!store.check({prefix + "joined/" + std::to_string(r)})) {
+      for (int r = 0; r < size_; ++r) {
+        if (!store_.check({prefix_ + "joined/" + std::to_string(r)})) {
           throw PeerError(r, "nccl: rank " + std::to_string(r) + " did not join within " +
                                  std::to_string(timeout_.count()) + " ms");
         }
@@ -297,44 +298,36 @@ class NcclCommunicator : public Communicator {
   void* scratch_ = nullptr;
 };
 
+// Nothing for CUDA buffers on Linux; else why `auto` leaves nccl alone.
+std::optional<std::string> usable(const Placement& placement) {
+#ifdef __linux__
+  if (placement.device != DeviceKind::cuda)
+    return "no CUDA device (NCCL reduces device memory only)";
+  return std::nullopt;
+#else
+  (void)placement;
+  return "NCCL runs on Linux only";
+#endif
+}
+
 }  // namespace
 
-Backend nccl_backend() {
-  Backend backend;
-  backend.name = "nccl";
-  backend.compiled_in = true;
-  backend.usable = [](const CommOptions& options) {
-#ifdef __linux__
-    return options.device == DeviceKind::cuda;
-#else
-    (void)options;
-    return false;
-#endif
-  };
-  backend.make = [](const CommOptions& options, Store& store, int rank, int size,
-                    const std::string& prefix) -> std::unique_ptr<Communicator> {
-    return std::make_unique<NcclCommunicator>(options, store, rank, size, prefix);
-  };
-  return backend;
-}
+constinit const BackendEntry kNcclBackend{"nccl", true, "", usable, make_backend<NcclCommunicator>};
 
 }  // namespace partrain::comm
 
 #else  // not compiled in: still a known name, with a clear way forward
 
 namespace partrain::comm {
-Backend nccl_backend() {
-  Backend backend;
-  backend.name = "nccl";
+constinit const BackendEntry kNcclBackend{"nccl", false,
 #ifdef _WIN32
-  backend.how_to_get = "NCCL does not exist on Windows; use asio-ring (or gloo)";
+                                          "NCCL does not exist on Windows; use asio-ring (or gloo)",
 #else
-  backend.how_to_get =
-      "install the CUDA toolkit and NCCL and rebuild with -DPARTRAIN_WITH_NCCL=ON, or use "
-      "asio-ring";
+                                          "install the CUDA toolkit and NCCL and rebuild with "
+                                          "-DPARTRAIN_WITH_NCCL=ON, or use "
+                                          "asio-ring",
 #endif
-  return backend;
-}
+                                          nullptr, nullptr};
 }  // namespace partrain::comm
 
 #endif

@@ -1,13 +1,14 @@
 // The shm backend: ShmCollectives over a region of shared memory (ShmRegion), for ranks that
 // all run on one host.
 //
-// Setup through the store: every rank publishes its host identity and checks that all are
-// the same; then the region is made and mapped (shm_region.h).
+// Setup: the placement (learned once for the group) must show every rank on this host; then
+// the region is made and mapped through the store (shm_region.h).
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/shm/shm_collectives.h"
 #include "comm_backends/shm/shm_region.h"
 #include "comm_backends/store/store.h"
@@ -16,24 +17,38 @@
 namespace partrain::comm {
 namespace {
 
+// Nothing when every rank runs on one host; else why `auto` leaves shm alone.
+std::optional<std::string> usable(const Placement& placement) {
+  if (placement.hosts.ranks() < 2) return "one rank (nothing to share)";
+  const std::size_t hosts = placement.hosts.layout().hosts.size();
+  if (hosts > 1) {
+    return "ranks on " + std::to_string(hosts) +
+           " hosts (shared memory joins the ranks of one host)";
+  }
+  return std::nullopt;
+}
+
 // Every rank on this rank's host, or a UsageError naming one that is not.
-void check_one_host(Store& store, const std::string& prefix, int rank, int size) {
-  const auto other = rank_on_another_host(store, prefix + "host/", rank, size);
-  PARTRAIN_CHECK(!other, UsageError, "comm backend 'shm' needs every rank on one host, but rank ",
-                 other->rank, " runs on '", other->identity, "' and rank ", rank, " on '",
-                 host_identity(), "'; use asio-ring, hierarchical or gloo across hosts");
+void check_one_host(const HostLayout& layout, int rank) {
+  const int mine = layout.host_of[rank];
+  for (int r = 0; r < layout.ranks(); ++r) {
+    PARTRAIN_CHECK(layout.host_of[r] == mine, UsageError,
+                   "comm backend 'shm' needs every rank on one host, but rank ", r, " runs on '",
+                   layout.identities[layout.host_of[r]], "' and rank ", rank, " on '",
+                   layout.identities[mine], "'; use asio-ring, hierarchical or gloo across hosts");
+  }
 }
 
 class ShmCommunicator : public Communicator {
  public:
-  ShmCommunicator(const CommOptions& options, Store& store, int rank, int size,
-                  const std::string& prefix)
-      : wire_(options.wire_dtype) {
-    check_one_host(store, prefix, rank, size);
+  explicit ShmCommunicator(const BackendArgs& args) : wire_(args.options.wire_dtype) {
+    check_one_host(args.placement.hosts.layout(), args.rank);
+    const int size = args.size();
     region_ = std::make_unique<ShmRegion>(
-        store, prefix, options.token, rank, size, shm_region_bytes(size), options.timeout,
-        [&](void* address) {
-          collectives_ = std::make_unique<ShmCollectives>(address, rank, size, options.timeout);
+        args.store, args.prefix, args.options.token, args.rank, size, shm_region_bytes(size),
+        args.options.timeout, [&](void* address) {
+          collectives_ =
+              std::make_unique<ShmCollectives>(address, args.rank, size, args.options.timeout);
         });
   }
 
@@ -75,18 +90,6 @@ class ShmCommunicator : public Communicator {
 
 }  // namespace
 
-Backend shm_backend() {
-  Backend backend;
-  backend.name = "shm";
-  backend.compiled_in = true;
-  // Not in auto's walk over the options: make_communicator() swaps asio-ring for shm once the
-  // store shows every rank on one host, which the options alone cannot tell.
-  backend.usable = [](const CommOptions&) { return false; };
-  backend.make = [](const CommOptions& options, Store& store, int rank, int size,
-                    const std::string& prefix) -> std::unique_ptr<Communicator> {
-    return std::make_unique<ShmCommunicator>(options, store, rank, size, prefix);
-  };
-  return backend;
-}
+constinit const BackendEntry kShmBackend{"shm", true, "", usable, make_backend<ShmCommunicator>};
 
 }  // namespace partrain::comm

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "comm_backends/communicator.h"
@@ -255,18 +256,95 @@ TEST(CollectivesOverTcpStore, RingAndGlooRendezvous) {
   }
 }
 
+// Ranks on hosts as `host_of_rank` says; no store needed.
+RankHosts hosts_on(const std::vector<int>& host_of_rank) {
+  std::vector<std::string> identities;
+  for (int host : host_of_rank) identities.push_back("host " + std::to_string(host));
+  return RankHosts(group_by_host(identities));
+}
+
+// auto's rule is the order of the backend list: the first compiled in and usable wins.
+TEST(Communicator, AutoTakesTheFirstUsableBackendForThePlacement) {
+  const auto cpu = DeviceKind::cpu;
+  EXPECT_EQ(choose_backend("auto", Placement{cpu, hosts_on({0})}), "asio-ring");
+  EXPECT_EQ(choose_backend("auto", Placement{cpu, hosts_on({0, 0, 0})}), "shm");
+  EXPECT_EQ(choose_backend("auto", Placement{cpu, hosts_on({0, 0, 1})}), "hierarchical");
+  EXPECT_EQ(choose_backend("auto", Placement{cpu, hosts_on({0, 1, 0, 1})}), "hierarchical");
+  EXPECT_EQ(choose_backend("auto", Placement{cpu, hosts_on({0, 1, 2})}), "asio-ring");
+  // CUDA buffers: nccl where it is compiled in (Linux), else the host backends (the callers
+  // stage the buffers through host memory) by the same rule.
+  const auto cuda = DeviceKind::cuda;
+  const bool nccl = backend_compiled_in("nccl");
+  EXPECT_EQ(choose_backend("auto", Placement{cuda, hosts_on({0})}), nccl ? "nccl" : "asio-ring");
+  EXPECT_EQ(choose_backend("auto", Placement{cuda, hosts_on({0, 0})}), nccl ? "nccl" : "shm");
+  EXPECT_EQ(choose_backend("auto", Placement{cuda, hosts_on({0, 0, 1})}),
+            nccl ? "nccl" : "hierarchical");
+  // A name is that backend, wherever the ranks run.
+  for (const auto& name : backend_names()) {
+    if (name != "auto") {
+      EXPECT_EQ(choose_backend(name, Placement{cpu, hosts_on({0, 1})}), name);
+    }
+  }
+  EXPECT_THROW(choose_backend("mpi", Placement{cpu, hosts_on({0})}), UsageError);
+}
+
+// Each backend says why auto leaves it alone for a placement, in the order auto asks.
+TEST(Communicator, ProbeSaysWhyNotForEachBackend) {
+  std::vector<std::string> order;
+  std::map<std::string, BackendStatus> one_host, two_hosts;
+  for (const auto& status : probe_backends(Placement{DeviceKind::cpu, hosts_on({0, 0})})) {
+    order.push_back(status.name);
+    one_host[status.name] = status;
+  }
+  for (const auto& status : probe_backends(Placement{DeviceKind::cpu, hosts_on({0, 1})})) {
+    two_hosts[status.name] = status;
+  }
+  std::vector<std::string> names = backend_names();
+  names.pop_back();  // auto
+  EXPECT_EQ(order, names);
+  EXPECT_EQ(order, (std::vector<std::string>{"nccl", "shm", "hierarchical", "asio-ring", "gloo"}));
+  for (const auto& [name, status] : one_host) {
+    EXPECT_EQ(status.compiled_in, backend_compiled_in(name)) << name;
+    if (!status.compiled_in) {
+      EXPECT_NE(status.why_not.find("asio-ring"), std::string::npos) << status.why_not;
+    }
+  }
+  EXPECT_EQ(one_host["shm"].why_not, "");
+  EXPECT_EQ(one_host["asio-ring"].why_not, "");
+  EXPECT_NE(one_host["hierarchical"].why_not.find("one host"), std::string::npos);
+  EXPECT_NE(two_hosts["shm"].why_not.find("2 hosts"), std::string::npos);
+  EXPECT_NE(two_hosts["hierarchical"].why_not.find("one rank per host"), std::string::npos);
+  EXPECT_EQ(two_hosts["asio-ring"].why_not, "");
+  if (one_host["nccl"].compiled_in) {
+    EXPECT_NE(one_host["nccl"].why_not.find("no CUDA device"), std::string::npos);
+  }
+  if (one_host["gloo"].compiled_in) {
+    EXPECT_EQ(one_host["gloo"].why_not, "");
+  }
+}
+
+// Named for ranks on two hosts, shm refuses at once and says which rank runs elsewhere.
+TEST(Communicator, ShmForRanksOnTwoHostsNamesTheRankElsewhere) {
+  testing::TempDir dir;
+  auto store = open_store(dir.url(), StoreOptions{});
+  CommOptions options;
+  options.backend = "shm";
+  try {
+    make_communicator(options, *store, hosts_on({0, 0, 1}), 1);
+    FAIL() << "shm accepted ranks on two hosts";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 runs on 'host 1' and rank 1 on 'host 0'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Communicator, BackendNamesAndClearErrors) {
   const auto names = backend_names();
   for (const char* name : {"gloo", "asio-ring", "nccl", "auto"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   CommOptions options;
-  options.backend = "auto";
-  options.device = DeviceKind::cpu;
-  EXPECT_EQ(resolve_backend(options), "asio-ring");
-  options.device = DeviceKind::cuda;
-  EXPECT_EQ(resolve_backend(options), backend_compiled_in("nccl") ? "nccl" : "asio-ring");
-
   testing::TempDir dir;
   auto store = open_store(dir.url(), StoreOptions{});
   options.backend = "mpi";
@@ -275,6 +353,17 @@ TEST(Communicator, BackendNamesAndClearErrors) {
     FAIL() << "unknown backend accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("asio-ring"), std::string::npos) << e.what();
+  }
+  for (const auto& name : names) {  // gloo and nccl, in builds without them
+    if (backend_compiled_in(name)) continue;
+    options.backend = name;
+    try {
+      make_communicator(options, *store, 0, 1);
+      FAIL() << name << " is not compiled in, yet made a communicator";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not compiled into this build: "), std::string::npos)
+          << e.what();
+    }
   }
   options.backend = "asio-ring";
   EXPECT_THROW(make_communicator(options, *store, 2, 2), UsageError);

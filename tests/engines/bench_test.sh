@@ -9,7 +9,7 @@
 
 check() { "$python" "$here/check_bench.py" "$@"; }
 backends=asio-ring
-"$exe" version | grep -q "backends:.*gloo" && backends=asio-ring,gloo
+"$exe" version | grep -q "^  gloo: usable" && backends=asio-ring,gloo
 
 if command -v mpirun > /dev/null; then
   as_root=()

@@ -43,7 +43,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   const std::string note = precision_note(cfg.train.precision, device);
   if (!note.empty() && env.rank == 0) std::printf("%s\n", note.c_str());
   RankGroup group = join_rank_group(cfg, env, device);
-  RankData data = load_rank_data(cfg, env, group.store.get(), group.timeout);
+  RankData data = load_rank_data(cfg, env, group.store(), group.timeout);
 
   Strategy strategy(cfg, device, group.comm.get());
   const ModelShape shape{data.train_set->channels, data.train_set->height,

@@ -1,5 +1,6 @@
 // defines: RankGroup and join_rank_group() — the rendezvous of one rank with the others of
-// its run: the store they meet through and the communicator the collectives run on.
+// its run: the group it opens (comm::RankGroup: store, address, hosts) and the communicators
+// the collectives run on.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -8,21 +9,21 @@
 #include <memory>
 
 #include "comm_backends/communicator.h"
-#include "comm_backends/store/store.h"
-#include "common/temp_dir.h"
+#include "comm_backends/rank_group.h"
 #include "trainer/config/config.h"
 #include "trainer/loop/worker.h"
 
 namespace partrain {
 
 struct RankGroup {
-  std::unique_ptr<TempDir> own_rendezvous;  // declared first: outlives the store
-  std::unique_ptr<comm::Store> store;       // null for single and dp
+  std::unique_ptr<comm::RankGroup> ranks;  // null for single and dp
   std::unique_ptr<comm::Communicator> comm;
   // model.sync_batchnorm under ddp: the BatchNorm layers' own communicator, kept apart from
   // the Reducer's (Note [SyncBatchNorm]); null otherwise.
   std::unique_ptr<comm::Communicator> batchnorm_comm;
   std::chrono::milliseconds timeout{0};  // comm.timeout_s: the bound of every wait
+
+  comm::Store* store() const { return ranks ? &ranks->store() : nullptr; }
 };
 
 // strategy ddp always gets a communicator — with one rank too, so that a one-rank run

@@ -1,0 +1,70 @@
+// defines: HostLayout, group_by_host(), exchange_host_layout(), layout_on_this_host(),
+// RankHosts and Placement — where the ranks of a group run (which of them share a host, and
+// whether their buffers are in CUDA or CPU memory): what `auto` picks a backend by and what
+// the shm and hierarchical backends build on. A group learns it in one exchange through the
+// store, at most.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm_backends/buffer.h"
+
+namespace partrain::comm {
+
+class Store;
+
+struct HostLayout {
+  // The ranks of each host, ascending; hosts in the order of their lowest rank, so that host
+  // 0 holds rank 0 and the first rank of each host is the lowest there.
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> host_of;             // rank -> its index in `hosts`
+  std::vector<std::string> identities;  // host -> its host_identity() (shm/host_identity.h)
+
+  int ranks() const { return static_cast<int>(host_of.size()); }
+  std::size_t largest_host() const;  // the number of ranks on the fullest host
+};
+
+// Ranks grouped by host, from each rank's host_identity() in rank order.
+HostLayout group_by_host(const std::vector<std::string>& identities);
+
+// Publishes this rank's host_identity() under prefix + rank and reads every other rank's,
+// waiting up to the store's timeout for each (a CommError names the key that never came).
+// A rank's answer never changes, so repeating the exchange under one prefix is harmless.
+// One rank alone asks nothing of the store.
+HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size);
+inline constexpr const char* kHostLayoutPrefix = "comm/hosts/";  // the prefix partrain uses
+
+// `ranks` ranks all on this host, known without asking anyone (a probe of this machine).
+HostLayout layout_on_this_host(int ranks);
+
+// The hosts of a group's ranks: given, or learned through the store the first time they are
+// asked for (exchange_host_layout()) and kept. Only what needs them asks (auto on the host
+// backends, shm, hierarchical), so the ranks of nccl, gloo or asio-ring never wait on each
+// other for them. Not for several threads at once.
+class RankHosts {
+ public:
+  explicit RankHosts(HostLayout layout);
+  RankHosts(Store& store, std::string prefix, int rank, int ranks);
+
+  int ranks() const { return ranks_; }
+  // The first call of a group learning them waits for every rank (up to the store's timeout).
+  const HostLayout& layout() const;
+
+ private:
+  Store* store_ = nullptr;
+  std::string prefix_;
+  int rank_ = 0;
+  int ranks_ = 1;
+  mutable std::optional<HostLayout> layout_;
+};
+
+// Where the ranks of a group run, as `auto` and the backends see it.
+struct Placement {
+  DeviceKind device = DeviceKind::cpu;  // where the collectives' buffers live
+  const RankHosts& hosts;
+};
+
+}  // namespace partrain::comm

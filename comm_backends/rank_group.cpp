@@ -1,0 +1,66 @@
+#include "comm_backends/rank_group.h"
+
+#include <cstdlib>
+
+#include "comm_backends/net/local_address.h"
+#include "common/errors.h"
+
+namespace partrain::comm {
+
+namespace {
+
+// The rendezvous master's host: the tcp store's (env:// included), else MASTER_ADDR (a file
+// store shared by ranks that torchrun or mpirun started), else none.
+std::string master_host(const std::string& rendezvous) {
+  const StoreUrl url = parse_store_url(rendezvous);
+  if (url.kind == StoreUrl::Kind::tcp) return url.host;
+  const char* addr = std::getenv("MASTER_ADDR");
+  return addr != nullptr ? addr : "";
+}
+
+}  // namespace
+
+std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options) {
+  std::unique_ptr<RankGroup> group(new RankGroup);
+  std::string rendezvous = options.rendezvous;
+  if (rendezvous.empty()) {
+    PARTRAIN_CHECK(options.world_size == 1, UsageError, "no rendezvous for ", options.world_size,
+                   " ranks");
+    group->own_rendezvous_ = std::make_unique<TempDir>("partrain-rdzv");
+    rendezvous = "file://" + group->own_rendezvous_->path().generic_string();
+  }
+  group->rank_ = options.rank;
+  group->token_ = options.token;
+  group->timeout_ = options.timeout;
+  // The address this rank listens on and publishes: one the other hosts can reach.
+  net::BindAddressRequest address;
+  address.host = options.host;
+  address.interface = options.interface;
+  address.master_host = master_host(rendezvous);
+  address.single_host = options.local_world_size >= options.world_size;
+  group->bind_host_ = net::choose_bind_address(address);
+  StoreOptions store;
+  store.token = options.token;
+  store.timeout = options.timeout;
+  store.rank = options.rank;
+  store.world_size = options.world_size;
+  store.host_server = options.rank == 0;
+  group->store_ = open_store(rendezvous, store);
+  group->hosts_ = std::make_unique<RankHosts>(*group->store_, kHostLayoutPrefix, options.rank,
+                                              options.world_size);
+  return group;
+}
+
+CommOptions RankGroup::comm_options() const {
+  CommOptions options;
+  options.timeout = timeout_;
+  options.token = token_;
+  options.bind_host = bind_host_;
+  return options;
+}
+
+std::unique_ptr<Communicator> RankGroup::make_communicator(const CommOptions& options) {
+  return comm::make_communicator(options, *store_, *hosts_, rank_);
+}
+
+}  // namespace partrain::comm

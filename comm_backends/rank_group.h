@@ -1,0 +1,64 @@
+// defines: RankGroupOptions, RankGroup and open_rank_group() — one rank joining the others of
+// its run: the store they meet through, the address its backends listen on, where every rank
+// runs (learned once, when first needed), and the communicators made over them. `partrain worker`
+// and `partrain bench allreduce` both open their ranks this way.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/placement.h"
+#include "comm_backends/store/store.h"
+#include "common/temp_dir.h"
+
+namespace partrain::comm {
+
+struct RankGroupOptions {
+  // Store url (store.h). Empty with one rank: a file store of its own, in a temporary
+  // directory; empty with more is a UsageError (the callers say where a url comes from).
+  std::string rendezvous;
+  std::string token;  // run token: stores and rings refuse a peer without it
+  int rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;  // ranks on this host, as the launcher counts them
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // bound on every wait
+  // The address to listen on and publish (net/local_address.h): comm.host, comm.interface.
+  std::string host;
+  std::string interface;
+};
+
+class RankGroup;
+
+// Chooses the address (before any waiting: a bad setting fails at once) and opens the store
+// (rank 0 serves a tcp one).
+std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options);
+
+class RankGroup {
+ public:
+  int rank() const { return rank_; }
+  int size() const { return hosts_->ranks(); }
+  Store& store() { return *store_; }
+  const std::string& bind_host() const { return bind_host_; }
+  const HostLayout& layout() const { return hosts_->layout(); }  // may wait: RankHosts
+
+  // The group's token, address and timeout; the caller sets the backend, wire and device.
+  CommOptions comm_options() const;
+  // Every rank makes the group's communicators in the same order.
+  std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
+
+ private:
+  friend std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options);
+  RankGroup() = default;
+
+  std::unique_ptr<TempDir> own_rendezvous_;  // declared first: outlives the store
+  int rank_ = 0;
+  std::string token_;
+  std::chrono::milliseconds timeout_{0};
+  std::string bind_host_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<RankHosts> hosts_;  // learned when a communicator first needs them
+};
+
+}  // namespace partrain::comm
