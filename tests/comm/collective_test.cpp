@@ -11,7 +11,8 @@
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/comm/reference_values.h"
 
 namespace partrain::comm {
@@ -105,7 +106,7 @@ TEST_P(Collectives, AllreduceMatchesReference) {
   const BackendSetup setup = GetParam();
   const int world = setup.world;
   const auto cases = allreduce_cases(world);
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   // results[case][rank]: the raw bytes each rank ended with, to check that all agree bitwise.
   std::vector<std::vector<std::vector<std::uint8_t>>> results(
       cases.size(), std::vector<std::vector<std::uint8_t>>(world));
@@ -156,7 +157,7 @@ TEST_P(Collectives, AllreduceMatchesReference) {
 
 TEST_P(Collectives, BroadcastAllgatherBarrier) {
   const int world = GetParam().world;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::atomic<int> arrived{0};
   testing::run_ranks(world, [&](int rank) {
     auto store = open_store(dir.url(), store_options(rank));
@@ -267,7 +268,7 @@ TEST(Communicator, BackendNamesAndClearErrors) {
   options.device = DeviceKind::cuda;
   EXPECT_EQ(resolve_backend(options), backend_compiled_in("nccl") ? "nccl" : "asio-ring");
 
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   auto store = open_store(dir.url(), StoreOptions{});
   options.backend = "mpi";
   try {

@@ -9,7 +9,8 @@
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -25,7 +26,7 @@ struct Stranger {
 TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
   constexpr int kWorld = 3;
   const std::string token = "ring-token";
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   StoreOptions store_options;
   store_options.token = token;
   store_options.timeout = milliseconds(10000);
@@ -93,7 +94,7 @@ TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
 
 TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
   constexpr int kWorld = 2;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::string> messages(kWorld);
   testing::run_ranks(kWorld, [&](int rank) {
     StoreOptions store_options;

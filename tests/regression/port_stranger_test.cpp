@@ -15,7 +15,8 @@
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -151,7 +152,7 @@ TEST(TcpStorePortStrangers, HalfOpenConnectionsDoNotBlockTheStore) {
 TEST(RingPortStrangers, HugeLengthPrefixAndHalfOpenConnectionsAreRefused) {
   constexpr int kWorld = 3;
   const std::string token = "ring-token";
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   StoreOptions options;
   options.token = token;
   options.timeout = milliseconds(10000);
