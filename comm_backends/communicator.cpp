@@ -71,8 +71,11 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   }
   PARTRAIN_CHECK(chosen->compiled_in, UsageError, "comm backend '", name,
                  "' is not compiled into this build: ", chosen->how_to_get);
-  const std::string prefix = "comm/" + std::to_string(instance) + "/" + name + "/";
-  return chosen->make(options, store, rank, size, prefix);
+  return chosen->make(options, store, rank, size, communicator_key_prefix(instance, name));
+}
+
+std::string communicator_key_prefix(std::int64_t instance, const std::string& backend) {
+  return "comm/" + std::to_string(instance) + "/" + backend + "/";
 }
 
 void check_host_buffer(const Buffer& buffer, const std::string& backend) {

@@ -1,5 +1,5 @@
 // defines: Communicator (the collective contract), CommOptions, make_communicator(),
-// backend_names(), backend_compiled_in().
+// communicator_key_prefix(), backend_names(), backend_compiled_in().
 //
 // Backends: gloo, asio-ring, shm, hierarchical, nccl, and auto — the first usable in the
 // ordered list [nccl (CUDA buffers, Linux, compiled in), asio-ring] wins, and asio-ring
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ class Communicator {
 // or what to use instead), CommError/PeerError when rendezvous fails.
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store, int rank,
                                                 int size);
+
+// The store keys of the instance-th communicator made on a store (counted from 1, the same
+// on every rank) start with this; its backend puts all of its own keys under it.
+std::string communicator_key_prefix(std::int64_t instance, const std::string& backend);
 
 std::vector<std::string> backend_names();  // every known name, compiled in or not
 bool backend_compiled_in(const std::string& name);

@@ -11,18 +11,22 @@
 #include "comm_backends/backends/failure_trace.h"
 #include "common/errors.h"
 #include "comm_backends/ring/ring_allreduce.h"
+#include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
 
 namespace partrain::comm {
 
 namespace {
 
+// The ring's transport keeps its keys under the communicator's prefix + this.
+std::string transport_prefix(const std::string& prefix) { return prefix + "ring/"; }
+
 class AsioRingCommunicator : public Communicator {
  public:
   AsioRingCommunicator(const CommOptions& options, Store& store, int rank, int size,
                        const std::string& prefix)
       : transport_(store, rank, size,
-                   RingTransportOptions{options.token, options.bind_host, prefix + "ring/",
+                   RingTransportOptions{options.token, options.bind_host, transport_prefix(prefix),
                                         options.timeout}),
         ring_(transport_, options.timeout,
               options.ring_chunk_bytes > 0 ? options.ring_chunk_bytes : kDefaultRingChunkBytes),
@@ -82,6 +86,10 @@ class AsioRingCommunicator : public Communicator {
 };
 
 }  // namespace
+
+std::string asio_ring_address_key(const std::string& prefix, int rank) {
+  return ring_address_key(transport_prefix(prefix), rank);
+}
 
 Backend asio_ring_backend() {
   Backend backend;

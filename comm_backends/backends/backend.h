@@ -23,6 +23,10 @@ struct Backend {
       make;
 };
 
+// Where rank `rank` of the asio-ring communicator whose keys start with `prefix`
+// (communicator_key_prefix()) publishes the address of its ring port.
+std::string asio_ring_address_key(const std::string& prefix, int rank);
+
 Backend nccl_backend();
 Backend asio_ring_backend();
 Backend shm_backend();
