@@ -47,6 +47,7 @@
 #include "common/errors.h"
 #include "common/hash.h"
 #include "common/temp_dir.h"
+#include "common/worker_lines.h"
 
 namespace partrain::cli {
 namespace {
@@ -495,30 +496,6 @@ bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const
 }
 
 }  // namespace
-
-int parse_epoch_line(std::string_view line) {
-  constexpr std::string_view kPrefix = "epoch ";
-  if (line.substr(0, kPrefix.size()) != kPrefix) return 0;
-  std::size_t i = kPrefix.size();
-  std::int64_t epoch = 0;
-  const std::size_t first_digit = i;
-  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && i - first_digit < 9)
-    epoch = epoch * 10 + (line[i++] - '0');
-  if (i == first_digit || i >= line.size() || line[i] != '/') return 0;
-  return static_cast<int>(epoch);
-}
-
-int parse_lost_rank_line(std::string_view line) {
-  constexpr std::string_view kPrefix = "partrain: lost rank ";
-  if (line.substr(0, kPrefix.size()) != kPrefix) return -1;
-  std::size_t i = kPrefix.size();
-  const std::size_t first_digit = i;
-  std::int64_t rank = 0;
-  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && i - first_digit < 9)
-    rank = rank * 10 + (line[i++] - '0');
-  if (i == first_digit || i >= line.size() || line[i] != ':') return -1;
-  return static_cast<int>(rank);
-}
 
 int pick_free_loopback_port() {
   asio::io_context io;

@@ -1,14 +1,14 @@
 // defines: LaunchPlan and launch() — the process side of `partrain run`: start the local
 // ranks as `partrain worker` processes, relay their output prefixed with `[rank N]`, watch
 // them, stop the group when one fails, restart it up to max_restarts times. Also the rules
-// it is built from (run token, rendezvous, epoch lines), exposed for tests.
+// it is built from (run token, rendezvous), exposed for tests. The worker lines it reads are
+// common/worker_lines.h.
 #pragma once
 
 #include <chrono>
 #include <iosfwd>
 #include <map>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace partrain::cli {
@@ -82,11 +82,5 @@ std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir)
 
 // A port on 127.0.0.1 that was free a moment ago (bound with port 0, then released).
 int pick_free_loopback_port();
-
-// E for a progress line "epoch E/N ..." (E >= 1); 0 for any other line.
-int parse_epoch_line(std::string_view line);
-
-// R for a worker's error line "partrain: lost rank R: ..." (a peer it lost); -1 otherwise.
-int parse_lost_rank_line(std::string_view line);
 
 }  // namespace partrain::cli

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "common/errors.h"
+#include "common/worker_lines.h"
 
 namespace {
 
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const partrain::PeerError& e) {
     // The launcher reads this line to name, in its own verdict, the rank this one lost.
-    std::cerr << "partrain: lost rank " << e.peer_rank() << ": " << e.what() << "\n";
+    std::cerr << partrain::format_lost_rank_line(e.peer_rank(), e.what()) << "\n";
     return 1;
   } catch (const partrain::Error& e) {
     report(e);

@@ -97,7 +97,11 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   PARTRAIN_CHECK(backend.compiled_in, UsageError, "comm backend '", backend.name,
                  "' is not compiled into this build: ", backend.how_to_get);
   return backend.make(BackendArgs{options, store, placement, rank,
-                                  "comm/" + std::to_string(instance) + "/" + backend.name + "/"});
+                                  communicator_key_prefix(instance, backend.name)});
+}
+
+std::string communicator_key_prefix(std::int64_t instance, const std::string& backend) {
+  return "comm/" + std::to_string(instance) + "/" + backend + "/";
 }
 
 void check_host_buffer(const Buffer& buffer, const std::string& backend) {

@@ -1,6 +1,6 @@
 // defines: Communicator (the collective contract), CommOptions, make_communicator(),
-// backend_names(), backend_compiled_in(), choose_backend() and BackendStatus /
-// probe_backends().
+// communicator_key_prefix(), backend_names(), backend_compiled_in(), choose_backend() and
+// BackendStatus / probe_backends().
 //
 // Backends: nccl, shm, hierarchical, asio-ring, gloo, and auto. One list (communicator.cpp)
 // holds them in the order `auto` tries them; the first compiled in and usable for the
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,10 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
 // most once for all its communicators. The world size is hosts.ranks().
 std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Store& store,
                                                 const RankHosts& hosts, int rank);
+
+// The store keys of the instance-th communicator made on a store (counted from 1, the same
+// on every rank) start with this; its backend puts all of its own keys under it.
+std::string communicator_key_prefix(std::int64_t instance, const std::string& backend);
 
 std::vector<std::string> backend_names();  // every known name, compiled in or not, and auto
 bool backend_compiled_in(const std::string& name);

@@ -1,32 +1,19 @@
 #include "fuzz/scratch_file.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
+
+#include "common/temp_dir.h"
 
 namespace partrain::fuzz {
 
 namespace {
 
 // Made on first use, removed with its files when the process ends normally.
-struct ScratchDir {
-  ScratchDir()
-      : path(std::filesystem::temp_directory_path() /
-             ("partrain-fuzz-" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::filesystem::path path;
-};
-
 const std::filesystem::path& scratch_dir() {
-  static const ScratchDir dir;
-  return dir.path;
+  static const TempDir dir("partrain-fuzz");
+  return dir.path();
 }
 
 }  // namespace

@@ -11,18 +11,22 @@
 #include "comm_backends/backends/failure_trace.h"
 #include "common/errors.h"
 #include "comm_backends/ring/ring_allreduce.h"
+#include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
 
 namespace partrain::comm {
 
 namespace {
 
+// The ring's transport keeps its keys under the communicator's prefix + this.
+std::string transport_prefix(const std::string& prefix) { return prefix + "ring/"; }
+
 class AsioRingCommunicator : public Communicator {
  public:
   explicit AsioRingCommunicator(const BackendArgs& args)
       : transport_(args.store, args.rank, args.size(),
                    RingTransportOptions{args.options.token, args.options.bind_host,
-                                        args.prefix + "ring/", args.options.timeout}),
+                                        transport_prefix(args.prefix), args.options.timeout}),
         ring_(transport_, args.options.timeout,
               args.options.ring_chunk_bytes > 0 ? args.options.ring_chunk_bytes
                                                 : kDefaultRingChunkBytes),
@@ -82,6 +86,10 @@ class AsioRingCommunicator : public Communicator {
 };
 
 }  // namespace
+
+std::string asio_ring_address_key(const std::string& prefix, int rank) {
+  return ring_address_key(transport_prefix(prefix), rank);
+}
 
 constinit const BackendEntry kAsioRingBackend{"asio-ring", true, "", usable_anywhere,
                                               make_backend<AsioRingCommunicator>};

@@ -105,6 +105,10 @@ bool check_ring_handshake(const char* handshake, int expected_rank, int world,
          get_le<std::uint32_t>(handshake + 20) == token_bytes;
 }
 
+std::string ring_address_key(const std::string& key_prefix, int rank) {
+  return key_prefix + "addr/" + std::to_string(rank);
+}
+
 std::string encode_ring_handshake(int rank, int world, const std::string& token) {
   std::string message(kRingHandshakeBytes, '\0');
   std::memcpy(message.data(), kRingMagic, 8);
@@ -153,7 +157,7 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
   PARTRAIN_CHECK(!ec, CommError, "ring: cannot listen on ", options.bind_host, ": ", ec.message());
   const int port = state->acceptor.local_endpoint().port();
   const std::string mine = net::join_host_port(options.bind_host, port);
-  store.set(options.key_prefix + "addr/" + std::to_string(rank_),
+  store.set(ring_address_key(options.key_prefix, rank_),
             std::vector<std::uint8_t>(mine.begin(), mine.end()));
   accept_next(state);
 
@@ -170,7 +174,7 @@ void RingTransport::connect(Store& store, const RingTransportOptions& options) {
 
   std::vector<std::uint8_t> right_address;
   try {
-    right_address = store.get(options.key_prefix + "addr/" + std::to_string(right()));
+    right_address = store.get(ring_address_key(options.key_prefix, right()));
   } catch (const CommError& e) {
     throw PeerError(right(), "ring: rank " + std::to_string(right()) +
                                  " did not publish its address: " + e.what());

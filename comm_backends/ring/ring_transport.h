@@ -34,6 +34,9 @@ struct RingTransportOptions {
   int socket_buffer_bytes = 4 << 20;
 };
 
+// The store key under which rank `rank` publishes the "host:port" it listens on.
+std::string ring_address_key(const std::string& key_prefix, int rank);
+
 // Encodes the handshake a rank sends to its right neighbour (also used by tests that play a
 // stranger with a well-formed but wrong handshake).
 std::string encode_ring_handshake(int rank, int world, const std::string& token);

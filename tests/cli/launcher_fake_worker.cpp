@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/worker_lines.h"
+
 #ifdef _WIN32
 // After Boost's headers, which need winsock2.h to come before windows.h.
 #include <windows.h>
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
   const bool fail_now = !fail.empty() && field(fail, 0) == rank &&
                         (fail_until_restart < 0 || restart < fail_until_restart);
   for (int e = 1; e <= epochs; ++e) {
-    std::cout << "epoch " << e << "/" << epochs << " loss 1.0" << std::endl;
+    std::cout << partrain::format_epoch_line(e, epochs) << " loss 1.0" << std::endl;
     std::cerr << "warning from rank " << rank << " in epoch " << e << std::endl;
     if (fail_now && field(fail, 2) == e) {
       wait_for_file(wait_for);

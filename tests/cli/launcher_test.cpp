@@ -21,6 +21,7 @@
 
 #include "cli/platform_process.h"
 #include "common/errors.h"
+#include "common/worker_lines.h"
 
 #ifdef _WIN32
 // After Boost's headers, which need winsock2.h to come before windows.h.

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/comm/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -40,7 +40,7 @@ std::string partrain_exe() {
 TEST(BenchCommand, WritesACheckedReport) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   const std::string json_path = (dir.path() / "bench.json").string();
   std::string output;
   const int code = run(exe +
@@ -82,7 +82,7 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
 TEST(BenchCommand, ReportIsWrittenAtomicallyOrNotAtAll) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   const auto target = dir.path() / "report";  // a non-empty directory: the rename must fail
   std::filesystem::create_directories(target / "inside");
   std::string output;
@@ -152,7 +152,7 @@ TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
   if (std::system("command -v setpriv > /dev/null && command -v prlimit > /dev/null") != 0)
     GTEST_SKIP() << "needs setpriv and prlimit (util-linux)";
   const int uid = 54000 + static_cast<int>(::getpid() % 1000);
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   const auto log = dir.path() / "bench.log";
   bool saw_partial_start = false;
   for (int limit = 2; limit <= 8 && !saw_partial_start; ++limit) {

@@ -12,7 +12,8 @@
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/comm/reference_values.h"
 
 namespace partrain::comm {
@@ -106,7 +107,7 @@ TEST_P(Collectives, AllreduceMatchesReference) {
   const BackendSetup setup = GetParam();
   const int world = setup.world;
   const auto cases = allreduce_cases(world);
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   // results[case][rank]: the raw bytes each rank ended with, to check that all agree bitwise.
   std::vector<std::vector<std::vector<std::uint8_t>>> results(
       cases.size(), std::vector<std::vector<std::uint8_t>>(world));
@@ -157,7 +158,7 @@ TEST_P(Collectives, AllreduceMatchesReference) {
 
 TEST_P(Collectives, BroadcastAllgatherBarrier) {
   const int world = GetParam().world;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::atomic<int> arrived{0};
   testing::run_ranks(world, [&](int rank) {
     auto store = open_store(dir.url(), store_options(rank));
@@ -325,7 +326,7 @@ TEST(Communicator, ProbeSaysWhyNotForEachBackend) {
 
 // Named for ranks on two hosts, shm refuses at once and says which rank runs elsewhere.
 TEST(Communicator, ShmForRanksOnTwoHostsNamesTheRankElsewhere) {
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   auto store = open_store(dir.url(), StoreOptions{});
   CommOptions options;
   options.backend = "shm";
@@ -345,7 +346,7 @@ TEST(Communicator, BackendNamesAndClearErrors) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   }
   CommOptions options;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   auto store = open_store(dir.url(), StoreOptions{});
   options.backend = "mpi";
   try {

@@ -8,13 +8,14 @@
 
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
 
 using std::chrono::milliseconds;
-using testing::TempDir;
+using testing::ScratchDir;
 
 std::vector<std::uint8_t> bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
@@ -64,7 +65,7 @@ TEST(StoreUrl, TcpAndEnvUrls) {
 }
 
 TEST(FileStore, SetGetAddCheckWait) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = open_store(dir.url(), quick());
   store->set("a/b:c", {0, 1, 2, 255});
   EXPECT_EQ(store->get("a/b:c"), (std::vector<std::uint8_t>{0, 1, 2, 255}));
@@ -79,7 +80,7 @@ TEST(FileStore, SetGetAddCheckWait) {
 }
 
 TEST(FileStore, GetWaitsForALaterSetAndTimesOutNamingTheKey) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = open_store(dir.url(), quick());
   std::thread writer([&] {
     auto other = open_store(dir.url(), quick());
@@ -104,7 +105,7 @@ TEST(FileStore, GetWaitsForALaterSetAndTimesOutNamingTheKey) {
 }
 
 TEST(FileStore, ConcurrentAddsAreAtomic) {
-  TempDir dir;
+  ScratchDir dir;
   constexpr int kThreads = 6, kAdds = 40;
   testing::run_ranks(kThreads, [&](int) {
     auto store = open_store(dir.url(), quick());
@@ -115,7 +116,7 @@ TEST(FileStore, ConcurrentAddsAreAtomic) {
 }
 
 TEST(FileStore, ReaderNeverSeesAPartialValue) {
-  TempDir dir;
+  ScratchDir dir;
   auto store = open_store(dir.url(), quick());
   store->set("big", std::vector<std::uint8_t>(1 << 20, 0));
   std::atomic<bool> stop{false};
@@ -145,7 +146,7 @@ TEST(FileStore, ReaderNeverSeesAPartialValue) {
 }
 
 TEST(FileStore, RunTokensKeepRunsApart) {
-  TempDir dir;
+  ScratchDir dir;
   auto first = open_store(dir.url(), quick("run-1"));
   auto second = open_store(dir.url(), quick("run-2"));
   first->set("k", bytes("one"));
@@ -159,7 +160,7 @@ TEST(FileStore, RunTokensKeepRunsApart) {
 // next run on the same directory, with or without the same token, starts from none of it:
 // its counters start at zero, no lock blocks it, and a ring forms at the new addresses.
 void expect_reuse_starts_clean(const std::string& token) {
-  TempDir dir;
+  ScratchDir dir;
   constexpr int kWorld = 3;
   StoreOptions options = quick(token);
   options.world_size = kWorld;
@@ -203,7 +204,7 @@ TEST(FileStore, ReusedDirectoryWithTheSameTokenStartsClean) { expect_reuse_start
 TEST(FileStore, ReusedDirectoryWithoutATokenStartsClean) { expect_reuse_starts_clean(""); }
 
 TEST(FileStore, RankWithoutItsRunIsNamed) {
-  TempDir dir;
+  ScratchDir dir;
   StoreOptions options = quick("job");
   options.world_size = 3;
   options.timeout = milliseconds(300);

@@ -25,7 +25,8 @@
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "tests/comm/rank_process.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 #include "tests/comm/reference_values.h"
 #include "tests/multinode/netns.h"
 
@@ -65,7 +66,7 @@ std::string layout_name(const Layout& layout) {
 // Runs body(rank, comm) for every rank of `layout`, each on a thread inside its host.
 template <typename Body>
 void run_on_hosts(const NetnsHosts& hosts, const Layout& layout, CommOptions options, Body&& body) {
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   testing::run_ranks(layout.world(), [&](int rank) {
     enter_host(hosts, layout.host_of[rank]);
     StoreOptions store_options;
@@ -296,7 +297,7 @@ void expect_victim_named(const Layout& layout, int victim, int signal_number) {
   constexpr int kTimeoutMs = 1500;
   NetnsHosts hosts(layout.hosts());
   if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   const std::string store = "file://" + (dir.path() / "store").string();
   std::vector<RankProcess> ranks(layout.world());
   for (int r = 0; r < layout.world(); ++r) {

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "tests/comm/rank_process.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -22,8 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-RankProcess spawn_rank(const testing::TempDir& dir, int rank, int world, const std::string& backend,
-                       int timeout_ms) {
+RankProcess spawn_rank(const testing::ScratchDir& dir, int rank, int world,
+                       const std::string& backend, int timeout_ms) {
   RankProcess p;
   p.log = dir.path() / ("stderr-" + std::to_string(rank));
   p.ready = dir.path() / ("ready-" + std::to_string(rank));
@@ -48,7 +48,7 @@ RankProcess spawn_rank(const testing::TempDir& dir, int rank, int world, const s
 // and checks that every other rank exits with a PeerError naming the victim in time.
 void expect_victim_named(const std::string& backend, int world, int victim, int signal_number) {
   constexpr int kTimeoutMs = 1500;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<RankProcess> ranks;
   for (int r = 0; r < world; ++r) ranks.push_back(spawn_rank(dir, r, world, backend, kTimeoutMs));
   // Survivors get 2x the timeout, plus a little for process exit.

@@ -7,7 +7,8 @@
 
 #include "comm_backends/rank_group.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -42,7 +43,7 @@ TEST(RankGroup, SeveralRanksWithoutARendezvousAreRefused) {
 // of the group (auto and named ones) runs over the same store.
 TEST(RankGroup, CommunicatorsOfAGroupShareItsHostsAndStore) {
   constexpr int kWorld = 3;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::string> auto_names(kWorld), bind_hosts(kWorld);
   std::vector<std::vector<double>> sums(kWorld);
   testing::run_ranks(kWorld, [&](int rank) {

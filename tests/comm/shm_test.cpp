@@ -15,7 +15,8 @@
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "common/hash.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -52,7 +53,7 @@ struct RankComm {
   std::unique_ptr<Store> store;
   std::unique_ptr<Communicator> comm;
 };
-RankComm connect(const testing::TempDir& dir, int rank, int world, const CommOptions& options,
+RankComm connect(const testing::ScratchDir& dir, int rank, int world, const CommOptions& options,
                  milliseconds store_timeout = StoreOptions{}.timeout) {
   StoreOptions so;
   so.rank = rank;
@@ -69,7 +70,7 @@ std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend
                                                       DType dtype, ReduceOp op, DType wire,
                                                       std::size_t count,
                                                       const std::string& token = "") {
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::vector<std::uint8_t>> results(world);
   testing::run_ranks(world, [&](int rank) {
     CommOptions options;
@@ -132,7 +133,7 @@ TEST(Shm, LargeAllreduceRunsInPiecesWithTheSameBits) {
 TEST(Shm, LargeBroadcastAndAllgather) {
   const int world = 3;
   const std::size_t bytes = kShmSlotBytes * 2 + 77;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   testing::run_ranks(world, [&](int rank) {
     CommOptions options;
     options.backend = "shm";
@@ -158,7 +159,7 @@ TEST(Shm, LargeBroadcastAndAllgather) {
 
 TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
   const int world = 2;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::string> errors(world);
   testing::run_ranks(world, [&](int rank) {
     CommOptions options;
@@ -183,7 +184,7 @@ TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
 
 TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
   const int world = 3;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::string> names(world);
   testing::run_ranks(world, [&](int rank) {
     auto [store, comm] = connect(dir, rank, world, CommOptions{});  // auto, CPU buffers

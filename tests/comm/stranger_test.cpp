@@ -9,7 +9,9 @@
 #include "comm_backends/ring/ring_transport.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/late_rank_ring.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
@@ -25,37 +27,10 @@ struct Stranger {
 TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
   constexpr int kWorld = 3;
   const std::string token = "ring-token";
-  testing::TempDir dir;
-  StoreOptions store_options;
-  store_options.token = token;
-  store_options.timeout = milliseconds(10000);
-  CommOptions comm_options;
-  comm_options.backend = "asio-ring";
-  comm_options.token = token;
-  comm_options.timeout = milliseconds(10000);
-
-  auto run_rank = [&](int rank) {
-    auto store = open_store(dir.url(), store_options);
-    auto comm = make_communicator(comm_options, *store, rank, kWorld);
-    std::vector<float> data(5000, static_cast<float>(rank + 1));
-    comm->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
-    for (float v : data) ASSERT_EQ(v, 6.0f);
-  };
-
   // Ranks 1 and 2 start; rank 1 waits for its left neighbour, rank 0, which is late.
-  std::exception_ptr late_error;
-  std::thread others([&] {
-    try {
-      testing::run_ranks(kWorld - 1, [&](int i) { run_rank(i + 1); });
-    } catch (...) {
-      late_error = std::current_exception();
-    }
-  });
-  auto store = open_store(dir.url(), store_options);
-  const auto address = store->get("comm/1/asio-ring/ring/addr/1");
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(net::split_host_port(std::string(address.begin(), address.end()), host, port));
+  testing::LateRankRing ring(kWorld, token, 5000);
+  const std::string& host = ring.host();
+  const int port = ring.port();
 
   // Before rank 0 shows up, four strangers knock on rank 1's door.
   const std::vector<std::string> knocks = {
@@ -78,9 +53,7 @@ TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
     strangers.push_back(std::move(s));
   }
   std::this_thread::sleep_for(milliseconds(100));
-  run_rank(0);
-  others.join();
-  if (late_error) std::rethrow_exception(late_error);
+  ring.complete();
 
   // Every stranger was hung up on without an answer.
   for (std::size_t i = 0; i < strangers.size(); ++i) {
@@ -93,7 +66,7 @@ TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
 
 TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
   constexpr int kWorld = 2;
-  testing::TempDir dir;
+  testing::ScratchDir dir;
   std::vector<std::string> messages(kWorld);
   testing::run_ranks(kWorld, [&](int rank) {
     StoreOptions store_options;

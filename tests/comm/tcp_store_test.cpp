@@ -10,7 +10,7 @@
 
 #include "comm_backends/net/timed_io.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
 
 namespace partrain::comm {
 namespace {

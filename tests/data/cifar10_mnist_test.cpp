@@ -15,11 +15,11 @@ namespace partrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using test_files::write_bytes;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 // `records` CIFAR-10 records; record r of batch b has label (b + r) % 10 and every pixel byte
 // equal to 10 b + r.

@@ -8,10 +8,10 @@
 namespace partrain::data {
 namespace {
 
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using test_files::write_bytes;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 // Record i: coarse label i % 20, fine label (7 * i) % 100, pixel p = (i + p) % 251.
 std::vector<std::uint8_t> make_records(int n) {

@@ -18,8 +18,8 @@
 namespace partrain::data {
 namespace {
 
-using test_files::ScratchDir;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 struct RunResult {
   int exit_code = -1;
@@ -66,7 +66,7 @@ class DataCommand : public ::testing::Test {
 };
 
 TEST_F(DataCommand, SynthWritesTheSyntheticSetInCifar100Format) {
-  const RunResult r = run_partrain("data synth --format cifar100-bin --out '" + dir_.path() +
+  const RunResult r = run_partrain("data synth --format cifar100-bin --out '" + dir_.string() +
                                    "/syn' --train 150 --test 40 --seed 5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("train.bin (150 records)"));
@@ -85,10 +85,10 @@ TEST_F(DataCommand, SynthWritesTheSyntheticSetInCifar100Format) {
 }
 
 TEST_F(DataCommand, BadArgumentsExitTwoWithOneLine) {
-  RunResult r = run_partrain("data synth --format png --out '" + dir_.path() + "'");
+  RunResult r = run_partrain("data synth --format png --out '" + dir_.string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.output, "partrain: data synth: format 'png' is not supported (only cifar100-bin)\n");
-  r = run_partrain("data fetch mnist --dir '" + dir_.path() + "'");
+  r = run_partrain("data fetch mnist --dir '" + dir_.string() + "'");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("dataset 'mnist' cannot be fetched"));
   r = run_partrain("data synth --out x");
@@ -101,19 +101,19 @@ TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}});
 
-  RunResult r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/data' --url " +
+  RunResult r = run_partrain("data fetch cifar100 --dir '" + dir_.string() + "/data' --url " +
                              server.url("/c.tgz") + " --md5 " + md5);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_cifar100_bin(dir_ / "data/cifar-100-binary/train.bin").size, 8);
 
-  r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/bad' --url " +
+  r = run_partrain("data fetch cifar100 --dir '" + dir_.string() + "/bad' --url " +
                    server.url("/c.tgz"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("checksum mismatch"));
   EXPECT_THAT(r.output, HasSubstr(std::string("expected ") + kCifar100Md5));
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1);
 
-  r = run_partrain("data fetch cifar100 --dir '" + dir_.path() + "/bad' --url " +
+  r = run_partrain("data fetch cifar100 --dir '" + dir_.string() + "/bad' --url " +
                    server.url("/nothing.tgz"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("HTTP status 404"));
@@ -126,13 +126,13 @@ TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
   const auto archive = small_cifar100_archive(dir_);
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(4));
-  const std::string config = dir_.path() + "/slow.yaml";
+  const std::string config = dir_.string() + "/slow.yaml";
   const std::string yaml = std::string(
                                "name: slow\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
                                "launch: {nproc_per_node: 2}\n"
                                "comm: {backend: asio-ring, timeout_s: 2}\n"
                                "data: {dataset: cifar100, root: '") +
-                           dir_.path() +
+                           dir_.string() +
                            "/data/cifar-100-binary', "
                            "download: true, url: '" +
                            server.url("/c.tgz") + "#md5=" + md5 +
@@ -142,7 +142,7 @@ TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
                            "train: {epochs: 1, threads: 1}\n"
                            "checkpoint: {every_epochs: 0, resume: never}\n"
                            "output: {dir: '" +
-                           dir_.path() + "/out'}\n";
+                           dir_.string() + "/out'}\n";
   test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
   RunResult r = run_partrain("run '" + config + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -17,9 +17,9 @@ namespace partrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 DataConfig synthetic_config(std::int64_t train, std::int64_t test) {
   DataConfig cfg;
@@ -77,7 +77,7 @@ TEST(LoadDataset, MissingDatasetsSayWhereTheyLookedAndHowToGetThem) {
   cfg.root = dir / "cifar-100-binary";
   std::string message = usage_error_of([&] { load_dataset(cfg, true, 0); });
   EXPECT_THAT(message, HasSubstr(cfg.root + "/train.bin not found"));
-  EXPECT_THAT(message, HasSubstr("`partrain data fetch cifar100 --dir " + dir.path() + "`"));
+  EXPECT_THAT(message, HasSubstr("`partrain data fetch cifar100 --dir " + dir.string() + "`"));
   EXPECT_THAT(message, HasSubstr("data.download: true"));
 
   cfg.dataset = "fashion-mnist";

@@ -17,11 +17,11 @@ namespace fs = std::filesystem;
 using test_files::LoopbackHttpServer;
 using test_files::make_tar_gz;
 using test_files::read_bytes;
-using test_files::ScratchDir;
 using test_files::TarEntry;
 using test_files::usage_error_of;
 using test_files::write_bytes;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 std::vector<std::uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 

@@ -11,10 +11,10 @@ namespace partrain::data {
 namespace {
 
 using test_files::gzip_bytes;
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using test_files::write_bytes;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<std::uint8_t>(v >> shift));

@@ -17,11 +17,11 @@ namespace partrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using test_files::write_bytes;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 // An 8-bit BGR image whose pixel (y, x) is (b, g, r) = (seed + x, seed + y, seed + x + y).
 cv::Mat pattern(int width, int height, int seed) {

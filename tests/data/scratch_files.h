@@ -1,9 +1,8 @@
-// defines: ScratchDir (a temp directory removed at scope end), write_bytes(), read_bytes(),
-// gzip_bytes() and EXPECT_USAGE_ERROR — what the data tests use to make good and bad files.
+// defines: write_bytes(), read_bytes(), gzip_bytes() and usage_error_of() — what the data tests
+// use to make good and bad files (in a tests/support ScratchDir) and check what a reader says.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -14,31 +13,9 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::data::test_files {
-
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "partrain-data-test-XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-    EXPECT_FALSE(path_.empty()) << "mkdtemp failed";
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const {
-    return (std::filesystem::path(path_) / name).string();
-  }
-
- private:
-  std::string path_;
-};
 
 inline void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -17,10 +17,10 @@ namespace partrain::data {
 namespace {
 
 namespace fs = std::filesystem;
-using test_files::ScratchDir;
 using test_files::usage_error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using testing::ScratchDir;
 
 // One Python run writes every file the tests read (importing torch takes seconds).
 constexpr const char* kWriter = R"(
@@ -52,7 +52,7 @@ class TensorFile : public ::testing::Test {
     fs::create_directories(*dir_ / "good");
     std::ofstream(*dir_ / "writer.py") << kWriter;
     const std::string command = "timeout 300 /usr/bin/python3 " + (*dir_ / "writer.py") + " " +
-                                dir_->path() + " > " + (*dir_ / "writer.log") + " 2>&1";
+                                dir_->string() + " > " + (*dir_ / "writer.log") + " 2>&1";
     python_ok_ =
         std::system("timeout 120 /usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0;
     if (python_ok_) {

@@ -19,14 +19,15 @@
 #include "comm_backends/cuda_stream.h"
 #include "common/errors.h"
 #include "comm_backends/store/store.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::run_ranks;
-using testing::TempDir;
+using testing::ScratchDir;
 
 #define REQUIRE_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible here"
@@ -99,7 +100,7 @@ std::vector<float> ramp(std::size_t n, float scale) {
   return v;
 }
 
-std::unique_ptr<Communicator> open_comm(const std::string& backend, const TempDir& dir,
+std::unique_ptr<Communicator> open_comm(const std::string& backend, const ScratchDir& dir,
                                         std::unique_ptr<Store>& store, int rank, int world) {
   StoreOptions so;
   so.token = "gpu-comm-test";
@@ -120,7 +121,7 @@ constexpr std::size_t kCount = 1 << 20;
 TEST(GpuComm, NcclDoesNotWaitForComputeQueuedAfterTheReadyEvent) {
   REQUIRE_GPU();
   if (!backend_compiled_in("nccl")) GTEST_SKIP() << "nccl is not compiled in";
-  TempDir dir;
+  ScratchDir dir;
   std::unique_ptr<Store> store;
   auto comm = open_comm("nccl", dir, store, 0, 1);
   DeviceFloats in(kCount), out(kCount);
@@ -144,7 +145,7 @@ TEST(GpuComm, NcclDoesNotWaitForComputeQueuedAfterTheReadyEvent) {
 TEST(GpuComm, NcclWithoutReadyEventWaitsForWorkQueuedBefore) {
   REQUIRE_GPU();
   if (!backend_compiled_in("nccl")) GTEST_SKIP() << "nccl is not compiled in";
-  TempDir dir;
+  ScratchDir dir;
   std::unique_ptr<Store> store;
   auto comm = open_comm("nccl", dir, store, 0, 1);
   DeviceFloats in(kCount), out(kCount);
@@ -179,7 +180,7 @@ TEST(GpuComm, NcclWithoutReadyEventWaitsForWorkQueuedBefore) {
 // stream after the ready event, the collective on host memory, pinned host -> device.
 void staged_allreduce_does_not_wait_for_compute(const std::string& backend) {
   constexpr int kWorld = 2;
-  TempDir dir;
+  ScratchDir dir;
   std::vector<std::unique_ptr<DeviceFloats>> data;
   std::vector<std::unique_ptr<HostStaging>> staging;
   std::vector<CudaEvent> ready;

@@ -14,7 +14,8 @@ namespace partrain::parity {
 namespace {
 
 using testing::RunSpec;
-using testing::TempDir;
+using testing::ScratchDir;
+using testing::write_run_report;
 
 class ParityCli : public ::testing::Test {
  protected:
@@ -23,18 +24,18 @@ class ParityCli : public ::testing::Test {
     if (!exe) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
     exe_ = exe;
     ref_ = dir_.write("ref.yaml", testing::kReference);
-    single_ = dir_.write_report("single.json", RunSpec{});
+    single_ = write_run_report(dir_, "single", RunSpec{});
   }
 
   // Runs `partrain parity ARGS`, keeping stdout and stderr; returns the exit status.
   int parity(const std::string& args) {
-    const std::string command = "'" + exe_ + "' parity " + args + " >'" + dir_.file("stdout") +
-                                "' 2>'" + dir_.file("stderr") + "'";
+    const std::string command = "'" + exe_ + "' parity " + args + " >'" + (dir_ / "stdout") +
+                                "' 2>'" + (dir_ / "stderr") + "'";
     const int status = std::system(command.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   std::string read(const std::string& name) {
-    std::ifstream in(dir_.file(name));
+    std::ifstream in(dir_ / name);
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
@@ -42,15 +43,15 @@ class ParityCli : public ::testing::Test {
   std::string ddp_report(double epoch_seconds) {
     RunSpec spec = testing::ddp_spec();
     spec.epoch_seconds = {epoch_seconds};
-    return dir_.write_report("ddp.json", spec);
+    return write_run_report(dir_, "ddp", spec);
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
   std::string exe_, ref_, single_;
 };
 
 TEST_F(ParityCli, ExitsZeroWithinToleranceAndWritesTheFiles) {
-  const std::string md = dir_.file("parity.md"), svg = dir_.file("parity.svg");
+  const std::string md = dir_ / "parity.md", svg = dir_ / "parity.svg";
   EXPECT_EQ(parity(single_ + " " + ddp_report(5.5) + " --reference " + ref_ + " --markdown " + md +
                    " --svg " + svg),
             0)

@@ -14,7 +14,8 @@ namespace partrain::parity {
 namespace {
 
 using testing::RunSpec;
-using testing::TempDir;
+using testing::ScratchDir;
+using testing::write_run_report;
 
 const Figure& figure(const ParityResult& result, const std::string& label_start) {
   for (const auto& f : result.figures) {
@@ -38,7 +39,7 @@ class ParityTest : public ::testing::Test {
   ParityResult run(const RunSpec& single, const RunSpec& parallel,
                    const std::string& reference = testing::kReference) {
     return compare(
-        {dir_.write_report("single.json", single), dir_.write_report("ddp.json", parallel)},
+        {write_run_report(dir_, "single", single), write_run_report(dir_, "ddp", parallel)},
         dir_.write("ref.yaml", reference));
   }
   static RunSpec ddp(std::vector<double> seconds, std::vector<double> rss = {400.0, 380.0}) {
@@ -48,7 +49,7 @@ class ParityTest : public ::testing::Test {
     spec.images_per_s = 9000.0;
     return spec;
   }
-  TempDir dir_;
+  ScratchDir dir_;
 };
 
 TEST_F(ParityTest, KnownRatiosWithinTolerance) {
@@ -210,8 +211,8 @@ TEST_F(ParityTest, WarnsWhenEpochsOrDatasetDifferFromTheReference) {
 }
 
 TEST_F(ParityTest, ConfigDifferencesBeyondTheKnownKeysAreWarned) {
-  nlohmann::json single = testing::report_json(RunSpec{});
-  nlohmann::json parallel = testing::report_json(ddp({5.0}));
+  nlohmann::json single = testing::report_json(dir_, RunSpec{});
+  nlohmann::json parallel = testing::report_json(dir_, ddp({5.0}));
   parallel["config"]["train"]["optimizer"]["lr"] = 0.1;
   parallel["config"]["seed"] = 7;
   const ParityResult r =
@@ -246,8 +247,8 @@ TEST_F(ParityTest, DataParallelBesideDdpIsShownWithoutReference) {
   dp.strategy = "dp";
   dp.epoch_seconds = {12.5, 12.5};
   const ParityResult r =
-      compare({dir_.write_report("s.json", RunSpec{}), dir_.write_report("p.json", ddp({5.0})),
-               dir_.write_report("dp.json", dp)},
+      compare({write_run_report(dir_, "s", RunSpec{}), write_run_report(dir_, "p", ddp({5.0})),
+               write_run_report(dir_, "dp", dp)},
               dir_.write("ref.yaml", testing::kReference));
   ASSERT_TRUE(r.extra);
   EXPECT_EQ(r.extra->role, "dp");
@@ -279,9 +280,9 @@ tolerance: {speedup: {min: 0.9}}
 
 TEST_F(ParityTest, ReportSetsThatCannotBeCompared) {
   const std::string ref = dir_.write("ref.yaml", testing::kReference);
-  const std::string single = dir_.write_report("s.json", RunSpec{});
-  const std::string single2 = dir_.write_report("s2.json", RunSpec{});
-  const std::string parallel = dir_.write_report("p.json", ddp({5.0}));
+  const std::string single = write_run_report(dir_, "s", RunSpec{});
+  const std::string single2 = write_run_report(dir_, "s2", RunSpec{});
+  const std::string parallel = write_run_report(dir_, "p", ddp({5.0}));
   try {
     compare({single}, ref);
     FAIL() << "a single report alone was accepted";
@@ -303,7 +304,7 @@ TEST_F(ParityTest, ReportSetsThatCannotBeCompared) {
   }
   RunSpec one_rank_ddp = ddp({5.0}, {400.0});
   one_rank_ddp.world_size = 1;
-  EXPECT_THROW(compare({single, dir_.write_report("p1.json", one_rank_ddp)}, ref), UsageError);
+  EXPECT_THROW(compare({single, write_run_report(dir_, "p1", one_rank_ddp)}, ref), UsageError);
 }
 
 TEST_F(ParityTest, MarkdownShowsEveryFigureAndTheVerdict) {
@@ -355,7 +356,7 @@ TEST_F(ParityTest, SvgHoldsBothPanelsWithValues) {
 
 TEST_F(ParityTest, OutputsAreWrittenWhole) {
   const ParityResult r = run(RunSpec{}, ddp({5.5}));
-  const std::string md = dir_.file("out.md"), svg = dir_.file("out.svg");
+  const std::string md = dir_ / "out.md", svg = dir_ / "out.svg";
   write_parity_outputs(r, md, svg);
   std::ifstream md_in(md), svg_in(svg);
   std::stringstream md_text, svg_text;
@@ -366,7 +367,7 @@ TEST_F(ParityTest, OutputsAreWrittenWhole) {
   for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
   }
-  EXPECT_THROW(write_parity_outputs(r, dir_.file("no/such/dir/out.md"), ""), UsageError);
+  EXPECT_THROW(write_parity_outputs(r, dir_ / "no/such/dir/out.md", ""), UsageError);
 }
 
 }  // namespace

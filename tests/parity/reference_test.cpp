@@ -4,20 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "common/errors.h"
 #include "tests/parity/synthetic_reports.h"
 
 namespace partrain::parity {
 namespace {
 
-using testing::TempDir;
-
-std::string source_dir() {
-  const char* dir = std::getenv("PARTRAIN_SOURCE_DIR");
-  return dir ? dir : PARTRAIN_SOURCE_DIR_FALLBACK;
-}
+using testing::ScratchDir;
+using testing::source_dir;
 
 TEST(ReferenceFiles, WindowsGlooFiguresFollowFromTheRawOnes) {
   const Reference ref = load_reference(source_dir() + "/configs/reference/seed_windows_gloo.yaml");
@@ -67,7 +61,7 @@ class ReferenceErrors : public ::testing::Test {
       EXPECT_NE(message.find(part), std::string::npos) << message;
     }
   }
-  TempDir dir_;
+  ScratchDir dir_;
 };
 
 TEST_F(ReferenceErrors, SyntaxError) {

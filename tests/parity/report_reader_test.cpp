@@ -11,7 +11,8 @@ namespace partrain::parity {
 namespace {
 
 using testing::RunSpec;
-using testing::TempDir;
+using testing::ScratchDir;
+using testing::write_run_report;
 
 class RunReportTest : public ::testing::Test {
  protected:
@@ -29,29 +30,29 @@ class RunReportTest : public ::testing::Test {
       EXPECT_NE(message.find(part), std::string::npos) << message;
     }
   }
-  nlohmann::json good() { return testing::report_json(testing::ddp_spec()); }
-  TempDir dir_;
+  nlohmann::json good() { return testing::report_json(dir_, testing::ddp_spec()); }
+  ScratchDir dir_;
 };
 
 TEST_F(RunReportTest, ReadsTheFigures) {
   RunSpec spec = testing::ddp_spec();
   spec.epoch_seconds = {4.0, 6.0};
   spec.cuda_reserved_mb = std::vector<double>{700.0, 650.0};
-  const RunReport r = read_run_report(dir_.write_report("r.json", spec));
+  const RunReport r = read_run_report(write_run_report(dir_, "r", spec));
   EXPECT_EQ(r.strategy, "ddp");
-  EXPECT_EQ(r.env_strategy, "ddp");
-  EXPECT_EQ(r.world_size, 2);
+  EXPECT_EQ(r.summary.env.strategy, "ddp");
+  EXPECT_EQ(r.summary.env.world_size, 2);
   EXPECT_EQ(r.batch_size, 500);
   EXPECT_EQ(r.dataset, "cifar100");
-  ASSERT_EQ(r.epochs.size(), 2u);
-  EXPECT_EQ(r.epochs[1].seconds, 6.0);
-  ASSERT_EQ(r.ranks.size(), 2u);
-  EXPECT_EQ(r.ranks[1].peak_rss_mb, 380.0);
-  EXPECT_EQ(*r.ranks[1].cuda_peak_reserved_mb, 650.0);
-  EXPECT_FALSE(r.ranks[1].cuda_peak_allocated_mb);
+  ASSERT_EQ(r.summary.epochs.size(), 2u);
+  EXPECT_EQ(r.summary.epochs[1].seconds, 6.0);
+  ASSERT_EQ(r.summary.ranks.size(), 2u);
+  EXPECT_EQ(r.summary.ranks[1].peak_rss_mb, 380.0);
+  EXPECT_EQ(*r.summary.ranks[1].cuda_peak_reserved_mb, 650.0);
+  EXPECT_FALSE(r.summary.ranks[1].cuda_peak_allocated_mb);
   EXPECT_EQ(r.config_leaves.at("data.num_workers"), "0");
   EXPECT_EQ(r.config_leaves.at("model.name"), "digitalnet");
-  EXPECT_EQ(*r.final_test_accuracy, 0.3);
+  EXPECT_EQ(r.summary.epochs.back().test_accuracy, 0.3);
 }
 
 TEST_F(RunReportTest, BadJsonNamesTheByte) {

@@ -1,18 +1,21 @@
-// defines: RunSpec, report_json() and TempDir — synthetic report.json files and reference
-// files with known figures, for the parity tests.
+// defines: RunSpec, run_summary(), report_json(), write_run_report(), kReference and
+// source_dir() — report.json files with known figures, made by the real config loader and
+// report writer, a reference file to hold them against, and where the tree's own files are,
+// for the parity tests.
 #pragma once
 
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace partrain::parity::testing {
+#include "tests/support/scratch_dir.h"
+#include "trainer/config/config.h"
+#include "trainer/report/report_format.h"
+#include "trainer/report/report_writer.h"
+
+namespace partrain::testing {
 
 struct RunSpec {
   std::string strategy = "single";
@@ -27,99 +30,80 @@ struct RunSpec {
   std::vector<double> rss_mb = {500.0};
   std::optional<std::vector<double>> cuda_allocated_mb;
   std::optional<std::vector<double>> cuda_reserved_mb;
-  double final_accuracy = 0.3;
+  double final_accuracy = 0.3;  // the last epoch's test accuracy; the earlier ones have 0.2
 };
 
-inline nlohmann::json report_json(const RunSpec& spec) {
-  using nlohmann::json;
-  json config = {{"name", "run_" + spec.strategy},
-                 {"seed", 0},
-                 {"device", spec.device},
-                 {"strategy", spec.strategy},
-                 {"launch", {{"nproc_per_node", spec.world_size}, {"nnodes", 1}}},
-                 {"comm", {{"backend", spec.strategy == "single" ? "auto" : "gloo"}}},
-                 {"data",
-                  {{"dataset", spec.dataset},
-                   {"batch_size", spec.batch_size},
-                   {"num_workers", spec.num_workers},
-                   {"train_limit", 0}}},
-                 {"model", {{"name", "digitalnet"}, {"width", 64}}},
-                 {"train", {{"epochs", spec.epochs}, {"optimizer", {{"lr", 0.05}}}}},
-                 {"output", {{"dir", "runs/" + spec.strategy}}}};
-  json devices = json::array();
+// The run `spec` describes, as the trainer would report it. Its config is what load_config()
+// makes of a config file with those settings (written to `dir`), so that every key a real
+// report has is there.
+inline RunSummary run_summary(const ScratchDir& dir, const RunSpec& spec) {
+  const std::string yaml =
+      "name: run_" + spec.strategy + "\nseed: 0\ndevice: " + spec.device +
+      "\nstrategy: " + spec.strategy +
+      "\nlaunch: {nproc_per_node: " + std::to_string(spec.strategy == "ddp" ? spec.world_size : 1) +
+      "}\ncomm: {backend: " + (spec.strategy == "single" ? "auto" : "gloo") +
+      "}\ndata: {dataset: " + spec.dataset + ", batch_size: " + std::to_string(spec.batch_size) +
+      ", num_workers: " + std::to_string(spec.num_workers) +
+      "}\nmodel: {name: digitalnet, width: 64}\ntrain: {epochs: " + std::to_string(spec.epochs) +
+      ", optimizer: {lr: 0.05}}\noutput: {dir: runs/" + spec.strategy + "}\n";
+  RunSummary run;
+  run.config_json = config_to_json(load_config(dir.write("run_" + spec.strategy + ".yaml", yaml)));
+
+  run.env.os = "linux";
+  run.env.libtorch = "1.13.1";
+  run.env.backend = spec.strategy == "ddp" ? "gloo" : "none";
+  run.env.world_size = spec.world_size;
+  run.env.strategy = spec.strategy;
   const int device_count = spec.strategy == "dp" ? 2 : spec.world_size;
   for (int i = 0; i < device_count; ++i) {
-    devices.push_back(spec.device == "cpu" ? "cpu" : spec.device + ":" + std::to_string(i));
+    run.env.devices.push_back(spec.device == "cpu" ? "cpu" : spec.device + ":" + std::to_string(i));
   }
-  json epochs = json::array();
-  for (std::size_t i = 0; i < spec.epoch_seconds.size(); ++i) {
-    epochs.push_back({{"epoch", i + 1},
-                      {"seconds", spec.epoch_seconds[i]},
-                      {"train_images_per_s", spec.images_per_s},
-                      {"train_loss", 3.0},
-                      {"test_loss", 3.0},
-                      {"test_accuracy", 0.2}});
-  }
-  json ranks = json::array();
-  for (std::size_t r = 0; r < spec.rss_mb.size(); ++r) {
-    json rank = {{"rank", r},
-                 {"peak_rss_mb", spec.rss_mb[r]},
-                 {"cuda_peak_allocated_mb", nullptr},
-                 {"cuda_peak_reserved_mb", nullptr},
-                 {"compute_seconds", 15.0},
-                 {"comm_wait_seconds", 1.0}};
-    if (spec.cuda_allocated_mb) rank["cuda_peak_allocated_mb"] = (*spec.cuda_allocated_mb)[r];
-    if (spec.cuda_reserved_mb) rank["cuda_peak_reserved_mb"] = (*spec.cuda_reserved_mb)[r];
-    ranks.push_back(rank);
-  }
+
   double total = 0.0;
-  for (double s : spec.epoch_seconds) total += s;
-  return {{"schema", "partrain.report/1"},
-          {"config", config},
-          {"env",
-           {{"os", "linux"},
-            {"libtorch", "1.13.1"},
-            {"backend", spec.strategy == "ddp" ? "gloo" : "none"},
-            {"world_size", spec.world_size},
-            {"strategy", spec.strategy},
-            {"devices", devices},
-            {"cuda", nullptr}}},
-          {"epochs", epochs},
-          {"total_seconds", total + 1.0},
-          {"images_per_s", spec.images_per_s},
-          {"ranks", ranks},
-          {"final", {{"test_accuracy", spec.final_accuracy}, {"test_loss", 2.9}}}};
+  for (std::size_t i = 0; i < spec.epoch_seconds.size(); ++i) {
+    EpochRecord epoch;
+    epoch.epoch = static_cast<int>(i + 1);
+    epoch.seconds = spec.epoch_seconds[i];
+    epoch.train_seconds = spec.epoch_seconds[i];
+    epoch.train_images_per_s = spec.images_per_s;
+    epoch.images = static_cast<std::int64_t>(spec.images_per_s * spec.epoch_seconds[i]);
+    epoch.steps = static_cast<std::int64_t>(i + 1) * 50;
+    epoch.train_loss = 3.0;
+    epoch.test_loss = 3.0;
+    epoch.test_accuracy = i + 1 == spec.epoch_seconds.size() ? spec.final_accuracy : 0.2;
+    run.epochs.push_back(epoch);
+    total += spec.epoch_seconds[i];
+  }
+  run.total_seconds = total + 1.0;
+  run.images_per_s = spec.images_per_s;
+
+  for (std::size_t r = 0; r < spec.rss_mb.size(); ++r) {
+    RankRecord rank;
+    rank.rank = static_cast<int>(r);
+    rank.device = spec.device == "cpu" ? "cpu" : spec.device + ":" + std::to_string(r);
+    rank.peak_rss_mb = spec.rss_mb[r];
+    if (spec.cuda_allocated_mb) rank.cuda_peak_allocated_mb = (*spec.cuda_allocated_mb)[r];
+    if (spec.cuda_reserved_mb) rank.cuda_peak_reserved_mb = (*spec.cuda_reserved_mb)[r];
+    rank.compute_seconds = 15.0;
+    rank.comm_wait_seconds = 1.0;
+    run.ranks.push_back(rank);
+  }
+  return run;
 }
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "parity_test_XXXXXX").string();
-    if (!::mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+// The report as a document, for a test that changes it before writing it.
+inline nlohmann::json report_json(const ScratchDir& dir, const RunSpec& spec) {
+  return nlohmann::json(report_to_json(run_summary(dir, spec)));
+}
 
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string file = (path_ / name).string();
-    std::ofstream(file, std::ios::binary) << text;
-    return file;
-  }
-  std::string write_report(const std::string& name, const RunSpec& spec) const {
-    return write(name, report_json(spec).dump(2));
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+// Writes the report through write_report() into the folder `name` of `dir` and returns the
+// path of the report.json there.
+inline std::string write_run_report(const ScratchDir& dir, const std::string& name,
+                                    const RunSpec& spec) {
+  const std::string folder = dir / name;
+  write_report(folder, run_summary(dir, spec));
+  return folder + "/report.json";
+}
 
 // A ddp twin of the default single run: 2 ranks x half the batch.
 inline RunSpec ddp_spec() {
@@ -149,4 +133,11 @@ tolerance:
   balance: {min: 0.95}
 )";
 
-}  // namespace partrain::parity::testing
+// The source tree (the reference files, checked-in reports): PARTRAIN_SOURCE_DIR when set,
+// else the tree this test was built from.
+inline std::string source_dir() {
+  const char* dir = std::getenv("PARTRAIN_SOURCE_DIR");
+  return dir ? dir : PARTRAIN_SOURCE_DIR_FALLBACK;
+}
+
+}  // namespace partrain::testing

@@ -15,7 +15,8 @@
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
-#include "tests/comm/rank_threads.h"
+#include "tests/support/late_rank_ring.h"
+#include "tests/support/rank_threads.h"
 
 namespace partrain::comm {
 namespace {
@@ -151,37 +152,9 @@ TEST(TcpStorePortStrangers, HalfOpenConnectionsDoNotBlockTheStore) {
 TEST(RingPortStrangers, HugeLengthPrefixAndHalfOpenConnectionsAreRefused) {
   constexpr int kWorld = 3;
   const std::string token = "ring-token";
-  testing::TempDir dir;
-  StoreOptions options;
-  options.token = token;
-  options.timeout = milliseconds(10000);
-  CommOptions comm_options;
-  comm_options.backend = "asio-ring";
-  comm_options.token = token;
-  comm_options.timeout = milliseconds(10000);
-
-  auto run_rank = [&](int rank) {
-    auto store = open_store(dir.url(), options);
-    auto comm = make_communicator(comm_options, *store, rank, kWorld);
-    std::vector<float> data(3000, static_cast<float>(rank + 1));
-    comm->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
-    for (float v : data) ASSERT_EQ(v, 6.0f);
-  };
-
   // Ranks 1 and 2 start; rank 1 waits for rank 0, which comes after the strangers.
-  std::exception_ptr others_error;
-  std::thread others([&] {
-    try {
-      testing::run_ranks(kWorld - 1, [&](int i) { run_rank(i + 1); });
-    } catch (...) {
-      others_error = std::current_exception();
-    }
-  });
-  auto store = open_store(dir.url(), options);
-  const auto address = store->get("comm/1/asio-ring/ring/addr/1");
-  std::string host;
-  int port = 0;
-  ASSERT_TRUE(net::split_host_port(std::string(address.begin(), address.end()), host, port));
+  testing::LateRankRing ring(kWorld, token, 3000);
+  const int port = ring.port();
 
   const std::string right = encode_ring_handshake(0, kWorld, token);
   std::string huge = right.substr(0, kRingHandshakeBytes);
@@ -199,9 +172,7 @@ TEST(RingPortStrangers, HugeLengthPrefixAndHalfOpenConnectionsAreRefused) {
   EXPECT_GE(shut_seconds, 0.0);
   EXPECT_LT(shut_seconds, 2.0);
 
-  run_rank(0);
-  others.join();
-  if (others_error) std::rethrow_exception(others_error);
+  ring.complete();
   // The ones that stopped halfway are hung up on once the ring has formed.
   EXPECT_GE(silent.seconds_until_closed(milliseconds(5000)), 0.0);
   EXPECT_GE(token_cut.seconds_until_closed(milliseconds(5000)), 0.0);

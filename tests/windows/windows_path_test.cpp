@@ -4,34 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <random>
 #include <string>
 
 #include "comm_backends/store/file_store.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
+#include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::random_device random;
-    path_ = fs::temp_directory_path() / ("partrain-win-" + std::to_string(random()));
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::ScratchDir;
 
 StoreOptions options() {
   StoreOptions o;

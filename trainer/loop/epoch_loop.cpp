@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/stopwatch.h"
+#include "common/worker_lines.h"
 #include "trainer/loop/evaluation.h"
 #include "trainer/report/metrics_log.h"
 #include "trainer/report/progress.h"
@@ -46,7 +47,7 @@ void EpochLoop::run(const TrainingPosition& start) {
        ++epoch) {
     const auto epoch_start = Clock::now();
     if (!is_rank0) {  // the launcher names the epoch a rank was in from these lines
-      std::printf("epoch %d/%d\n", epoch, config_.train.epochs);
+      std::printf("%s\n", format_epoch_line(epoch, config_.train.epochs).c_str());
       std::fflush(stdout);
     }
     const EpochTotals totals = train_epoch(epoch, metrics.get(), progress);
@@ -74,10 +75,11 @@ void EpochLoop::run(const TrainingPosition& start) {
     if (is_rank0) {
       metrics->log_epoch(record);
       progress.finish(
-          format("epoch %d/%d done in %.1f s: train loss %.4f, test loss %.4f, "
-                 "test accuracy %.2f%%, %.0f img/s",
-                 epoch, config_.train.epochs, record.seconds, record.train_loss, record.test_loss,
-                 100.0 * record.test_accuracy, record.train_images_per_s));
+          format_epoch_line(epoch, config_.train.epochs) +
+          format(
+              " done in %.1f s: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f img/s",
+              record.seconds, record.train_loss, record.test_loss, 100.0 * record.test_accuracy,
+              record.train_images_per_s));
     }
     TrainingPosition position;
     position.epoch = epoch;
@@ -125,10 +127,11 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, MetricsLog* metrics, Pr
     if (is_rank0 && (log_now || progress.on_terminal())) {
       double rate = window_images * env_.world_size / std::max(1e-9, seconds_since(window_start));
       double current = loss.item<double>();
-      progress.update(format("epoch %d/%d step %lld/%lld loss %.4f %.0f img/s", epoch,
-                             config_.train.epochs, static_cast<long long>(batch_index),
-                             static_cast<long long>(batches), current, rate),
-                      static_cast<double>(batch_index) / static_cast<double>(batches), log_now);
+      progress.update(
+          format_epoch_line(epoch, config_.train.epochs) +
+              format(" step %lld/%lld loss %.4f %.0f img/s", static_cast<long long>(batch_index),
+                     static_cast<long long>(batches), current, rate),
+          static_cast<double>(batch_index) / static_cast<double>(batches), log_now);
       if (log_now) {
         metrics->log_step(epoch, step_, current, rate, parts_.step.learning_rate());
         window_start = Clock::now();

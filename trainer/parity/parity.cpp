@@ -35,23 +35,25 @@ std::string leaf(const RunReport& report, const std::string& key) {
 }
 
 std::string role_of(const RunReport& report) {
-  if (report.env_strategy == "single") {
-    PARTRAIN_CHECK(report.world_size == 1, UsageError, report.path, ": env.world_size is ",
-                   report.world_size, " for strategy single: a single-device run has world_size 1");
+  if (report.summary.env.strategy == "single") {
+    PARTRAIN_CHECK(report.summary.env.world_size == 1, UsageError, report.path,
+                   ": env.world_size is ", report.summary.env.world_size,
+                   " for strategy single: a single-device run has world_size 1");
     return "single";
   }
-  if (report.env_strategy == "ddp") {
-    PARTRAIN_CHECK(report.world_size >= 2, UsageError, report.path, ": env.world_size is ",
-                   report.world_size, " for strategy ddp: a parallel run needs at least 2 ranks");
+  if (report.summary.env.strategy == "ddp") {
+    PARTRAIN_CHECK(report.summary.env.world_size >= 2, UsageError, report.path,
+                   ": env.world_size is ", report.summary.env.world_size,
+                   " for strategy ddp: a parallel run needs at least 2 ranks");
     return "ddp";
   }
-  if (report.env_strategy == "dp") {
-    PARTRAIN_CHECK(report.devices.size() >= 2, UsageError, report.path, ": env.devices has ",
-                   report.devices.size(),
+  if (report.summary.env.strategy == "dp") {
+    PARTRAIN_CHECK(report.summary.env.devices.size() >= 2, UsageError, report.path,
+                   ": env.devices has ", report.summary.env.devices.size(),
                    " entries for strategy dp: DataParallel needs at least 2 devices");
     return "dp";
   }
-  throw UsageError(detail::concat(report.path, ": env.strategy is \"", report.env_strategy,
+  throw UsageError(detail::concat(report.path, ": env.strategy is \"", report.summary.env.strategy,
                                   "\", expected single, ddp or dp"));
 }
 
@@ -60,18 +62,22 @@ RunSummary summarise(const RunReport& report, const std::string& role) {
   s.role = role;
   s.path = report.path;
   // ddp: one rank per device; dp: one process drives env.devices.
-  s.devices = role == "dp" ? static_cast<int>(report.devices.size()) : report.world_size;
-  s.device_kind = report.devices[0].substr(0, report.devices[0].find(':'));
-  s.backend = report.backend;
+  s.devices = role == "dp" ? static_cast<int>(report.summary.env.devices.size())
+                           : report.summary.env.world_size;
+  s.device_kind = report.summary.env.devices[0].substr(0, report.summary.env.devices[0].find(':'));
+  s.backend = report.summary.env.backend;
   s.batch_size_per_rank = report.batch_size;
-  s.total_batch = role == "ddp" ? report.batch_size * report.world_size : report.batch_size;
+  s.total_batch =
+      role == "ddp" ? report.batch_size * report.summary.env.world_size : report.batch_size;
   s.num_workers = report.num_workers;
-  s.epochs_run = static_cast<int>(report.epochs.size());
+  s.epochs_run = static_cast<int>(report.summary.epochs.size());
   double sum = 0.0;
-  for (const auto& e : report.epochs) sum += e.seconds;
-  s.mean_epoch_seconds = sum / static_cast<double>(report.epochs.size());
-  s.images_per_s = report.images_per_s;
-  s.final_test_accuracy = report.final_test_accuracy;
+  for (const auto& e : report.summary.epochs) sum += e.seconds;
+  s.mean_epoch_seconds = sum / static_cast<double>(report.summary.epochs.size());
+  s.images_per_s = report.summary.images_per_s;
+  // A diverged run's accuracy is NaN (null in the file): no figure rather than a NaN one.
+  const double accuracy = report.summary.epochs.back().test_accuracy;
+  if (!std::isnan(accuracy)) s.final_test_accuracy = accuracy;
   return s;
 }
 
@@ -79,26 +85,26 @@ RunSummary summarise(const RunReport& report, const std::string& role) {
 // allocator reserved (closest to what nvidia-smi shows), else what it allocated, else, on
 // CPU, the process's peak RSS.
 void take_memory(const RunReport& a, RunSummary& sa, const RunReport& b, RunSummary& sb) {
-  auto all_have = [](const RunReport& r, std::optional<double> RankFigures::*field) {
-    return std::all_of(r.ranks.begin(), r.ranks.end(),
-                       [&](const RankFigures& f) { return (f.*field).has_value(); });
+  auto all_have = [](const RunReport& r, std::optional<double> RankRecord::*field) {
+    return std::all_of(r.summary.ranks.begin(), r.summary.ranks.end(),
+                       [&](const RankRecord& f) { return (f.*field).has_value(); });
   };
-  std::optional<double> RankFigures::*cuda_field = nullptr;
-  if (all_have(a, &RankFigures::cuda_peak_reserved_mb) &&
-      all_have(b, &RankFigures::cuda_peak_reserved_mb)) {
-    cuda_field = &RankFigures::cuda_peak_reserved_mb;
+  std::optional<double> RankRecord::*cuda_field = nullptr;
+  if (all_have(a, &RankRecord::cuda_peak_reserved_mb) &&
+      all_have(b, &RankRecord::cuda_peak_reserved_mb)) {
+    cuda_field = &RankRecord::cuda_peak_reserved_mb;
     sa.memory_source = sb.memory_source = "cuda_peak_reserved_mb";
-  } else if (all_have(a, &RankFigures::cuda_peak_allocated_mb) &&
-             all_have(b, &RankFigures::cuda_peak_allocated_mb)) {
-    cuda_field = &RankFigures::cuda_peak_allocated_mb;
+  } else if (all_have(a, &RankRecord::cuda_peak_allocated_mb) &&
+             all_have(b, &RankRecord::cuda_peak_allocated_mb)) {
+    cuda_field = &RankRecord::cuda_peak_allocated_mb;
     sa.memory_source = sb.memory_source = "cuda_peak_allocated_mb";
   } else {
     sa.memory_source = sb.memory_source = "peak_rss_mb";
   }
   for (auto [report, summary] : {std::pair{&a, &sa}, std::pair{&b, &sb}}) {
-    std::vector<RankFigures> ranks = report->ranks;
+    std::vector<RankRecord> ranks = report->summary.ranks;
     std::sort(ranks.begin(), ranks.end(),
-              [](const RankFigures& x, const RankFigures& y) { return x.rank < y.rank; });
+              [](const RankRecord& x, const RankRecord& y) { return x.rank < y.rank; });
     for (const auto& r : ranks)
       summary->memory_mb.push_back(cuda_field ? *(r.*cuda_field) : r.peak_rss_mb);
   }
@@ -149,9 +155,9 @@ void warn_about_pair(const RunReport& single, const RunReport& parallel, const P
     }
     warnings.push_back(message);
   }
-  if (single.os != parallel.os) {
-    warnings.push_back(detail::concat("the runs ran on different systems: ", single.os,
-                                      " (single) vs ", parallel.os, " (", role, ")"));
+  if (single.summary.env.os != parallel.summary.env.os) {
+    warnings.push_back(detail::concat("the runs ran on different systems: ", single.summary.env.os,
+                                      " (single) vs ", parallel.summary.env.os, " (", role, ")"));
   }
   if (result.single.device_kind != result.parallel.device_kind) {
     warnings.push_back(

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/report/report_writer.h"
+#include "trainer/report/report_format.h"
 
 namespace partrain {
 

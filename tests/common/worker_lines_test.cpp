@@ -1,0 +1,75 @@
+// The worker -> launcher lines: what format_*_line() writes, parse_*_line() reads back, the
+// exact text of each (the launcher of an older or newer build reads the same lines), and the
+// lines that only look like them.
+#include "common/worker_lines.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace partrain {
+namespace {
+
+TEST(WorkerLines, EpochLineTextAndRoundTrip) {
+  EXPECT_EQ(format_epoch_line(3, 10), "epoch 3/10");
+  for (const int epoch : {1, 2, 9, 10, 99, 12345, 999999999}) {
+    EXPECT_EQ(parse_epoch_line(format_epoch_line(epoch, 999999999)), epoch) << epoch;
+    // Rank 0's progress and end-of-epoch lines carry the epoch the same way.
+    EXPECT_EQ(parse_epoch_line(format_epoch_line(epoch, 7) + " step 3/8 loss 2.3 100 img/s"),
+              epoch);
+  }
+}
+
+TEST(WorkerLines, LostRankLineTextAndRoundTrip) {
+  EXPECT_EQ(format_lost_rank_line(3, "ring: rank 3 timed out"),
+            "partrain: lost rank 3: ring: rank 3 timed out");
+  for (const int rank : {0, 1, 7, 10, 4095, 999999999}) {
+    EXPECT_EQ(parse_lost_rank_line(format_lost_rank_line(rank, "peer closed")), rank) << rank;
+    EXPECT_EQ(parse_lost_rank_line(format_lost_rank_line(rank, "")), rank) << rank;
+  }
+}
+
+TEST(WorkerLines, MalformedEpochLinesAreNotEpochLines) {
+  EXPECT_EQ(parse_epoch_line(""), 0);
+  EXPECT_EQ(parse_epoch_line("epoch "), 0);
+  EXPECT_EQ(parse_epoch_line("epoch 3"), 0);       // no "/N"
+  EXPECT_EQ(parse_epoch_line("epoch 3 of 4"), 0);  // another separator
+  EXPECT_EQ(parse_epoch_line("epoch -3/4"), 0);    // no sign
+  EXPECT_EQ(parse_epoch_line("epoch +3/4"), 0);
+  EXPECT_EQ(parse_epoch_line("epoch 3 /4"), 0);
+  EXPECT_EQ(parse_epoch_line("Epoch 3/4"), 0);           // case matters
+  EXPECT_EQ(parse_epoch_line("[rank 1] epoch 3/4"), 0);  // a relayed line, not the worker's
+  EXPECT_EQ(parse_epoch_line("epoch 1000000000/4"), 0);  // ten digits: more than an int holds
+  EXPECT_EQ(parse_epoch_line(std::string_view("epoch 3\0/4", 10)), 0);
+}
+
+TEST(WorkerLines, MalformedLostRankLinesAreNotLostRankLines) {
+  EXPECT_EQ(parse_lost_rank_line(""), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank "), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank x: y"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank -1: y"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 2 : y"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 2; y"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain:  lost rank 2: y"), -1);
+  EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 1000000000: y"), -1);
+  // The epoch line is not a lost-rank line and the other way round.
+  EXPECT_EQ(parse_lost_rank_line(format_epoch_line(2, 3)), -1);
+  EXPECT_EQ(parse_epoch_line(format_lost_rank_line(2, "x")), 0);
+}
+
+TEST(WorkerLines, NumberBeforeATerminator) {
+  EXPECT_EQ(parse_number_before("0/", '/'), 0);
+  EXPECT_EQ(parse_number_before("007:", ':'), 7);
+  EXPECT_EQ(parse_number_before("123456789/rest", '/'), 123456789);
+  EXPECT_EQ(parse_number_before("999999999/", '/'), 999999999);
+  EXPECT_LE(999999999, std::numeric_limits<int>::max());
+  EXPECT_EQ(parse_number_before("1234567890/", '/'), std::nullopt);  // ten digits
+  EXPECT_EQ(parse_number_before("12", '/'), std::nullopt);           // no terminator
+  EXPECT_EQ(parse_number_before("12:", '/'), std::nullopt);          // another one
+  EXPECT_EQ(parse_number_before("/", '/'), std::nullopt);            // no digits
+  EXPECT_EQ(parse_number_before("", '/'), std::nullopt);
+  EXPECT_EQ(parse_number_before(" 1/", '/'), std::nullopt);
+}
+
+}  // namespace
+}  // namespace partrain

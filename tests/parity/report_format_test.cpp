@@ -1,0 +1,192 @@
+// report.json's format: what write_report() writes, read_run_report() reads back field for
+// field; a report written by an earlier build (checked in) still reads, and writing what was
+// read gives the same bytes; records from before a field existed read it as 0.
+#include "trainer/report/report_format.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/errors.h"
+#include "tests/parity/synthetic_reports.h"
+#include "trainer/report/report_reader.h"
+#include "trainer/report/report_writer.h"
+
+namespace partrain {
+namespace {
+
+using testing::ScratchDir;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Equal, or both NaN (a diverged run's loss).
+void expect_same_number(double a, double b, const std::string& what) {
+  if (std::isnan(a) || std::isnan(b)) {
+    EXPECT_TRUE(std::isnan(a) && std::isnan(b)) << what << ": " << a << " vs " << b;
+  } else {
+    EXPECT_EQ(a, b) << what;
+  }
+}
+
+void expect_same(const RunSummary& a, const RunSummary& b) {
+  EXPECT_EQ(a.config_json, b.config_json);
+  EXPECT_EQ(a.env.os, b.env.os);
+  EXPECT_EQ(a.env.libtorch, b.env.libtorch);
+  EXPECT_EQ(a.env.backend, b.env.backend);
+  EXPECT_EQ(a.env.world_size, b.env.world_size);
+  EXPECT_EQ(a.env.strategy, b.env.strategy);
+  EXPECT_EQ(a.env.devices, b.env.devices);
+  EXPECT_EQ(a.env.cuda, b.env.cuda);
+  ASSERT_EQ(a.epochs.size(), b.epochs.size());
+  for (std::size_t i = 0; i < a.epochs.size(); ++i) {
+    const EpochRecord &x = a.epochs[i], &y = b.epochs[i];
+    const std::string at = "epochs[" + std::to_string(i) + "].";
+    EXPECT_EQ(x.epoch, y.epoch) << at;
+    expect_same_number(x.seconds, y.seconds, at + "seconds");
+    expect_same_number(x.train_seconds, y.train_seconds, at + "train_seconds");
+    expect_same_number(x.train_images_per_s, y.train_images_per_s, at + "train_images_per_s");
+    EXPECT_EQ(x.images, y.images) << at;
+    EXPECT_EQ(x.steps, y.steps) << at;
+    expect_same_number(x.train_loss, y.train_loss, at + "train_loss");
+    expect_same_number(x.test_loss, y.test_loss, at + "test_loss");
+    expect_same_number(x.test_accuracy, y.test_accuracy, at + "test_accuracy");
+    expect_same_number(x.test_accuracy_top5, y.test_accuracy_top5, at + "test_accuracy_top5");
+    EXPECT_EQ(x.skipped_steps, y.skipped_steps) << at;
+  }
+  EXPECT_EQ(a.total_seconds, b.total_seconds);
+  EXPECT_EQ(a.images_per_s, b.images_per_s);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+    const RankRecord &x = a.ranks[i], &y = b.ranks[i];
+    const std::string at = "ranks[" + std::to_string(i) + "]";
+    EXPECT_EQ(x.rank, y.rank) << at;
+    EXPECT_EQ(x.device, y.device) << at;
+    EXPECT_EQ(x.peak_rss_mb, y.peak_rss_mb) << at;
+    EXPECT_EQ(x.cuda_peak_allocated_mb, y.cuda_peak_allocated_mb) << at;
+    EXPECT_EQ(x.cuda_peak_reserved_mb, y.cuda_peak_reserved_mb) << at;
+    EXPECT_EQ(x.cuda_driver_used_mb, y.cuda_driver_used_mb) << at;
+    EXPECT_EQ(x.compute_seconds, y.compute_seconds) << at;
+    EXPECT_EQ(x.comm_wait_seconds, y.comm_wait_seconds) << at;
+    EXPECT_EQ(x.comm_busy_seconds, y.comm_busy_seconds) << at;
+  }
+}
+
+// A run whose every field holds a value of its own (none left at its default), with a loss
+// that went NaN, CUDA figures present on one rank and absent on the other.
+RunSummary every_field_set(const ScratchDir& dir) {
+  testing::RunSpec spec = testing::ddp_spec();
+  spec.device = "cuda";
+  RunSummary s = testing::run_summary(dir, spec);
+  s.env.os = "windows";
+  s.env.libtorch = "2.1.0+cu121";
+  s.env.cuda = "CUDA 12.1, 2 x NVIDIA TITAN X (Pascal)";
+  s.epochs.clear();
+  for (int i = 1; i <= 2; ++i) {
+    EpochRecord e;
+    e.epoch = i;
+    e.seconds = 12.25 * i;
+    e.train_seconds = 11.5 * i;
+    e.train_images_per_s = 4347.826086956522 / i;
+    e.images = 50000;
+    e.steps = 98 * i;
+    e.train_loss = i == 2 ? kNaN : 4.0123456789;
+    e.test_loss = 3.75 + i;
+    e.test_accuracy = 0.0123 * i;
+    e.test_accuracy_top5 = 0.0567 * i;
+    e.skipped_steps = 3 * i;
+    s.epochs.push_back(e);
+  }
+  s.total_seconds = 40.5;
+  s.images_per_s = 4301.25;
+  s.ranks[0].cuda_peak_allocated_mb = 812.5;
+  s.ranks[0].cuda_peak_reserved_mb = 1024.0;
+  s.ranks[0].cuda_driver_used_mb = 1411.0;
+  s.ranks[1].cuda_driver_used_mb = 1399.0;  // the allocator's figures missing on this one
+  s.ranks[0].compute_seconds = 30.125;
+  s.ranks[1].comm_wait_seconds = 2.5;
+  s.ranks[0].comm_busy_seconds = 4.75;
+  s.ranks[1].comm_busy_seconds = 5.0625;
+  return s;
+}
+
+TEST(ReportFormat, WhatTheWriterWritesTheReaderReadsBack) {
+  ScratchDir dir;
+  const RunSummary written = every_field_set(dir);
+  write_report(dir / "run", written);
+  const std::string path = dir / "run/report.json";
+  const RunReport read = read_run_report(path);
+  EXPECT_EQ(read.path, path);
+  expect_same(written, read.summary);
+  EXPECT_EQ(read.strategy, "ddp");
+  EXPECT_EQ(read.batch_size, 500);
+
+  // NaN has no JSON spelling: the loss is null in the file, as "final" is when it is NaN.
+  const auto doc = nlohmann::json::parse(read_text(path));
+  EXPECT_EQ(doc["schema"], std::string(kReportSchema));
+  EXPECT_TRUE(doc["epochs"][1]["train_loss"].is_null());
+  EXPECT_EQ(doc["final"]["test_loss"], 5.75);
+  EXPECT_TRUE(doc["ranks"][1]["cuda_peak_reserved_mb"].is_null());
+}
+
+// tests/parity/data/report_ddp_cpu.json is the report.json of a real 2-rank CPU run
+// (asio-ring, 2 epochs). A change of a field's name, type, order or number format shows here.
+TEST(ReportFormat, ACheckedInReportReadsAndIsWrittenAgainByteForByte) {
+  const std::string fixture = testing::source_dir() + "/tests/parity/data/report_ddp_cpu.json";
+  const RunReport read = read_run_report(fixture);
+  const RunSummary& s = read.summary;
+  EXPECT_EQ(s.env.os, "linux");
+  EXPECT_EQ(s.env.backend, "asio-ring");
+  EXPECT_EQ(s.env.world_size, 2);
+  EXPECT_EQ(s.env.devices, (std::vector<std::string>{"cpu", "cpu"}));
+  EXPECT_FALSE(s.env.cuda);
+  ASSERT_EQ(s.epochs.size(), 2u);
+  EXPECT_EQ(s.epochs[1].epoch, 2);
+  EXPECT_EQ(s.epochs[1].steps, 16);
+  EXPECT_EQ(s.epochs[1].images, 512);
+  EXPECT_EQ(s.epochs[1].test_accuracy, 0.0390625);
+  EXPECT_EQ(s.epochs[1].test_accuracy_top5, 0.28125);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  EXPECT_EQ(s.ranks[1].peak_rss_mb, 188.078125);
+  EXPECT_FALSE(s.ranks[1].cuda_peak_reserved_mb);
+  EXPECT_EQ(read.config_leaves.at("comm.backend"), "asio-ring");
+  EXPECT_EQ(read.config_leaves.at("data.batch_size"), "32");
+
+  ScratchDir dir;
+  write_report(dir.string(), s);
+  EXPECT_EQ(read_text(dir / "report.json"), read_text(fixture));
+}
+
+TEST(ReportFormat, EpochRecordsFromBeforeTheLaterFieldsReadThemAsZero) {
+  nlohmann::json old = nlohmann::json(epoch_to_json(EpochRecord{}));
+  old["epoch"] = 4;
+  old["test_accuracy"] = 0.5;
+  old.erase("test_accuracy_top5");
+  old.erase("skipped_steps");
+  const EpochRecord e = epoch_from_json(old);
+  EXPECT_EQ(e.epoch, 4);
+  EXPECT_EQ(e.test_accuracy, 0.5);
+  EXPECT_EQ(e.test_accuracy_top5, 0.0);
+  EXPECT_EQ(e.skipped_steps, 0);
+
+  old.erase("steps");
+  try {
+    epoch_from_json(old);
+    ADD_FAILURE() << "an epoch record without steps was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "epoch record: steps: missing");
+  }
+}
+
+}  // namespace
+}  // namespace partrain

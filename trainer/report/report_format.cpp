@@ -1,0 +1,262 @@
+#include "trainer/report/report_format.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+
+namespace partrain {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Json number_or_null(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+
+}  // namespace
+
+JsonAt::JsonAt(const Json& value, std::string document, std::string path)
+    : value_(&value), document_(std::move(document)), path_(std::move(path)) {}
+
+void JsonAt::fail(const std::string& what) const {
+  throw UsageError(
+      detail::concat(document_, ": ", path_.empty() ? "(top level)" : path_, ": ", what));
+}
+
+std::string JsonAt::type_of(const Json& value) {
+  if (value.is_number_integer()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_null()) return "null";
+  return std::string(value.is_array() || value.is_object() ? "an " : "a ") + value.type_name();
+}
+
+JsonAt JsonAt::object() const {
+  if (!value_->is_object()) fail("expected an object, found " + type_of(*value_));
+  return *this;
+}
+
+JsonAt JsonAt::operator[](const char* key) const {
+  object();
+  const std::string child = path_.empty() ? key : path_ + "." + key;
+  auto it = value_->find(key);
+  if (it == value_->end()) JsonAt(*value_, document_, child).fail("missing");
+  return JsonAt(*it, document_, child);
+}
+
+JsonAt JsonAt::at(std::size_t index) const {
+  const std::size_t n = size();
+  const std::string child = path_ + "[" + std::to_string(index) + "]";
+  if (index >= n) JsonAt(*value_, document_, child).fail("missing");
+  return JsonAt((*value_)[index], document_, child);
+}
+
+bool JsonAt::has(const char* key) const {
+  return value_->is_object() && value_->find(key) != value_->end();
+}
+
+std::size_t JsonAt::size() const {
+  if (!value_->is_array()) fail("expected an array, found " + type_of(*value_));
+  return value_->size();
+}
+
+double JsonAt::number() const {
+  if (!value_->is_number()) fail("expected a number, found " + type_of(*value_));
+  return value_->get<double>();
+}
+
+double JsonAt::non_negative() const {
+  const double value = number();
+  if (!(value >= 0.0)) fail("must not be negative");
+  return value;
+}
+
+double JsonAt::number_or_nan() const {
+  if (value_->is_null()) return std::numeric_limits<double>::quiet_NaN();
+  if (!value_->is_number()) fail("expected a number or null, found " + type_of(*value_));
+  return value_->get<double>();
+}
+
+std::optional<double> JsonAt::number_or_null() const {
+  if (value_->is_null()) return std::nullopt;
+  if (!value_->is_number()) fail("expected a number or null, found " + type_of(*value_));
+  return value_->get<double>();
+}
+
+int JsonAt::integer() const {
+  if (!value_->is_number_integer()) fail("expected an integer, found " + type_of(*value_));
+  const bool fits = value_->is_number_unsigned()
+                        ? value_->get<std::uint64_t>() <=
+                              static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+                        : value_->get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+                              value_->get<std::int64_t>() <= std::numeric_limits<int>::max();
+  if (!fits) fail("is out of range");
+  return value_->get<int>();
+}
+
+std::int64_t JsonAt::count() const {
+  if (!value_->is_number_integer()) fail("expected an integer, found " + type_of(*value_));
+  if (value_->is_number_unsigned() &&
+      value_->get<std::uint64_t>() >
+          static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    fail("is out of range");
+  }
+  const std::int64_t value = value_->get<std::int64_t>();
+  if (value < 0) fail("must not be negative");
+  return value;
+}
+
+std::string JsonAt::string() const {
+  if (!value_->is_string()) fail("expected a string, found " + type_of(*value_));
+  return value_->get<std::string>();
+}
+
+std::optional<std::string> JsonAt::string_or_null() const {
+  if (value_->is_null()) return std::nullopt;
+  return string();
+}
+
+std::vector<std::string> JsonAt::strings() const {
+  std::vector<std::string> out;
+  const std::size_t n = size();
+  for (std::size_t i = 0; i < n; ++i) out.push_back(at(i).string());
+  return out;
+}
+
+Json epoch_to_json(const EpochRecord& e) {
+  return Json{{"epoch", e.epoch},
+              {"seconds", e.seconds},
+              {"train_seconds", e.train_seconds},
+              {"train_images_per_s", e.train_images_per_s},
+              {"images", e.images},
+              {"steps", e.steps},
+              {"train_loss", e.train_loss},
+              {"test_loss", e.test_loss},
+              {"test_accuracy", e.test_accuracy},
+              {"test_accuracy_top5", e.test_accuracy_top5},
+              {"skipped_steps", e.skipped_steps}};
+}
+
+EpochRecord epoch_from_json(const JsonAt& j) {
+  EpochRecord e;
+  e.epoch = j["epoch"].integer();
+  e.seconds = j["seconds"].non_negative();
+  e.train_seconds = j["train_seconds"].non_negative();
+  e.train_images_per_s = j["train_images_per_s"].non_negative();
+  e.images = j["images"].count();
+  e.steps = j["steps"].count();
+  e.train_loss = j["train_loss"].number_or_nan();
+  e.test_loss = j["test_loss"].number_or_nan();
+  e.test_accuracy = j["test_accuracy"].number_or_nan();
+  if (j.has("test_accuracy_top5")) e.test_accuracy_top5 = j["test_accuracy_top5"].number_or_nan();
+  if (j.has("skipped_steps")) e.skipped_steps = j["skipped_steps"].count();
+  return e;
+}
+
+EpochRecord epoch_from_json(const nlohmann::json& j) {
+  const Json ordered(j);
+  return epoch_from_json(JsonAt(ordered, "epoch record"));
+}
+
+Json rank_to_json(const RankRecord& r) {
+  return Json{{"rank", r.rank},
+              {"device", r.device},
+              {"peak_rss_mb", r.peak_rss_mb},
+              {"cuda_peak_allocated_mb", number_or_null(r.cuda_peak_allocated_mb)},
+              {"cuda_peak_reserved_mb", number_or_null(r.cuda_peak_reserved_mb)},
+              {"cuda_driver_used_mb", number_or_null(r.cuda_driver_used_mb)},
+              {"compute_seconds", r.compute_seconds},
+              {"comm_wait_seconds", r.comm_wait_seconds},
+              {"comm_busy_seconds", r.comm_busy_seconds}};
+}
+
+RankRecord rank_from_json(const JsonAt& j) {
+  RankRecord r;
+  r.rank = j["rank"].integer();
+  r.device = j["device"].string();
+  r.peak_rss_mb = j["peak_rss_mb"].non_negative();
+  r.cuda_peak_allocated_mb = j["cuda_peak_allocated_mb"].number_or_null();
+  r.cuda_peak_reserved_mb = j["cuda_peak_reserved_mb"].number_or_null();
+  r.cuda_driver_used_mb = j["cuda_driver_used_mb"].number_or_null();
+  r.compute_seconds = j["compute_seconds"].non_negative();
+  r.comm_wait_seconds = j["comm_wait_seconds"].non_negative();
+  r.comm_busy_seconds = j["comm_busy_seconds"].non_negative();
+  return r;
+}
+
+Json env_to_json(const RunEnv& env) {
+  return Json{{"os", env.os},
+              {"libtorch", env.libtorch},
+              {"backend", env.backend},
+              {"world_size", env.world_size},
+              {"strategy", env.strategy},
+              {"devices", env.devices},
+              {"cuda", env.cuda ? Json(*env.cuda) : Json(nullptr)}};
+}
+
+RunEnv env_from_json(const JsonAt& j) {
+  RunEnv env;
+  env.os = j["os"].string();
+  env.libtorch = j["libtorch"].string();
+  env.backend = j["backend"].string();
+  env.world_size = j["world_size"].integer();
+  if (env.world_size < 1) j["world_size"].fail("must be at least 1");
+  env.strategy = j["strategy"].string();
+  env.devices = j["devices"].strings();
+  env.cuda = j["cuda"].string_or_null();
+  return env;
+}
+
+Json report_to_json(const RunSummary& s) {
+  Json report;
+  report["schema"] = std::string(kReportSchema);
+  report["config"] = Json::parse(s.config_json);
+  report["env"] = env_to_json(s.env);
+  Json epochs = Json::array();
+  for (const auto& e : s.epochs) epochs.push_back(epoch_to_json(e));
+  report["epochs"] = epochs;
+  report["total_seconds"] = s.total_seconds;
+  report["images_per_s"] = s.images_per_s;
+  Json ranks = Json::array();
+  for (const auto& r : s.ranks) ranks.push_back(rank_to_json(r));
+  report["ranks"] = ranks;
+  if (!s.epochs.empty()) {
+    report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
+                       {"test_loss", s.epochs.back().test_loss},
+                       {"test_accuracy_top5", s.epochs.back().test_accuracy_top5}};
+  } else {
+    report["final"] = {
+        {"test_accuracy", nullptr}, {"test_loss", nullptr}, {"test_accuracy_top5", nullptr}};
+  }
+  return report;
+}
+
+RunSummary report_from_json(const JsonAt& j) {
+  if (!j.json().is_object()) j.fail("expected a JSON object, found " + JsonAt::type_of(j.json()));
+  const std::string schema = j["schema"].string();
+  if (schema != kReportSchema) {
+    j["schema"].fail(detail::concat("is \"", schema, "\", expected \"", kReportSchema, "\""));
+  }
+  RunSummary s;
+  s.config_json = j["config"].object().json().dump();
+  s.env = env_from_json(j["env"]);
+  const JsonAt epochs = j["epochs"];
+  for (std::size_t i = 0; i < epochs.size(); ++i) s.epochs.push_back(epoch_from_json(epochs.at(i)));
+  s.total_seconds = j["total_seconds"].non_negative();
+  s.images_per_s = j["images_per_s"].non_negative();
+  const JsonAt ranks = j["ranks"];
+  for (std::size_t i = 0; i < ranks.size(); ++i) s.ranks.push_back(rank_from_json(ranks.at(i)));
+  j["final"].object();  // derived from the epochs, so only its presence is checked
+  return s;
+}
+
+std::string os_name() {
+#if defined(_WIN32)
+  return "windows";
+#elif defined(__APPLE__)
+  return "macos";
+#else
+  return "linux";
+#endif
+}
+
+}  // namespace partrain

@@ -1,0 +1,126 @@
+// defines: the report.json format, in one place — kReportSchema, the records a run reports
+// (EpochRecord, RankRecord, RunEnv, RunSummary) and, for each, the pair of functions that write
+// it as JSON and read it back (epoch_to_json/epoch_from_json, rank_..., env_..., report_...);
+// JsonAt, a value of a parsed document with its JSON path; os_name(). LibTorch-free.
+//
+// The writer (report_writer.h), the reader (report_reader.h), metrics.jsonl, the checkpoints'
+// epoch list and the tests' synthetic reports all go through these functions, so a field named
+// here is named the same everywhere. Losses and accuracies may be NaN (a run that diverged):
+// JSON has no NaN, so they are written as null and read back as NaN.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace partrain {
+
+inline constexpr std::string_view kReportSchema = "partrain.report/1";
+
+// A value inside a parsed JSON document and the path that leads to it ("ranks[1].device").
+// Whatever is missing or ill-typed is a UsageError "DOCUMENT: PATH: what is wrong", because a
+// document is often written by another program (or another version) and the user has to find
+// what it got wrong. It refers to the document: keep that alive while a JsonAt is in use.
+class JsonAt {
+ public:
+  JsonAt(const nlohmann::ordered_json& value, std::string document, std::string path = "");
+
+  JsonAt operator[](const char* key) const;  // a member of an object; missing: an error
+  JsonAt at(std::size_t index) const;        // an element of an array; missing: an error
+  bool has(const char* key) const;           // an object with that member
+  std::size_t size() const;                  // of an array; anything else: an error
+  JsonAt object() const;                     // itself, checked to be an object
+
+  double number() const;
+  double non_negative() const;
+  double number_or_nan() const;  // null (how NaN is written) reads as NaN
+  std::optional<double> number_or_null() const;
+  int integer() const;
+  std::int64_t count() const;  // an integer, not negative
+  std::string string() const;
+  std::optional<std::string> string_or_null() const;
+  std::vector<std::string> strings() const;  // an array of strings
+
+  const nlohmann::ordered_json& json() const { return *value_; }
+  const std::string& path() const { return path_; }
+  [[noreturn]] void fail(const std::string& what) const;
+
+  // "an integer", "a string", "null", ... for "expected X, found Y".
+  static std::string type_of(const nlohmann::ordered_json& value);
+
+ private:
+  const nlohmann::ordered_json* value_;
+  std::string document_;
+  std::string path_;
+};
+
+struct EpochRecord {
+  int epoch = 0;
+  double seconds = 0;        // wall time of the epoch: training plus evaluation
+  double train_seconds = 0;  // training part only; images/s is measured on it
+  double train_images_per_s = 0;
+  std::int64_t images = 0;  // training images, all ranks
+  std::int64_t steps = 0;   // optimizer steps taken so far
+  double train_loss = 0;
+  double test_loss = 0;
+  double test_accuracy = 0;
+  double test_accuracy_top5 = 0;
+  std::int64_t skipped_steps = 0;  // f16: steps so far skipped for gradients that overflowed
+};
+
+struct RankRecord {
+  int rank = 0;
+  std::string device;
+  double peak_rss_mb = 0;
+  std::optional<double> cuda_peak_allocated_mb;
+  std::optional<double> cuda_peak_reserved_mb;
+  std::optional<double> cuda_driver_used_mb;  // what the driver reports for the device
+  double compute_seconds = 0;
+  double comm_wait_seconds = 0;
+  double comm_busy_seconds = 0;
+};
+
+std::string os_name();  // "linux", "windows", "macos": what this binary was built for
+
+struct RunEnv {
+  std::string os = os_name();
+  std::string libtorch;
+  std::string backend;  // "none" for a single process
+  int world_size = 1;
+  std::string strategy;
+  std::vector<std::string> devices;
+  std::optional<std::string> cuda;
+};
+
+// What report.json holds. Its "final" object is not a field: it repeats the last epoch's
+// figures (null without epochs) for readers that want only those.
+struct RunSummary {
+  std::string config_json;  // the resolved config (config_to_json), embedded as an object
+  RunEnv env;
+  std::vector<EpochRecord> epochs;
+  double total_seconds = 0;
+  double images_per_s = 0;
+  std::vector<RankRecord> ranks;
+};
+
+// The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch
+// line of metrics.jsonl. test_accuracy_top5 and skipped_steps came later than the rest: absent
+// (checkpoints and reports written before them), they read as 0.
+nlohmann::ordered_json epoch_to_json(const EpochRecord& record);
+EpochRecord epoch_from_json(const JsonAt& j);
+EpochRecord epoch_from_json(const nlohmann::json& j);  // errors name "epoch record"
+
+nlohmann::ordered_json rank_to_json(const RankRecord& record);
+RankRecord rank_from_json(const JsonAt& j);
+
+nlohmann::ordered_json env_to_json(const RunEnv& env);
+RunEnv env_from_json(const JsonAt& j);
+
+// The whole document, "schema" first; report_from_json() refuses any other schema.
+nlohmann::ordered_json report_to_json(const RunSummary& summary);
+RunSummary report_from_json(const JsonAt& j);
+
+}  // namespace partrain
