@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
@@ -47,10 +48,11 @@ std::string run_identity(Config config) {
   config.data.root.clear();
   config.data.num_workers = 0;
   config.train.threads = 0;
-  config.checkpoint.resume.clear();  // rank 0 decides where the run resumes
   config.comm.interface.clear();
   config.comm.host.clear();
-  return config_to_json(config);
+  nlohmann::ordered_json identity = nlohmann::ordered_json::parse(config_to_json(config));
+  identity["checkpoint"]["resume"] = "";  // rank 0 decides where the run resumes
+  return identity.dump();
 }
 
 // The counts of ranks on each node, from `source` (--nproc-per-node or the config's
@@ -127,7 +129,7 @@ int run(const RunOptions& o) {
 
   int nproc =
       config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
-  if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
+  if (config.launch.nproc_auto && config.strategy != StrategyKind::kDdp) nproc = 1;
   int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
   PARTRAIN_CHECK(o.node_rank >= 0 && o.node_rank < nnodes, UsageError, "--node-rank ", o.node_rank,
                  " is outside [0, ", nnodes, ")");
@@ -139,14 +141,15 @@ int run(const RunOptions& o) {
           : std::vector<int>(nnodes, nproc);
   int world = 0;
   for (const int n : node_sizes) world += n;
-  PARTRAIN_CHECK(world == 1 || config.strategy == "ddp", UsageError, "strategy ", config.strategy,
-                 " runs one process, but ", world, " ranks were asked for; use strategy: ddp");
+  PARTRAIN_CHECK(world == 1 || config.strategy == StrategyKind::kDdp, UsageError, "strategy ",
+                 name_of(config.strategy), " runs one process, but ", world,
+                 " ranks were asked for; use strategy: ddp");
 
   if (o.with_baseline) {
     PARTRAIN_CHECK(
-        config.strategy != "single", UsageError,
+        config.strategy != StrategyKind::kSingle, UsageError,
         "--with-baseline compares a parallel run with one device; this config is strategy single");
-    int code = run_baseline(o, config, config.strategy == "dp" ? 1 : world);
+    int code = run_baseline(o, config, config.strategy == StrategyKind::kDp ? 1 : world);
     if (code != 0) return code;
   }
   int code = 0;

@@ -60,9 +60,19 @@ constexpr std::size_t kMaxChannels = 64;
 
 // Channels of the images a dataset yields (image-folder decodes everything as RGB, as
 // torchvision's ImageFolder does); 0 where only the files know (tensors).
-int dataset_channels(const std::string& dataset) {
-  if (dataset == "fashion-mnist" || dataset == "mnist") return 1;
-  if (dataset == "tensors") return 0;
+int dataset_channels(DatasetKind dataset) {
+  switch (dataset) {
+    case DatasetKind::kFashionMnist:
+    case DatasetKind::kMnist:
+      return 1;
+    case DatasetKind::kTensors:
+      return 0;
+    case DatasetKind::kCifar100:
+    case DatasetKind::kCifar10:
+    case DatasetKind::kImageFolder:
+    case DatasetKind::kSynthetic:
+      return 3;
+  }
   return 3;
 }
 
@@ -105,7 +115,9 @@ void read_launch(Section launch, LaunchConfig& l) {
 void read_comm(Section comm, CommConfig& m) {
   comm.read("backend", m.backend, {"gloo", "asio-ring", "shm", "hierarchical", "nccl", "auto"});
   comm.read_double("bucket_mb", m.bucket_mb, 0.001, 4096);
-  comm.read("wire_dtype", m.wire_dtype, {"f32", "f16", "bf16"});
+  std::string wire_dtype;
+  comm.read("wire_dtype", wire_dtype, {"f32", "f16", "bf16"});
+  if (!wire_dtype.empty()) m.wire_dtype = comm::parse_dtype(wire_dtype);
   comm.read_double("timeout_s", m.timeout_s, 0.1, 86400.0 * 7);
   comm.read_checked("interface", m.interface, interface_problem);
   comm.read_checked("host", m.host, host_problem);
@@ -116,10 +128,10 @@ void read_comm(Section comm, CommConfig& m) {
 // its key's place.
 void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node& image_size,
                       const YAML::Node& mean, const YAML::Node& std_dev) {
-  if (d.image_size != 0 && d.dataset != "image-folder") {
+  if (d.image_size != 0 && d.dataset != DatasetKind::kImageFolder) {
     fail(data.origins(), "data.image_size", image_size.Mark(),
-         "resizing applies to data.dataset image-folder only, not " + d.dataset +
-             " (set it to 0 or remove it)");
+         detail::concat("resizing applies to data.dataset image-folder only, not ",
+                        name_of(d.dataset), " (set it to 0 or remove it)"));
   }
   // Datasets whose channel count is fixed: a mean or std list of another length is caught here
   // with its place in the file; for tensors the count is known only once the file is read.
@@ -129,7 +141,8 @@ void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node
     if (channels > 0 && !values->empty() && values->size() != 1 &&
         values->size() != static_cast<std::size_t>(channels)) {
       fail(data.origins(), std::string("data.") + key, node.Mark(),
-           detail::concat(values->size(), " values, but ", d.dataset, " images have ", channels,
+           detail::concat(values->size(), " values, but ", name_of(d.dataset), " images have ",
+                          channels,
                           channels == 1 ? std::string(" channel (give 1)")
                                         : detail::concat(" channels (give 1 or ", channels, ")")));
     }
@@ -137,9 +150,7 @@ void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node
 }
 
 void read_data(Section data, DataConfig& d) {
-  data.read(
-      "dataset", d.dataset,
-      {"cifar100", "cifar10", "fashion-mnist", "mnist", "image-folder", "tensors", "synthetic"});
+  data.read_enum("dataset", d.dataset);
   data.read("root", d.root);
   data.read_bool("download", d.download);
   data.read("url", d.url);
@@ -178,7 +189,7 @@ void check_torchscript(Section& model, const ModelConfig& m, const YAML::Node& t
 }
 
 // model.sync_batchnorm needs BatchNorm layers it can reach and ranks to share statistics with.
-void check_sync_batchnorm(const Section& model, const ModelConfig& m, const std::string& strategy,
+void check_sync_batchnorm(const Section& model, const ModelConfig& m, StrategyKind strategy,
                           const YAML::Node& sync_batchnorm) {
   if (!m.sync_batchnorm) return;
   auto reject = [&](const std::string& why) {
@@ -189,21 +200,22 @@ void check_sync_batchnorm(const Section& model, const ModelConfig& m, const std:
         "not available with model.torchscript: its BatchNorm layers are compiled into the saved "
         "module, where partrain cannot replace them; set it false");
   }
-  if (strategy == "dp") {
+  if (strategy == StrategyKind::kDp) {
     reject(
         "needs strategy ddp (or single, where it changes nothing): dp's replicas live in one "
         "process and normalise each device's piece on its own, as in PyTorch");
   }
-  if (m.name == "mlp" || m.norm == "none") {
-    reject("model " + m.name + (m.name == "mlp" ? "" : " with norm: none") +
-           " has no BatchNorm layers to synchronise");
+  if (m.name == ModelName::kMlp || m.norm == Norm::kNone) {
+    reject(detail::concat("model ", name_of(m.name),
+                          m.name == ModelName::kMlp ? "" : " with norm: none",
+                          " has no BatchNorm layers to synchronise"));
   }
 }
 
-void read_model(Section model, ModelConfig& m, const std::string& strategy) {
-  model.read("name", m.name, {"digitalnet", "resnet18", "mlp"});
+void read_model(Section model, ModelConfig& m, StrategyKind strategy) {
+  model.read_enum("name", m.name);
   model.read_int("width", m.width, 1, 4096);
-  model.read("norm", m.norm, {"batch", "none"});
+  model.read_enum("norm", m.norm);
   const YAML::Node torchscript = model.raw("torchscript");
   model.read("torchscript", m.torchscript);
   const YAML::Node sync_batchnorm = model.raw("sync_batchnorm");
@@ -214,14 +226,14 @@ void read_model(Section model, ModelConfig& m, const std::string& strategy) {
 }
 
 void read_optimizer(Section opt, OptimizerConfig& o) {
-  opt.read("name", o.name, {"sgd", "adamw"});
-  if (o.name == "adamw") {  // PyTorch's defaults for AdamW
+  opt.read_enum("name", o.name);
+  if (o.name == OptimizerName::kAdamW) {  // PyTorch's defaults for AdamW
     o.lr = 1.0e-3;
     o.weight_decay = 0.01;
   }
   opt.read_double("lr", o.lr, 0.0, 1e6);
   opt.read_double("weight_decay", o.weight_decay, 0.0, 1e3);
-  if (o.name == "sgd") {
+  if (o.name == OptimizerName::kSgd) {
     opt.read_double("momentum", o.momentum, 0.0, 1.0);
     opt.read_bool("nesterov", o.nesterov);
     refuse(opt, "betas", "applies to optimizer adamw only, not sgd");
@@ -251,9 +263,9 @@ void read_optimizer(Section opt, OptimizerConfig& o) {
 }
 
 void read_schedule(Section sched, ScheduleConfig& s, double lr) {
-  sched.read("name", s.name, {"constant", "step", "cosine"});
+  sched.read_enum("name", s.name);
   sched.read_int("warmup_steps", s.warmup_steps, 0, kMaxCount);
-  if (s.name == "step") {
+  if (s.name == ScheduleName::kStep) {
     const YAML::Node n = sched.raw("step_size");
     sched.read_int("step_size", s.step_size, 1, kMaxCount);
     if (!n.IsDefined() || n.IsNull()) {
@@ -262,10 +274,12 @@ void read_schedule(Section sched, ScheduleConfig& s, double lr) {
     }
     sched.read_double("gamma", s.gamma, 0.0, 1.0);
   } else {
-    refuse(sched, "step_size", "applies to schedule step only, not " + s.name);
-    refuse(sched, "gamma", "applies to schedule step only, not " + s.name);
+    const std::string not_step =
+        detail::concat("applies to schedule step only, not ", name_of(s.name));
+    refuse(sched, "step_size", not_step);
+    refuse(sched, "gamma", not_step);
   }
-  if (s.name == "cosine") {
+  if (s.name == ScheduleName::kCosine) {
     const YAML::Node n = sched.raw("min_lr");
     sched.read_double("min_lr", s.min_lr, 0.0, 1e6);
     if (s.min_lr > lr) {
@@ -274,12 +288,13 @@ void read_schedule(Section sched, ScheduleConfig& s, double lr) {
       fail(sched.origins(), sched.full("min_lr"), n.Mark(), msg.str());
     }
   } else {
-    refuse(sched, "min_lr", "applies to schedule cosine only, not " + s.name);
+    refuse(sched, "min_lr",
+           detail::concat("applies to schedule cosine only, not ", name_of(s.name)));
   }
   sched.finish();
 }
 
-void read_train(Section train, TrainConfig& t, const std::string& device) {
+void read_train(Section train, TrainConfig& t, DeviceChoice device) {
   train.read_int("epochs", t.epochs, 1, 100000);
   train.read_int("max_steps", t.max_steps, 0, kMaxCount);
   train.read_int("accumulate_steps", t.accumulate_steps, 1, 1 << 16);
@@ -288,11 +303,11 @@ void read_train(Section train, TrainConfig& t, const std::string& device) {
   train.read_double("label_smoothing", t.label_smoothing, 0.0, 1.0);
   train.read_double("clip_grad_norm", t.clip_grad_norm, 0.0, 1e9);
   const YAML::Node precision = train.raw("precision");
-  train.read("precision", t.precision, {"f32", "bf16", "f16"});
+  train.read_enum("precision", t.precision);
   read_optimizer(train.section("optimizer"), t.optimizer);
   read_schedule(train.section("schedule"), t.schedule, t.optimizer.lr);
   train.finish();
-  if (t.precision == "f16" && device == "cpu") {
+  if (t.precision == Precision::kF16 && device == DeviceChoice::kCpu) {
     fail(train.origins(), "train.precision", precision.Mark(),
          "f16 needs device cuda: autocast on the CPU computes in bf16 only (use precision bf16 "
          "or f32)");
@@ -302,7 +317,12 @@ void read_train(Section train, TrainConfig& t, const std::string& device) {
 void read_checkpoint(Section ckpt, CheckpointConfig& k) {
   ckpt.read_int("every_epochs", k.every_epochs, 0, 100000);
   ckpt.read_int("keep", k.keep, 1, 100000);
-  ckpt.read("resume", k.resume);
+  // auto | never | PATH; whether PATH exists is checked once every key is read.
+  if (const std::optional<std::string> resume = ckpt.read_text("resume")) {
+    k.resume = *resume == "auto"    ? ResumeFrom{ResumeMode::kAuto, ""}
+               : *resume == "never" ? ResumeFrom{ResumeMode::kNever, ""}
+                                    : ResumeFrom{ResumeMode::kPath, *resume};
+  }
   ckpt.finish();
 }
 
@@ -311,8 +331,8 @@ void read_checkpoint(Section ckpt, CheckpointConfig& k) {
 void read_config(Section& top, Config& c) {
   top.read("name", c.name);
   top.read_int("seed", c.seed, 0, std::numeric_limits<long long>::max());
-  top.read("device", c.device, {"cuda", "cpu", "auto"});
-  top.read("strategy", c.strategy, {"ddp", "dp", "single"});
+  top.read_enum("device", c.device);
+  top.read_enum("strategy", c.strategy);
   read_launch(top.section("launch"), c.launch);
   read_comm(top.section("comm"), c.comm);
   read_data(top.section("data"), c.data);
@@ -333,12 +353,12 @@ void read_config(Section& top, Config& c) {
 
 // Checks that involve more than one section, once every key has been read.
 void check_across_sections(const Origins& origins, const Config& c) {
-  if (c.checkpoint.resume != "auto" && c.checkpoint.resume != "never" &&
-      !std::filesystem::exists(c.checkpoint.resume)) {
+  const ResumeFrom& resume = c.checkpoint.resume;
+  if (resume.mode == ResumeMode::kPath && !std::filesystem::exists(resume.path)) {
     fail(origins, "checkpoint.resume", YAML::Mark::null_mark(),
-         "'" + c.checkpoint.resume + "' is neither auto, never nor an existing checkpoint file");
+         "'" + resume.path + "' is neither auto, never nor an existing checkpoint file");
   }
-  if (c.strategy == "single" && !c.launch.nproc_auto &&
+  if (c.strategy == StrategyKind::kSingle && !c.launch.nproc_auto &&
       (c.launch.nproc_per_node > 1 || !c.launch.node_sizes.empty())) {
     fail(origins, "strategy", YAML::Mark::null_mark(),
          "strategy single runs one process; launch.nproc_per_node must be 1 (use strategy: ddp)");

@@ -13,8 +13,8 @@ using Json = nlohmann::ordered_json;
 // The keys of the chosen optimizer and schedule only: the resolved config reads back as it
 // was meant (a key of another optimizer would be refused).
 Json optimizer_json(const OptimizerConfig& o) {
-  Json j = {{"name", o.name}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
-  if (o.name == "sgd") {
+  Json j = {{"name", name_of(o.name)}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
+  if (o.name == OptimizerName::kSgd) {
     j["momentum"] = o.momentum;
     j["nesterov"] = o.nesterov;
   } else {
@@ -25,12 +25,12 @@ Json optimizer_json(const OptimizerConfig& o) {
 }
 
 Json schedule_json(const ScheduleConfig& s) {
-  Json j = {{"name", s.name}, {"warmup_steps", s.warmup_steps}};
-  if (s.name == "step") {
+  Json j = {{"name", name_of(s.name)}, {"warmup_steps", s.warmup_steps}};
+  if (s.name == ScheduleName::kStep) {
     j["step_size"] = s.step_size;
     j["gamma"] = s.gamma;
   }
-  if (s.name == "cosine") j["min_lr"] = s.min_lr;
+  if (s.name == ScheduleName::kCosine) j["min_lr"] = s.min_lr;
   return j;
 }
 
@@ -79,12 +79,16 @@ Json launch_json(const LaunchConfig& l) {
 }
 
 Json comm_json(const CommConfig& m) {
-  return {{"backend", m.backend},     {"bucket_mb", m.bucket_mb}, {"wire_dtype", m.wire_dtype},
-          {"timeout_s", m.timeout_s}, {"interface", m.interface}, {"host", m.host}};
+  return {{"backend", m.backend},
+          {"bucket_mb", m.bucket_mb},
+          {"wire_dtype", comm::dtype_name(m.wire_dtype)},
+          {"timeout_s", m.timeout_s},
+          {"interface", m.interface},
+          {"host", m.host}};
 }
 
 Json data_json(const DataConfig& d) {
-  return {{"dataset", d.dataset},
+  return {{"dataset", name_of(d.dataset)},
           {"root", d.root},
           {"download", d.download},
           {"url", d.url},
@@ -105,9 +109,9 @@ Json data_json(const DataConfig& d) {
 Json model_json(const ModelConfig& m) {
   const bool builtin = m.torchscript.empty();
   auto builtin_only = [builtin](const Json& v) { return builtin ? v : Json(nullptr); };
-  return {{"name", builtin_only(m.name)},
+  return {{"name", builtin_only(name_of(m.name))},
           {"width", builtin_only(m.width)},
-          {"norm", builtin_only(m.norm)},
+          {"norm", builtin_only(name_of(m.norm))},
           {"torchscript", or_null(m.torchscript)},
           {"sync_batchnorm", m.sync_batchnorm}};
 }
@@ -120,9 +124,22 @@ Json train_json(const TrainConfig& t) {
           {"schedule", schedule_json(t.schedule)},
           {"label_smoothing", t.label_smoothing},
           {"clip_grad_norm", t.clip_grad_norm},
-          {"precision", t.precision},
+          {"precision", name_of(t.precision)},
           {"threads", t.threads},
           {"log_every", t.log_every}};
+}
+
+// auto | never | the path: as the key is written.
+std::string resume_text(const ResumeFrom& resume) {
+  switch (resume.mode) {
+    case ResumeMode::kAuto:
+      return "auto";
+    case ResumeMode::kNever:
+      return "never";
+    case ResumeMode::kPath:
+      return resume.path;
+  }
+  return resume.path;
 }
 
 }  // namespace
@@ -131,8 +148,8 @@ std::string config_to_json(const Config& c) {
   Json j;
   j["name"] = c.name;
   j["seed"] = c.seed;
-  j["device"] = c.device;
-  j["strategy"] = c.strategy;
+  j["device"] = name_of(c.device);
+  j["strategy"] = name_of(c.strategy);
   j["launch"] = launch_json(c.launch);
   j["comm"] = comm_json(c.comm);
   j["data"] = data_json(c.data);
@@ -140,7 +157,7 @@ std::string config_to_json(const Config& c) {
   j["train"] = train_json(c.train);
   j["checkpoint"] = {{"every_epochs", c.checkpoint.every_epochs},
                      {"keep", c.checkpoint.keep},
-                     {"resume", c.checkpoint.resume}};
+                     {"resume", resume_text(c.checkpoint.resume)}};
   j["output"] = {{"dir", c.output_dir}};
   j["reference"] = or_null(c.reference);
   return j.dump();

@@ -53,6 +53,8 @@ class Section {
   // naming the key and its place when the value has the wrong type or is out of range.
   void read(const std::string& key, std::string& out,
             std::initializer_list<const char*> allowed = {});
+  // The text of a key that must be a UTF-8 string; nullopt when it is absent (or null).
+  std::optional<std::string> read_text(const std::string& key);
   // A string that `problem` accepts: it returns what is wrong with a value, or "".
   void read_checked(const std::string& key, std::string& out,
                     const std::function<std::string(const std::string&)>& problem);
@@ -83,8 +85,6 @@ class Section {
  private:
   YAML::Node child(const std::string& key);
   static bool present(const YAML::Node& n) { return n.IsDefined() && !n.IsNull(); }
-  // The UTF-8 text of a scalar key; nullopt when it is absent.
-  std::optional<std::string> read_text(const std::string& key);
   std::optional<long long> read_integer(const std::string& key, long long min, long long max);
   void check_range(const std::string& key, const YAML::Node& n, double value, double min,
                    double max);

@@ -221,9 +221,9 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
                  {"epoch", epoch},
                  {"step", at.step},
                  {"world_size", env_.world_size},
-                 {"model", config_.model.name},
+                 {"model", name_of(config_.model.name)},
                  {"width", config_.model.width},
-                 {"norm", config_.model.norm},
+                 {"norm", name_of(config_.model.norm)},
                  {"seed", config_.seed},
                  {"optimizer", optimizer_name(optimizer)},
                  {"test_accuracy", epochs.empty() ? 0.0 : epochs.back().test_accuracy},
@@ -272,9 +272,9 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
 // checkpoint and broadcasts its bytes (or "start fresh", or "failed"); every rank then loads
 // the same bytes through the same checks.
 std::string Checkpointer::choose_checkpoint() const {
-  const std::string& mode = config_.checkpoint.resume;
-  if (mode == "never") return "";
-  if (mode != "auto") return mode;
+  const ResumeFrom& resume = config_.checkpoint.resume;
+  if (resume.mode == ResumeMode::kNever) return "";
+  if (resume.mode == ResumeMode::kPath) return resume.path;
   std::string manifest_path = dir_ + "/latest.json";
   if (!fs::exists(manifest_path)) return "";
   std::string path;

@@ -24,10 +24,10 @@ std::string master_host(const std::string& rendezvous) {
 RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::Device& device) {
   RankGroup group;
   group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
-  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ",
-                 cfg.strategy, " runs in one process, but the launch has ", env.world_size,
+  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError, "strategy ",
+                 name_of(cfg.strategy), " runs in one process, but the launch has ", env.world_size,
                  " ranks; use strategy: ddp");
-  if (cfg.strategy != "ddp") return group;
+  if (cfg.strategy != StrategyKind::kDdp) return group;
 
   std::string rendezvous = env.rendezvous;
   if (rendezvous.empty() && env.world_size == 1) {
@@ -53,7 +53,7 @@ RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::De
   comm::CommOptions co;
   co.backend = cfg.comm.backend;
   co.timeout = group.timeout;
-  co.wire_dtype = comm::parse_dtype(cfg.comm.wire_dtype);
+  co.wire_dtype = cfg.comm.wire_dtype;
   co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
   co.device_index = device.is_cuda() ? device.index() : 0;
   co.token = env.token;
