@@ -52,7 +52,7 @@ TEST_F(ConfigTest, DefaultsAndValues) {
                         "data: {batch_size: 7, dataset: cifar100}\ntrain: {epochs: 2}\n"));
   EXPECT_EQ(c.name, "x");
   EXPECT_EQ(c.strategy, StrategyKind::kDdp);
-  EXPECT_EQ(c.launch.nproc_per_node, 3);
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::every_node(3));
   EXPECT_EQ(c.data.batch_size, 7);
   EXPECT_EQ(c.data.dataset, DatasetKind::kCifar100);
   EXPECT_EQ(c.train.epochs, 2);
@@ -63,18 +63,19 @@ TEST_F(ConfigTest, DefaultsAndValues) {
 
 TEST_F(ConfigTest, NprocAuto) {
   Config c = load_config(write("strategy: ddp\nlaunch: {nproc_per_node: auto}\n"));
-  EXPECT_TRUE(c.launch.nproc_auto);
+  EXPECT_TRUE(c.launch.nproc_per_node.is_auto());
+  EXPECT_NE(config_to_json(c).find("\"nproc_per_node\":\"auto\""), std::string::npos);
 }
 
 // One count per node, for machines with different numbers of ranks; each a whole count from
 // 1 to 1024, and shown as the list in the resolved config.
 TEST_F(ConfigTest, NprocPerNodeAsAListOfCountsPerNode) {
   Config c = load_config(write("strategy: ddp\nlaunch: {nnodes: 2, nproc_per_node: [2, 1]}\n"));
-  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{2, 1}));
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::per_node({2, 1}));
   EXPECT_NE(config_to_json(c).find("\"nproc_per_node\":[2,1]"), std::string::npos)
       << config_to_json(c);
   c = load_config(write("strategy: ddp\n"), {"launch.nproc_per_node=[1,3]"});
-  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{1, 3}));
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::per_node({1, 3}));
   EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 1.5]}\n"),
             ":2:30: launch.nproc_per_node: item 1: expected a whole number of ranks, got '1.5'");
   EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 0]}\n"),

@@ -13,15 +13,15 @@
 
 #include "comm_backends/buffer.h"
 #include "trainer/config/config_enums.h"
+#include "trainer/config/node_layout.h"
 
 namespace partrain {
 
 struct LaunchConfig {
-  int nproc_per_node = 1;  // 1..1024, ranks on each node
-  bool nproc_auto = false;
-  // nproc_per_node as a list, one count per node in node-rank order ([2, 1]: machines with
-  // different numbers of ranks); empty when it is one count or auto.
-  std::vector<int> node_sizes;
+  // Ranks on each node: one count (1..1024) for every node; auto, one rank per GPU with
+  // strategy ddp (1 otherwise); or one count per node in node-rank order ([2, 1], each
+  // 1..1024) for machines with different numbers of ranks. strategy single needs 1 or auto.
+  NodeLayout nproc_per_node;
   int nnodes = 1;  // 1..65536 machines, each running `partrain run` with its --node-rank
   // The store the ranks meet at: file://DIR, tcp://HOST:PORT or env:// (MASTER_ADDR and
   // MASTER_PORT from the workers' environment). Empty: the launcher's choice — a fresh file

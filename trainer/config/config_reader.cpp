@@ -84,28 +84,32 @@ void refuse(Section& section, const std::string& key, const std::string& why) {
 }
 
 // launch.nproc_per_node: a count, `auto`, or one whole count per node.
-void read_nproc_per_node(Section& launch, LaunchConfig& l) {
+void read_nproc_per_node(Section& launch, NodeLayout& out) {
   YAML::Node n = launch.raw("nproc_per_node");
   if (n.IsDefined() && n.IsScalar() && n.Scalar() == "auto") {
-    l.nproc_auto = true;
+    out = NodeLayout::automatic();
   } else if (n.IsDefined() && n.IsSequence()) {
     std::vector<double> counts;
     launch.read_double_list("nproc_per_node", counts, 1, 1024, 65536);
+    std::vector<int> per_node;
     for (std::size_t i = 0; i < counts.size(); ++i) {
       if (counts[i] != std::floor(counts[i])) {
         fail(launch.origins(), launch.full("nproc_per_node"), n[i].Mark(),
              detail::concat("item ", i, ": expected a whole number of ranks, got '", n[i].Scalar(),
                             "'"));
       }
-      l.node_sizes.push_back(static_cast<int>(counts[i]));
+      per_node.push_back(static_cast<int>(counts[i]));
     }
+    out = NodeLayout::per_node(per_node);
   } else {
-    launch.read_int("nproc_per_node", l.nproc_per_node, 1, 1024);
+    int count = out.count();
+    launch.read_int("nproc_per_node", count, 1, 1024);
+    out = NodeLayout::every_node(count);
   }
 }
 
 void read_launch(Section launch, LaunchConfig& l) {
-  read_nproc_per_node(launch, l);
+  read_nproc_per_node(launch, l.nproc_per_node);
   launch.read_int("nnodes", l.nnodes, 1, 65536);
   launch.read_checked("rendezvous", l.rendezvous, rendezvous_problem);
   launch.read_int("max_restarts", l.max_restarts, 0, 1000);
@@ -358,8 +362,9 @@ void check_across_sections(const Origins& origins, const Config& c) {
     fail(origins, "checkpoint.resume", YAML::Mark::null_mark(),
          "'" + resume.path + "' is neither auto, never nor an existing checkpoint file");
   }
-  if (c.strategy == StrategyKind::kSingle && !c.launch.nproc_auto &&
-      (c.launch.nproc_per_node > 1 || !c.launch.node_sizes.empty())) {
+  const NodeLayout& nodes = c.launch.nproc_per_node;
+  if (c.strategy == StrategyKind::kSingle &&
+      (nodes.is_per_node() || (!nodes.is_auto() && nodes.count() > 1))) {
     fail(origins, "strategy", YAML::Mark::null_mark(),
          "strategy single runs one process; launch.nproc_per_node must be 1 (use strategy: ddp)");
   }

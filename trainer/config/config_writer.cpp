@@ -69,10 +69,15 @@ Json or_null(const Value& value) {
   return value.empty() ? Json(nullptr) : Json(value);
 }
 
+// auto, the list of counts, or the count, as the key is written.
+Json nproc_per_node_json(const NodeLayout& nodes) {
+  if (nodes.is_auto()) return "auto";
+  if (nodes.is_per_node()) return nodes.counts();
+  return nodes.count();
+}
+
 Json launch_json(const LaunchConfig& l) {
-  return {{"nproc_per_node", l.nproc_auto            ? Json("auto")
-                             : !l.node_sizes.empty() ? Json(l.node_sizes)
-                                                     : Json(l.nproc_per_node)},
+  return {{"nproc_per_node", nproc_per_node_json(l.nproc_per_node)},
           {"nnodes", l.nnodes},
           {"rendezvous", l.rendezvous},
           {"max_restarts", l.max_restarts}};
