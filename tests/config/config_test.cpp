@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "comm_backends/communicator.h"
 #include "common/errors.h"
 
 namespace partrain {
@@ -144,41 +146,46 @@ TEST_F(ConfigTest, BadEnumValue) {
   EXPECT_EQ(error_of("device: ''\n"), ":1:9: device: '' is not one of cuda | cpu | auto");
 }
 
+// comm.backend stays a string: comm_backends' list of backends owns the names. The config
+// accepts every one of them and lists no other in its error.
+TEST_F(ConfigTest, BackendNamesAreCommBackendsOwn) {
+  const std::vector<std::string> names = comm::backend_names();
+  for (const std::string& name : names) {
+    EXPECT_EQ(load_config(write("name: x\n"), {"comm.backend=" + name}).comm.backend, name);
+  }
+  const std::string error = error_of("comm: {backend: mpi}\n");
+  EXPECT_EQ(static_cast<std::size_t>(std::count(error.begin(), error.end(), '|')) + 1, names.size())
+      << error;
+}
+
 // Each name of each enum's table reads as its enumerator and prints back as itself, so the
 // tables, the reader and the writers agree. A name missing from a table, or one that reads as
 // another enumerator, fails here.
 TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
-  auto check = [&](const std::string& key, auto field, auto table) {
+  auto check = [&](auto table, const std::string& key, auto field) {
+    const std::string leaf = key.substr(key.find_last_of('.') + 1);  // npos + 1 = 0: all of it
     for (const auto& entry : table) {
-      std::vector<std::string> overrides = {key + "=" + std::string(entry.name)};
+      std::vector<std::string> overrides = {detail::concat(key, "=", entry.name)};
       if (entry.name == "step") overrides.push_back("train.schedule.step_size=1");
       const Config c = load_config(write("name: x\n"), overrides);
       EXPECT_EQ(field(c), entry.value) << key << " " << entry.name;
       EXPECT_EQ(name_of(entry.value), entry.name);
-      EXPECT_NE(config_to_json(c).find("\"" + key.substr(key.rfind('.') + 1) + "\":\"" +
-                                       std::string(entry.name) + "\""),
-                std::string::npos)
-          << config_to_json(c);
+      const std::string json = config_to_json(c);
+      EXPECT_NE(json.find(detail::concat("\"", leaf, "\":\"", entry.name, "\"")), std::string::npos)
+          << json;
     }
   };
-  check(
-      "device", [](const Config& c) { return c.device; }, names_of(DeviceChoice{}));
-  check(
-      "strategy", [](const Config& c) { return c.strategy; }, names_of(StrategyKind{}));
-  check(
-      "train.precision", [](const Config& c) { return c.train.precision; }, names_of(Precision{}));
-  check(
-      "data.dataset", [](const Config& c) { return c.data.dataset; }, names_of(DatasetKind{}));
-  check(
-      "model.name", [](const Config& c) { return c.model.name; }, names_of(ModelName{}));
-  check(
-      "model.norm", [](const Config& c) { return c.model.norm; }, names_of(Norm{}));
-  check(
-      "train.optimizer.name", [](const Config& c) { return c.train.optimizer.name; },
-      names_of(OptimizerName{}));
-  check(
-      "train.schedule.name", [](const Config& c) { return c.train.schedule.name; },
-      names_of(ScheduleName{}));
+  check(names_of(DeviceChoice{}), "device", [](const Config& c) { return c.device; });
+  check(names_of(StrategyKind{}), "strategy", [](const Config& c) { return c.strategy; });
+  check(names_of(Precision{}), "train.precision",
+        [](const Config& c) { return c.train.precision; });
+  check(names_of(DatasetKind{}), "data.dataset", [](const Config& c) { return c.data.dataset; });
+  check(names_of(ModelName{}), "model.name", [](const Config& c) { return c.model.name; });
+  check(names_of(Norm{}), "model.norm", [](const Config& c) { return c.model.norm; });
+  check(names_of(OptimizerName{}), "train.optimizer.name",
+        [](const Config& c) { return c.train.optimizer.name; });
+  check(names_of(ScheduleName{}), "train.schedule.name",
+        [](const Config& c) { return c.train.schedule.name; });
 }
 
 TEST_F(ConfigTest, WireDtypeAndResume) {

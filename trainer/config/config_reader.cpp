@@ -1,6 +1,7 @@
 // YAML -> Config: one reader per section of the file, each reading its keys through a Section
-// (yaml_section.h), so that every error names the key and where it came from; the checks
-// that involve keys of more than one section follow the section they are about.
+// (yaml_section.h), so that every error names the key and where it came from. A check that
+// needs a key of a section read earlier runs in the later section's reader;
+// check_across_sections() holds those that need every key.
 #include <cctype>
 #include <cmath>
 #include <filesystem>
