@@ -196,8 +196,12 @@ TEST_F(ConfigTest, WireDtypeAndResume) {
   EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kPath);
   EXPECT_EQ(c.checkpoint.resume.path, checkpoint);
   EXPECT_NE(config_to_json(c).find("\"wire_dtype\":\"bf16\""), std::string::npos);
-  EXPECT_NE(config_to_json(c).find("\"resume\":\"" + checkpoint + "\""), std::string::npos);
-  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
+  // The path is printed as it is (and reads back as the same path: JSON escapes a Windows
+  // path's backslashes, so it is compared after the round trip).
+  const Config again = load_config(write(config_to_yaml(c)));
+  EXPECT_EQ(again.checkpoint.resume.mode, ResumeMode::kPath);
+  EXPECT_EQ(again.checkpoint.resume.path, checkpoint);
+  EXPECT_EQ(config_to_json(again), config_to_json(c));
   c = load_config(write("checkpoint: {resume: never}\n"));
   EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kNever);
   EXPECT_NE(config_to_json(c).find("\"resume\":\"never\""), std::string::npos);
