@@ -391,8 +391,7 @@ int start_ranks(const BenchArgs& args) {
   // What every node shares, for the run token: the address this host listens on is its own.
   for (const auto& arg : plan.worker_args) plan.run_identity += arg + '\n';
   if (!args.host.empty()) plan.worker_args.insert(plan.worker_args.end(), {"--host", args.host});
-  plan.nproc_per_node = args.world / args.nnodes;
-  plan.nnodes = args.nnodes;
+  plan.nodes = NodeLayout::per_node(std::vector<int>(args.nnodes, args.world / args.nnodes));
   plan.node_rank = args.node_rank;
   plan.master_addr = args.master_addr;
   plan.master_port = args.master_port;
@@ -402,7 +401,7 @@ int start_ranks(const BenchArgs& args) {
   if (code != 0) return code;
   if (args.node_rank != 0) {
     std::printf("bench: the %d ranks of node %d finished; node 0 prints the results\n",
-                plan.nproc_per_node, args.node_rank);
+                plan.nodes.ranks_on(args.node_rank), args.node_rank);
     return 0;
   }
   std::ifstream in(results_path);

@@ -9,8 +9,8 @@ add_library(partrain_launcher STATIC
   ${CMAKE_CURRENT_LIST_DIR}/launcher.cpp
   ${CMAKE_CURRENT_LIST_DIR}/${_platform_process})
 target_include_directories(partrain_launcher PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(partrain_launcher PUBLIC partrain_common Boost::headers Threads::Threads
-                      ${CMAKE_DL_LIBS})
+target_link_libraries(partrain_launcher PUBLIC partrain_common partrain_node_layout Boost::headers
+                      Threads::Threads ${CMAKE_DL_LIBS})
 # Boost.DLL (this executable's path) header-only, on std::filesystem instead of Boost's.
 target_compile_definitions(partrain_launcher PUBLIC BOOST_DLL_USE_STD_FS)
 if(WIN32)

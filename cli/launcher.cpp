@@ -379,44 +379,22 @@ class FreshStoreRoot {
   TempDir root_{"partrain-run"};
 };
 
-// The ranks of the whole run, and the first of this node's (ranks are numbered node by node).
-std::int64_t world_size_of(const LaunchPlan& plan) {
-  if (plan.node_sizes.empty()) return static_cast<std::int64_t>(plan.nproc_per_node) * plan.nnodes;
-  std::int64_t world = 0;
-  for (const int n : plan.node_sizes) world += n;
-  return world;
-}
-
-int first_rank_of(const LaunchPlan& plan) {
-  if (plan.node_sizes.empty()) return plan.node_rank * plan.nproc_per_node;
-  int first = 0;
-  for (int node = 0; node < plan.node_rank; ++node) first += plan.node_sizes[node];
-  return first;
-}
-
 void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(!plan.executable.empty(), UsageError, "no worker executable to launch");
-  PARTRAIN_CHECK_GE(plan.nproc_per_node, 1, UsageError, "nproc_per_node is too small");
-  PARTRAIN_CHECK_GE(plan.nnodes, 1, UsageError, "nnodes is too small");
-  PARTRAIN_CHECK(plan.node_rank >= 0 && plan.node_rank < plan.nnodes, UsageError, "node_rank ",
-                 plan.node_rank, " is outside 0..", plan.nnodes - 1, " (nnodes ", plan.nnodes, ")");
-  if (!plan.node_sizes.empty()) {
-    PARTRAIN_CHECK(static_cast<int>(plan.node_sizes.size()) == plan.nnodes, UsageError,
-                   "node_sizes names ", plan.node_sizes.size(), " nodes, but nnodes is ",
-                   plan.nnodes);
-    for (const int n : plan.node_sizes) {
-      PARTRAIN_CHECK(n >= 1 && n <= kMaxWorldSize, UsageError, "node_sizes: ", n,
-                     " ranks on a node is outside 1..", kMaxWorldSize);
-    }
-    PARTRAIN_CHECK(plan.node_sizes[plan.node_rank] == plan.nproc_per_node, UsageError,
-                   "node_sizes gives node ", plan.node_rank, " ", plan.node_sizes[plan.node_rank],
-                   " ranks, but nproc_per_node is ", plan.nproc_per_node);
+  PARTRAIN_CHECK(plan.nodes.is_per_node(), UsageError,
+                 "the plan's nodes need one count each (NodeLayout::for_nodes)");
+  for (const int n : plan.nodes.counts()) {
+    PARTRAIN_CHECK_GE(n, 1, UsageError, "nproc_per_node is too small");
   }
-  PARTRAIN_CHECK(world_size_of(plan) <= kMaxWorldSize, UsageError, world_size_of(plan),
+  const int nnodes = plan.nodes.nodes();
+  PARTRAIN_CHECK_GE(nnodes, 1, UsageError, "nnodes is too small");
+  PARTRAIN_CHECK(plan.node_rank >= 0 && plan.node_rank < nnodes, UsageError, "node_rank ",
+                 plan.node_rank, " is outside 0..", nnodes - 1, " (nnodes ", nnodes, ")");
+  PARTRAIN_CHECK(plan.nodes.world_size() <= kMaxWorldSize, UsageError, plan.nodes.world_size(),
                  " ranks in all is more than the ", kMaxWorldSize, " supported");
   PARTRAIN_CHECK(plan.master_port >= 0 && plan.master_port <= 65535, UsageError, "master_port ",
                  plan.master_port, " is outside 0..65535");
-  PARTRAIN_CHECK(plan.nnodes == 1 || plan.master_port != 0, UsageError,
+  PARTRAIN_CHECK(nnodes == 1 || plan.master_port != 0, UsageError,
                  "a master port is required with nnodes > 1: every node must name the same one");
   PARTRAIN_CHECK(!plan.master_addr.empty(), UsageError, "the master address is empty");
   PARTRAIN_CHECK_GE(plan.max_restarts, 0, UsageError, "max_restarts is negative");
@@ -473,11 +451,11 @@ std::string describe_stops(const GroupOutcome& o, milliseconds grace) {
 bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const std::string& token,
                                    const std::string& rendezvous, int master_port, int restart) {
   bp::environment env = boost::this_process::environment();
-  const std::int64_t world_size = world_size_of(plan);
-  env["RANK"] = std::to_string(first_rank_of(plan) + local_rank);
+  const int local_world_size = plan.nodes.ranks_on(plan.node_rank);
+  env["RANK"] = std::to_string(plan.nodes.first_rank(plan.node_rank) + local_rank);
   env["LOCAL_RANK"] = std::to_string(local_rank);
-  env["WORLD_SIZE"] = std::to_string(world_size);
-  env["LOCAL_WORLD_SIZE"] = std::to_string(plan.nproc_per_node);
+  env["WORLD_SIZE"] = std::to_string(plan.nodes.world_size());
+  env["LOCAL_WORLD_SIZE"] = std::to_string(local_world_size);
   env["MASTER_ADDR"] = plan.master_addr;
   env["MASTER_PORT"] = std::to_string(master_port);
   env["GROUP_RANK"] = std::to_string(plan.node_rank);
@@ -489,7 +467,7 @@ bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const
     // N ranks each starting an OpenMP pool of every core would oversubscribe N times.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     env["OMP_NUM_THREADS"] =
-        std::to_string(std::max(1u, cores / static_cast<unsigned>(plan.nproc_per_node)));
+        std::to_string(std::max(1u, cores / static_cast<unsigned>(local_world_size)));
   }
   for (const auto& [name, value] : plan.extra_env) env[name] = value;
   return env;
@@ -510,7 +488,7 @@ int pick_free_loopback_port() {
 
 std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token) {
   if (!env_token.empty()) return env_token;
-  if (plan.nnodes == 1) {
+  if (plan.nodes.nodes() == 1) {
     std::random_device random;
     auto draw64 = [&random] {
       return (static_cast<std::uint64_t>(random()) << 32) ^ static_cast<std::uint64_t>(random());
@@ -526,12 +504,12 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
   };
   add(plan.master_addr);
   add(std::to_string(plan.master_port));
-  add(std::to_string(plan.nnodes));
-  if (plan.node_sizes.empty()) {
-    add(std::to_string(plan.nproc_per_node));
+  add(std::to_string(plan.nodes.nodes()));
+  if (plan.nodes.is_even()) {
+    add(std::to_string(plan.nodes.ranks_on(0)));
   } else {  // the layout every node shares, not this node's own count
     std::string sizes = "node sizes";
-    for (const int n : plan.node_sizes) sizes += " " + std::to_string(n);
+    for (const int n : plan.nodes.counts()) sizes += " " + std::to_string(n);
     add(sizes);
   }
   if (!plan.run_identity.empty()) {
@@ -545,7 +523,9 @@ std::string choose_run_token(const LaunchPlan& plan, const std::string& env_toke
 
 std::string rendezvous_for(const LaunchPlan& plan, const std::string& fresh_dir) {
   if (!plan.rendezvous.empty()) return plan.rendezvous;
-  if (plan.nnodes > 1) return "tcp://" + plan.master_addr + ":" + std::to_string(plan.master_port);
+  if (plan.nodes.nodes() > 1) {
+    return "tcp://" + plan.master_addr + ":" + std::to_string(plan.master_port);
+  }
   // file:///tmp/x, and file:///C:/x for a Windows path.
   return fresh_dir.starts_with('/') ? "file://" + fresh_dir : "file:///" + fresh_dir;
 }
@@ -556,7 +536,8 @@ int launch(const LaunchPlan& plan) {
                 plan.err != nullptr ? *plan.err : std::cerr);
   const std::string token = choose_run_token(plan, env_value("PARTRAIN_RUN_TOKEN"));
   std::unique_ptr<FreshStoreRoot> fresh_store;
-  if (plan.rendezvous.empty() && plan.nnodes == 1) fresh_store = std::make_unique<FreshStoreRoot>();
+  const bool one_node = plan.nodes.nodes() == 1;
+  if (plan.rendezvous.empty() && one_node) fresh_store = std::make_unique<FreshStoreRoot>();
 
   platform::StopSignals signals;
   for (int restart = 0;; ++restart) {
@@ -571,13 +552,14 @@ int launch(const LaunchPlan& plan) {
     {
       const int signals_seen = 0;  // any stop signal since launch() began ends the run
       GroupRun group(sink);
-      for (int local = 0; local < plan.nproc_per_node; ++local) {
+      const int first_rank = plan.nodes.first_rank(plan.node_rank);
+      for (int local = 0; local < plan.nodes.ranks_on(plan.node_rank); ++local) {
         if (signals.count() != signals_seen) break;
-        group.spawn(first_rank_of(plan) + local, plan.executable, plan.worker_args,
+        group.spawn(first_rank + local, plan.executable, plan.worker_args,
                     worker_environment(plan, local, token, rendezvous, port, restart));
       }
-      outcome = group.watch(plan.grace, plan.nnodes > 1 ? kSettleBound : milliseconds(0), signals,
-                            signals_seen);
+      outcome =
+          group.watch(plan.grace, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen);
     }
 
     using Kind = GroupOutcome::Kind;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/config/node_layout.h"
+
 namespace partrain::cli {
 
 struct LaunchPlan {
@@ -20,13 +22,10 @@ struct LaunchPlan {
   // What every node of one run shares, whatever its node-local paths (see choose_run_token);
   // "": the executable's name and worker_args stand in for it.
   std::string run_identity;
-  int nproc_per_node = 1;  // ranks on this node
-  // Ranks on each node, by node rank, where the nodes differ: {2, 1} puts ranks 0-1 on node 0
-  // and rank 2 on node 1. The same on every node; its entry for node_rank is nproc_per_node.
-  // Empty: nproc_per_node on every node.
-  std::vector<int> node_sizes;
-  int nnodes = 1;
-  int node_rank = 0;
+  // The ranks of every node of the run, one count per node (NodeLayout::per_node or
+  // for_nodes): {2, 1} puts ranks 0-1 on node 0 and rank 2 on node 1. The same on every node.
+  NodeLayout nodes = NodeLayout::per_node({1});
+  int node_rank = 0;  // this node's index in `nodes`
   std::string master_addr = "127.0.0.1";
   int master_port = 0;     // 0: a free loopback port (single node only)
   std::string rendezvous;  // "": see rendezvous_for()
@@ -58,7 +57,7 @@ struct LaunchPlan {
 // Each worker gets the parent's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (torchrun's names),
 // PARTRAIN_RUN_TOKEN, PARTRAIN_RENDEZVOUS, PARTRAIN_RESTART (0, then 1 after the first
-// restart, ...), OMP_NUM_THREADS (unless set: cores / nproc_per_node, at least 1), then
+// restart, ...), OMP_NUM_THREADS (unless set: cores / this node's ranks, at least 1), then
 // extra_env. Workers should flush each line: a pipe is not a terminal, so stdio buffers it.
 int launch(const LaunchPlan& plan);
 
@@ -66,12 +65,13 @@ int launch(const LaunchPlan& plan);
 //   * env_token (PARTRAIN_RUN_TOKEN in the launcher's environment) when not empty — the way
 //     to give all nodes of a multi-node run one secret;
 //   * one node: 128 random bits, in hex, fresh for each run;
-//   * several nodes and no env_token: derived from what every node's command shares
-//     (master address and port, nnodes, nproc_per_node or node_sizes, and run_identity — partrain
-//     run puts there the resolved config without its node-local keys, so a different --output or
-//     data.root on one node changes nothing), so the nodes agree without talking. Another job on
-//     the same port gets another token and is refused. Anyone who knows the command can compute it:
-//     set PARTRAIN_RUN_TOKEN to keep others out.
+//   * several nodes and no env_token: derived from what every node's command shares (master
+//     address and port, the number of nodes, the ranks of each — one count when all nodes have
+//     the same — and run_identity: partrain run puts there the resolved config without its
+//     node-local keys, so a different --output or data.root on one node changes nothing), so
+//     the nodes agree without talking. Another job on the same port gets another token and is
+//     refused. Anyone who knows the command can compute it: set PARTRAIN_RUN_TOKEN to keep
+//     others out.
 std::string choose_run_token(const LaunchPlan& plan, const std::string& env_token);
 
 // The store url the workers get (PARTRAIN_RENDEZVOUS): plan.rendezvous when given; with

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
@@ -47,26 +47,16 @@ std::string run_identity(Config config) {
   config.data.root.clear();
   config.data.num_workers = 0;
   config.train.threads = 0;
-  config.checkpoint.resume.clear();  // rank 0 decides where the run resumes
   config.comm.interface.clear();
   config.comm.host.clear();
-  return config_to_json(config);
-}
-
-// The counts of ranks on each node, from `source` (--nproc-per-node or the config's
-// launch.nproc_per_node list): one count for every node, or one per node. Throws UsageError
-// when the list does not give every node of the run its count.
-std::vector<int> counts_for_nodes(std::vector<int> counts, int nnodes, const std::string& source) {
-  if (counts.size() == 1) return std::vector<int>(nnodes, counts.front());
-  PARTRAIN_CHECK(static_cast<int>(counts.size()) == nnodes, UsageError, source, " gives ",
-                 counts.size(), " nodes their counts, but the run has ", nnodes,
-                 " (--nnodes or launch.nnodes): give one count, or one per node");
-  return counts;
+  nlohmann::ordered_json identity = nlohmann::ordered_json::parse(config_to_json(config));
+  identity["checkpoint"]["resume"] = "";  // rank 0 decides where the run resumes
+  return identity.dump();
 }
 
 // --nproc-per-node: one count for every node, or one per node in node-rank order ("2,1").
-// Returns the counts, one entry per node. Throws UsageError naming what is wrong.
-std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
+// Throws UsageError naming what is wrong.
+NodeLayout parse_nproc_per_node(const std::string& text) {
   std::vector<int> counts;
   std::size_t start = 0;
   for (;;) {
@@ -82,11 +72,25 @@ std::vector<int> parse_nproc_per_node(const std::string& text, int nnodes) {
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  return counts_for_nodes(counts, nnodes, "--nproc-per-node '" + text + "'");
+  return counts.size() == 1 ? NodeLayout::every_node(counts.front()) : NodeLayout::per_node(counts);
+}
+
+// The ranks on each node of a run of `nnodes` nodes: --nproc-per-node, else
+// launch.nproc_per_node, where auto is one rank per GPU with strategy ddp (1 otherwise).
+NodeLayout ranks_per_node(const RunOptions& o, const Config& config, int nnodes) {
+  if (!o.nproc_per_node.empty()) {
+    return parse_nproc_per_node(o.nproc_per_node)
+        .for_nodes(nnodes, 1, "--nproc-per-node '" + o.nproc_per_node + "'");
+  }
+  const NodeLayout& asked = config.launch.nproc_per_node;
+  const int auto_count = asked.is_auto() && config.strategy == StrategyKind::kDdp
+                             ? std::max(1, cuda_device_count())
+                             : 1;
+  return asked.for_nodes(nnodes, auto_count, "launch.nproc_per_node in " + config.source);
 }
 
 int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, const std::vector<int>& node_sizes);
+                   const std::vector<std::string>& overrides, const NodeLayout& nodes);
 
 // The single-device twin of a parallel run: one process at the same total batch, the rest
 // unchanged (loader threads included, so the pair differs only in parallelism).
@@ -125,42 +129,34 @@ int run(const RunOptions& o) {
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
   Config config = load_config(o.config.path, overrides);
 
-  int nproc =
-      config.launch.nproc_auto ? std::max(1, cuda_device_count()) : config.launch.nproc_per_node;
-  if (config.launch.nproc_auto && config.strategy != "ddp") nproc = 1;
-  int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
+  const int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
   PARTRAIN_CHECK(o.node_rank >= 0 && o.node_rank < nnodes, UsageError, "--node-rank ", o.node_rank,
                  " is outside [0, ", nnodes, ")");
-  const std::vector<int> node_sizes =
-      !o.nproc_per_node.empty() ? parse_nproc_per_node(o.nproc_per_node, nnodes)
-      : !config.launch.node_sizes.empty()
-          ? counts_for_nodes(config.launch.node_sizes, nnodes,
-                             "launch.nproc_per_node in " + config.source)
-          : std::vector<int>(nnodes, nproc);
-  int world = 0;
-  for (const int n : node_sizes) world += n;
-  PARTRAIN_CHECK(world == 1 || config.strategy == "ddp", UsageError, "strategy ", config.strategy,
-                 " runs one process, but ", world, " ranks were asked for; use strategy: ddp");
+  const NodeLayout nodes = ranks_per_node(o, config, nnodes);
+  const int world = static_cast<int>(nodes.world_size());
+  PARTRAIN_CHECK(world == 1 || config.strategy == StrategyKind::kDdp, UsageError, "strategy ",
+                 name_of(config.strategy), " runs one process, but ", world,
+                 " ranks were asked for; use strategy: ddp");
 
   if (o.with_baseline) {
     PARTRAIN_CHECK(
-        config.strategy != "single", UsageError,
+        config.strategy != StrategyKind::kSingle, UsageError,
         "--with-baseline compares a parallel run with one device; this config is strategy single");
-    int code = run_baseline(o, config, config.strategy == "dp" ? 1 : world);
+    int code = run_baseline(o, config, config.strategy == StrategyKind::kDp ? 1 : world);
     if (code != 0) return code;
   }
   int code = 0;
   if (world == 1 && config.launch.max_restarts == 0) {
     code = run_worker(config, WorkerEnv{});
   } else {
-    code = launch_workers(o, config, overrides, node_sizes);
+    code = launch_workers(o, config, overrides, nodes);
   }
   if (code == 0 && o.node_rank == 0) compare_with_reference(config);
   return code;
 }
 
 int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, const std::vector<int>& node_sizes) {
+                   const std::vector<std::string>& overrides, const NodeLayout& nodes) {
   LaunchPlan plan;
   plan.executable = platform::executable_path();
   plan.worker_args = {"worker", o.config.path};
@@ -169,13 +165,7 @@ int launch_workers(const RunOptions& o, const Config& config,
     plan.worker_args.push_back(s);
   }
   plan.run_identity = run_identity(config);
-  plan.nproc_per_node = node_sizes[o.node_rank];
-  plan.nnodes = static_cast<int>(node_sizes.size());
-  // Uneven nodes only: an even run keeps the token (and behaviour) it always had.
-  if (std::adjacent_find(node_sizes.begin(), node_sizes.end(), std::not_equal_to<>()) !=
-      node_sizes.end()) {
-    plan.node_sizes = node_sizes;
-  }
+  plan.nodes = nodes;
   plan.node_rank = o.node_rank;
   plan.master_addr = o.master_addr;
   plan.master_port = o.master_port;

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     }
     const int value = std::stoi(argv[++i]);
     if (arg == "--nproc") {
-      plan.nproc_per_node = value;
+      plan.nodes = partrain::NodeLayout::per_node({value});
     } else if (arg == "--grace-ms") {
       plan.grace = std::chrono::milliseconds(value);
     } else if (arg == "--max-restarts") {

@@ -42,11 +42,16 @@ struct Captured {
   double seconds = 0;
 };
 
+// `nnodes` nodes of `nproc` ranks each.
+NodeLayout even_nodes(int nnodes, int nproc) {
+  return NodeLayout::per_node(std::vector<int>(nnodes, nproc));
+}
+
 LaunchPlan fake_plan(int nproc, std::vector<std::string> args) {
   LaunchPlan plan;
   plan.executable = PARTRAIN_FAKE_WORKER;
   plan.worker_args = std::move(args);
-  plan.nproc_per_node = nproc;
+  plan.nodes = even_nodes(1, nproc);
   plan.grace = milliseconds(3000);
   return plan;
 }
@@ -222,7 +227,7 @@ TEST(LauncherTest, WithSeveralNodesTheOthersMayEndByThemselvesFirst) {
     const std::string ready = ready_file();
     LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--hang-ms", "200",
                                     "--ready-file", ready, "--wait-for", ready});
-    plan.nnodes = nnodes;
+    plan.nodes = even_nodes(nnodes, 2);
     plan.master_port = 29400;  // required with several nodes; the fake workers never use it
     const Captured r = run_plan(plan);
     EXPECT_EQ(r.code, 1) << "nnodes " << nnodes;
@@ -246,7 +251,7 @@ TEST(LauncherTest, WithSeveralNodesAHangingRankIsStillStopped) {
   const std::string ready = ready_file();
   LaunchPlan plan =
       fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--ready-file", ready, "--wait-for", ready});
-  plan.nnodes = 2;
+  plan.nodes = even_nodes(2, 2);
   plan.master_port = 29400;
   const Captured r = run_plan(plan);
   EXPECT_EQ(r.code, 1);
@@ -434,7 +439,7 @@ TEST(LauncherTest, EachRankGetsItsEnvironment) {
 
 TEST(LauncherTest, SecondNodeRanksAndRendezvous) {
   LaunchPlan plan = fake_plan(2, {"--print-env", "--epochs", "1"});
-  plan.nnodes = 2;
+  plan.nodes = even_nodes(2, 2);
   plan.node_rank = 1;
   plan.master_port = 29555;  // never opened: the fake workers only print it
   const Captured r = run_plan(plan);
@@ -459,9 +464,8 @@ TEST(LauncherTest, SecondNodeRanksAndRendezvous) {
 // token from the shared layout, and another layout is another run.
 TEST(LauncherTest, UnevenNodesNumberTheirRanksNodeByNode) {
   LaunchPlan plan = fake_plan(1, {"--print-env", "--epochs", "1"});
-  plan.nnodes = 2;
+  plan.nodes = NodeLayout::per_node({2, 1});
   plan.node_rank = 1;
-  plan.node_sizes = {2, 1};
   plan.master_port = 29556;  // never opened: the fake workers only print it
   const Captured r = run_plan(plan);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -473,16 +477,19 @@ TEST(LauncherTest, UnevenNodesNumberTheirRanksNodeByNode) {
   EXPECT_EQ(env["GROUP_RANK"], "1");
   LaunchPlan node0 = plan;
   node0.node_rank = 0;
-  node0.nproc_per_node = 2;
   EXPECT_EQ(env["PARTRAIN_RUN_TOKEN"], choose_run_token(node0, launcher_env_token()));
   LaunchPlan other_layout = node0;
-  other_layout.node_sizes = {2, 2};
+  other_layout.nodes = even_nodes(2, 2);
   EXPECT_NE(choose_run_token(node0, ""), choose_run_token(other_layout, ""));
-  // A layout that does not fit the plan is refused before anything starts.
+  // An even layout is named by its count, as a plan of one count per node always was.
+  LaunchPlan twice = other_layout;
+  twice.nodes = NodeLayout::every_node(2).for_nodes(2, 1, "x");
+  EXPECT_EQ(choose_run_token(twice, ""), choose_run_token(other_layout, ""));
+  // A layout that cannot run is refused before anything starts.
   LaunchPlan bad = plan;
-  bad.node_sizes = {2, 2};
+  bad.nodes = NodeLayout::per_node({2, 0});
   EXPECT_THROW(launch(bad), UsageError);
-  bad.node_sizes = {1, 1, 1};
+  bad.nodes = NodeLayout::every_node(1);
   EXPECT_THROW(launch(bad), UsageError);
 }
 
@@ -495,7 +502,7 @@ TEST(LauncherTest, RunTokenRule) {
   EXPECT_EQ(choose_run_token(one, "given"), "given");
 
   LaunchPlan multi = one;
-  multi.nnodes = 2;
+  multi.nodes = even_nodes(2, 2);
   multi.master_port = 29600;
   LaunchPlan other_node = multi;
   other_node.node_rank = 1;
@@ -528,11 +535,29 @@ TEST(LauncherTest, RunTokenRule) {
   EXPECT_NE(choose_run_token(node_a, ""), choose_run_token(other_port, ""));
 }
 
+// The derived token of two fixed plans, even and uneven, as the launcher has always derived
+// it: a change in what goes into the hash (or how) shows here, not as nodes of one run that
+// refuse each other.
+TEST(LauncherTest, RunTokenOfFixedPlans) {
+  LaunchPlan even;
+  even.executable = "/usr/bin/partrain";
+  even.worker_args = {"worker", "a.yaml"};
+  even.run_identity = "{\"name\":\"x\"}";
+  even.nodes = even_nodes(2, 2);
+  even.master_addr = "10.0.0.5";
+  even.master_port = 29500;
+  EXPECT_EQ(choose_run_token(even, ""), "3eb0b29646519b9397a654827b9a319a");
+  LaunchPlan uneven = even;
+  uneven.nodes = NodeLayout::per_node({2, 1});
+  uneven.node_rank = 1;
+  EXPECT_EQ(choose_run_token(uneven, ""), "a9a7c9a80a8b02c4a98448252f03d32f");
+}
+
 TEST(LauncherTest, RendezvousRule) {
   LaunchPlan plan;
   EXPECT_EQ(rendezvous_for(plan, "/tmp/x/start-0"), "file:///tmp/x/start-0");
   EXPECT_EQ(rendezvous_for(plan, "C:/Temp/x"), "file:///C:/Temp/x");
-  plan.nnodes = 2;
+  plan.nodes = even_nodes(2, 1);
   plan.master_addr = "10.0.0.5";
   plan.master_port = 29500;
   EXPECT_EQ(rendezvous_for(plan, ""), "tcp://10.0.0.5:29500");
@@ -613,10 +638,13 @@ TEST(LauncherTest, InvalidPlansAreUsageErrors) {
     }
   };
   LaunchPlan plan = fake_plan(1, {});
-  plan.nproc_per_node = 0;
+  plan.nodes = NodeLayout::per_node({0});
   expect_usage(plan, "nproc_per_node is too small (got 0, expected >= 1)");
   plan = fake_plan(1, {});
-  plan.nnodes = 2;
+  plan.nodes = NodeLayout::per_node({});
+  expect_usage(plan, "nnodes is too small (got 0, expected >= 1)");
+  plan = fake_plan(1, {});
+  plan.nodes = even_nodes(2, 1);
   plan.node_rank = 2;
   plan.master_port = 29500;
   expect_usage(plan, "node_rank 2 is outside 0..1");

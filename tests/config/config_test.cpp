@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "comm_backends/communicator.h"
 #include "common/errors.h"
 
 namespace partrain {
@@ -51,10 +53,10 @@ TEST_F(ConfigTest, DefaultsAndValues) {
       load_config(write("name: x\nstrategy: ddp\nlaunch: {nproc_per_node: 3}\n"
                         "data: {batch_size: 7, dataset: cifar100}\ntrain: {epochs: 2}\n"));
   EXPECT_EQ(c.name, "x");
-  EXPECT_EQ(c.strategy, "ddp");
-  EXPECT_EQ(c.launch.nproc_per_node, 3);
+  EXPECT_EQ(c.strategy, StrategyKind::kDdp);
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::every_node(3));
   EXPECT_EQ(c.data.batch_size, 7);
-  EXPECT_EQ(c.data.dataset, "cifar100");
+  EXPECT_EQ(c.data.dataset, DatasetKind::kCifar100);
   EXPECT_EQ(c.train.epochs, 2);
   EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.05);
   EXPECT_DOUBLE_EQ(c.comm.bucket_mb, 25.0);
@@ -63,18 +65,19 @@ TEST_F(ConfigTest, DefaultsAndValues) {
 
 TEST_F(ConfigTest, NprocAuto) {
   Config c = load_config(write("strategy: ddp\nlaunch: {nproc_per_node: auto}\n"));
-  EXPECT_TRUE(c.launch.nproc_auto);
+  EXPECT_TRUE(c.launch.nproc_per_node.is_auto());
+  EXPECT_NE(config_to_json(c).find("\"nproc_per_node\":\"auto\""), std::string::npos);
 }
 
 // One count per node, for machines with different numbers of ranks; each a whole count from
 // 1 to 1024, and shown as the list in the resolved config.
 TEST_F(ConfigTest, NprocPerNodeAsAListOfCountsPerNode) {
   Config c = load_config(write("strategy: ddp\nlaunch: {nnodes: 2, nproc_per_node: [2, 1]}\n"));
-  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{2, 1}));
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::per_node({2, 1}));
   EXPECT_NE(config_to_json(c).find("\"nproc_per_node\":[2,1]"), std::string::npos)
       << config_to_json(c);
   c = load_config(write("strategy: ddp\n"), {"launch.nproc_per_node=[1,3]"});
-  EXPECT_EQ(c.launch.node_sizes, (std::vector<int>{1, 3}));
+  EXPECT_EQ(c.launch.nproc_per_node, NodeLayout::per_node({1, 3}));
   EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 1.5]}\n"),
             ":2:30: launch.nproc_per_node: item 1: expected a whole number of ranks, got '1.5'");
   EXPECT_EQ(error_of("strategy: ddp\nlaunch: {nproc_per_node: [2, 0]}\n"),
@@ -125,8 +128,92 @@ TEST_F(ConfigTest, DuplicateKey) {
 
 TEST_F(ConfigTest, BadEnumValue) {
   EXPECT_EQ(error_of("comm: {backend: mpi}\n"),
-            ":1:17: comm.backend: 'mpi' is not one of gloo | asio-ring | shm | hierarchical | nccl "
+            ":1:17: comm.backend: 'mpi' is not one of nccl | shm | hierarchical | asio-ring | gloo "
             "| auto");
+  EXPECT_EQ(error_of("device: tpu\n"), ":1:9: device: 'tpu' is not one of cuda | cpu | auto");
+  EXPECT_EQ(error_of("strategy: fsdp\n"),
+            ":1:11: strategy: 'fsdp' is not one of ddp | dp | single");
+  EXPECT_EQ(error_of("model: {name: vit}\n"),
+            ":1:15: model.name: 'vit' is not one of digitalnet | resnet18 | mlp");
+  EXPECT_EQ(error_of("model: {norm: layer}\n"),
+            ":1:15: model.norm: 'layer' is not one of batch | none");
+  EXPECT_EQ(error_of("comm: {wire_dtype: f64}\n"),
+            ":1:20: comm.wire_dtype: 'f64' is not one of f32 | f16 | bf16");
+  EXPECT_EQ(error_of("data: {dataset: imagenet}\n"),
+            ":1:17: data.dataset: 'imagenet' is not one of cifar100 | cifar10 | fashion-mnist | "
+            "mnist | image-folder | tensors | synthetic");
+  EXPECT_EQ(error_of("device: [cuda]\n"), ":1:9: device: expected a string");
+  EXPECT_EQ(error_of("device: ''\n"), ":1:9: device: '' is not one of cuda | cpu | auto");
+}
+
+// comm.backend stays a string: comm_backends' list of backends owns the names. The config
+// accepts every one of them and lists no other in its error.
+TEST_F(ConfigTest, BackendNamesAreCommBackendsOwn) {
+  const std::vector<std::string> names = comm::backend_names();
+  for (const std::string& name : names) {
+    EXPECT_EQ(load_config(write("name: x\n"), {"comm.backend=" + name}).comm.backend, name);
+  }
+  const std::string error = error_of("comm: {backend: mpi}\n");
+  EXPECT_EQ(static_cast<std::size_t>(std::count(error.begin(), error.end(), '|')) + 1, names.size())
+      << error;
+}
+
+// Each name of each enum's table reads as its enumerator and prints back as itself, so the
+// tables, the reader and the writers agree. A name missing from a table, or one that reads as
+// another enumerator, fails here.
+TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
+  auto check = [&](auto table, const std::string& key, auto field) {
+    const std::string leaf = key.substr(key.find_last_of('.') + 1);  // npos + 1 = 0: all of it
+    for (const auto& entry : table) {
+      std::vector<std::string> overrides = {detail::concat(key, "=", entry.name)};
+      if (entry.name == "step") overrides.push_back("train.schedule.step_size=1");
+      const Config c = load_config(write("name: x\n"), overrides);
+      EXPECT_EQ(field(c), entry.value) << key << " " << entry.name;
+      EXPECT_EQ(name_of(entry.value), entry.name);
+      const std::string json = config_to_json(c);
+      EXPECT_NE(json.find(detail::concat("\"", leaf, "\":\"", entry.name, "\"")), std::string::npos)
+          << json;
+    }
+  };
+  check(names_of(DeviceChoice{}), "device", [](const Config& c) { return c.device; });
+  check(names_of(StrategyKind{}), "strategy", [](const Config& c) { return c.strategy; });
+  check(names_of(Precision{}), "train.precision",
+        [](const Config& c) { return c.train.precision; });
+  check(names_of(DatasetKind{}), "data.dataset", [](const Config& c) { return c.data.dataset; });
+  check(names_of(ModelName{}), "model.name", [](const Config& c) { return c.model.name; });
+  check(names_of(Norm{}), "model.norm", [](const Config& c) { return c.model.norm; });
+  check(names_of(OptimizerName{}), "train.optimizer.name",
+        [](const Config& c) { return c.train.optimizer.name; });
+  check(names_of(ScheduleName{}), "train.schedule.name",
+        [](const Config& c) { return c.train.schedule.name; });
+}
+
+TEST_F(ConfigTest, WireDtypeAndResume) {
+  const std::string checkpoint = write("a checkpoint, as far as the config can tell");
+  Config c =
+      load_config(write("comm: {wire_dtype: bf16}\ncheckpoint: {resume: " + checkpoint + "}\n"));
+  EXPECT_EQ(c.comm.wire_dtype, comm::DType::bf16);
+  EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kPath);
+  EXPECT_EQ(c.checkpoint.resume.path, checkpoint);
+  EXPECT_NE(config_to_json(c).find("\"wire_dtype\":\"bf16\""), std::string::npos);
+  // The path is printed as it is (and reads back as the same path: JSON escapes a Windows
+  // path's backslashes, so it is compared after the round trip).
+  const Config again = load_config(write(config_to_yaml(c)));
+  EXPECT_EQ(again.checkpoint.resume.mode, ResumeMode::kPath);
+  EXPECT_EQ(again.checkpoint.resume.path, checkpoint);
+  EXPECT_EQ(config_to_json(again), config_to_json(c));
+  c = load_config(write("checkpoint: {resume: never}\n"));
+  EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kNever);
+  EXPECT_NE(config_to_json(c).find("\"resume\":\"never\""), std::string::npos);
+  c = load_config(write("name: x\n"));
+  EXPECT_EQ(c.comm.wire_dtype, comm::DType::f32);
+  EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kAuto);
+  EXPECT_NE(config_to_json(c).find("\"resume\":\"auto\""), std::string::npos);
+  EXPECT_EQ(error_of("checkpoint: {resume: /nonexistent/c.pt}\n"),
+            ": checkpoint.resume: '/nonexistent/c.pt' is neither auto, never nor an existing "
+            "checkpoint file");
+  EXPECT_EQ(error_of("checkpoint: {resume: ''}\n"),
+            ": checkpoint.resume: '' is neither auto, never nor an existing checkpoint file");
 }
 
 TEST_F(ConfigTest, RendezvousMustBeAStoreUrl) {
@@ -192,13 +279,14 @@ TEST_F(ConfigTest, DatasetKeysImageSizeMeanAndStd) {
   Config c =
       load_config(write("data:\n  dataset: image-folder\n  image_size: 64\n"
                         "  mean: [0.5, 0.4, 0.3]\n  std: 0.25\n"));
-  EXPECT_EQ(c.data.dataset, "image-folder");
+  EXPECT_EQ(c.data.dataset, DatasetKind::kImageFolder);
   EXPECT_EQ(c.data.image_size, 64);
   EXPECT_EQ(c.data.mean, (std::vector<double>{0.5, 0.4, 0.3}));
   EXPECT_EQ(c.data.std, (std::vector<double>{0.25}));
-  for (const char* name : {"cifar10", "mnist", "tensors"}) {
-    EXPECT_EQ(load_config(write(std::string("data: {dataset: ") + name + "}\n")).data.dataset,
-              name);
+  for (const DatasetKind kind :
+       {DatasetKind::kCifar10, DatasetKind::kMnist, DatasetKind::kTensors}) {
+    const std::string text = "data: {dataset: " + std::string(name_of(kind)) + "}\n";
+    EXPECT_EQ(load_config(write(text)).data.dataset, kind);
   }
   // The YAML form carries the lists and reads back the same.
   EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
@@ -232,18 +320,18 @@ TEST_F(ConfigTest, RecipeKeys) {
       load_config(write("train:\n  optimizer: {name: adamw, betas: [0.8, 0.99], eps: 1.0e-6}\n"
                         "  schedule: {name: cosine, warmup_steps: 10, min_lr: 1.0e-5}\n"
                         "  label_smoothing: 0.1\n  clip_grad_norm: 2.5\n  precision: bf16\n"));
-  EXPECT_EQ(c.train.optimizer.name, "adamw");
+  EXPECT_EQ(c.train.optimizer.name, OptimizerName::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 1e-3);  // PyTorch's AdamW defaults
   EXPECT_DOUBLE_EQ(c.train.optimizer.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(c.train.optimizer.beta1, 0.8);
   EXPECT_DOUBLE_EQ(c.train.optimizer.beta2, 0.99);
   EXPECT_DOUBLE_EQ(c.train.optimizer.eps, 1e-6);
-  EXPECT_EQ(c.train.schedule.name, "cosine");
+  EXPECT_EQ(c.train.schedule.name, ScheduleName::kCosine);
   EXPECT_EQ(c.train.schedule.warmup_steps, 10);
   EXPECT_DOUBLE_EQ(c.train.schedule.min_lr, 1e-5);
   EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.1);
   EXPECT_DOUBLE_EQ(c.train.clip_grad_norm, 2.5);
-  EXPECT_EQ(c.train.precision, "bf16");
+  EXPECT_EQ(c.train.precision, Precision::kBf16);
   // DESIGN.md's example line as it stands.
   Config a = load_config(
       write("train:\n  optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.05, nesterov: false}\n"
@@ -256,14 +344,14 @@ TEST_F(ConfigTest, RecipeKeys) {
   Config d =
       load_config(write("train: {optimizer: {nesterov: true}, "
                         "schedule: {name: step, step_size: 100, gamma: 0.5}}\n"));
-  EXPECT_EQ(d.train.optimizer.name, "sgd");
+  EXPECT_EQ(d.train.optimizer.name, OptimizerName::kSgd);
   EXPECT_TRUE(d.train.optimizer.nesterov);
   EXPECT_DOUBLE_EQ(d.train.optimizer.lr, 0.05);
   EXPECT_EQ(d.train.schedule.step_size, 100);
   EXPECT_DOUBLE_EQ(d.train.schedule.gamma, 0.5);
   Config e = load_config(write("name: x\n"));
-  EXPECT_EQ(e.train.schedule.name, "constant");
-  EXPECT_EQ(e.train.precision, "f32");
+  EXPECT_EQ(e.train.schedule.name, ScheduleName::kConstant);
+  EXPECT_EQ(e.train.precision, Precision::kF32);
   EXPECT_DOUBLE_EQ(e.train.clip_grad_norm, 0.0);
   // Round trip through the resolved YAML keeps every recipe key.
   EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));

@@ -39,7 +39,7 @@ class Cifar10 : public ::testing::Test {
       write_bytes(dir / ("data_batch_" + std::to_string(b) + ".bin"), cifar10_batch(b, 3));
     }
     write_bytes(dir / "test_batch.bin", cifar10_batch(0, 4));
-    cfg.dataset = "cifar10";
+    cfg.dataset = DatasetKind::kCifar10;
     cfg.root = dir.path();
   }
   ScratchDir dir;
@@ -129,7 +129,7 @@ TEST(Mnist, ReadsIdxFilesPlainOrGzippedWithMnistStatistics) {
   write_bytes(dir / "t10k-images-idx3-ubyte", idx_images(5));
   write_bytes(dir / "t10k-labels-idx1-ubyte", idx_labels(5));
   DataConfig cfg;
-  cfg.dataset = "mnist";
+  cfg.dataset = DatasetKind::kMnist;
   cfg.root = dir.path();
   const ImageDataset train = load_dataset(cfg, true, 0);
   EXPECT_EQ(train.name, "mnist");
@@ -149,7 +149,7 @@ TEST(Mnist, ReadsIdxFilesPlainOrGzippedWithMnistStatistics) {
 TEST(Mnist, BrokenFilesNameTheFileAndTheByte) {
   ScratchDir dir;
   DataConfig cfg;
-  cfg.dataset = "mnist";
+  cfg.dataset = DatasetKind::kMnist;
   cfg.root = dir.path();
   EXPECT_THAT(
       usage_error_of([&] { load_dataset(cfg, true, 0); }),

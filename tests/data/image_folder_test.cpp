@@ -45,7 +45,7 @@ std::string write_image(const std::string& dir, const std::string& name, const c
 
 DataConfig folder_config(const std::string& root) {
   DataConfig cfg;
-  cfg.dataset = "image-folder";
+  cfg.dataset = DatasetKind::kImageFolder;
   cfg.root = root;
   cfg.num_workers = 3;
   return cfg;

@@ -99,7 +99,7 @@ TEST_F(TensorFile, ReadsWhatTorchSaveWrote) {
 
 TEST_F(TensorFile, LoadSplitsComputesStatisticsAndChecksTheTestSplit) {
   DataConfig cfg;
-  cfg.dataset = "tensors";
+  cfg.dataset = DatasetKind::kTensors;
   cfg.root = path("good");
   const DatasetSplits splits = load_splits(cfg, 0, &read_tensor_file);
   EXPECT_EQ(splits.train.size, 6);

@@ -14,9 +14,9 @@
 
 namespace partrain::dp_checks {
 
-inline torch::nn::Sequential make_net(const std::string& norm, const torch::Device& device) {
+inline torch::nn::Sequential make_net(Norm norm, const torch::Device& device) {
   ModelConfig c;
-  c.name = "digitalnet";
+  c.name = ModelName::kDigitalNet;
   c.width = 4;
   c.norm = norm;
   torch::manual_seed(5);
@@ -48,7 +48,7 @@ inline bool close(const torch::Tensor& a, const torch::Tensor& b, double toleran
 // each replica computes from the model as it was before.
 inline void expect_batchnorm_statistics_kept(const std::vector<torch::Device>& devices,
                                              double tolerance) {
-  auto net = make_net("batch", devices[0]);
+  auto net = make_net(Norm::kBatch, devices[0]);
   auto before = copy_of(net);
   const auto x = images(8, devices[0]);
   const auto pieces = x.chunk(static_cast<int64_t>(devices.size()), 0);
@@ -84,7 +84,7 @@ inline void expect_batchnorm_statistics_kept(const std::vector<torch::Device>& d
 // The gradients of a batch split over the devices are those of the whole batch on one.
 inline void expect_gradients_of_every_replica(const std::vector<torch::Device>& devices,
                                               double tolerance) {
-  auto net = make_net("none", devices[0]);
+  auto net = make_net(Norm::kNone, devices[0]);
   auto twin = copy_of(net);
   const int64_t n = 2 * static_cast<int64_t>(devices.size()) + 1;  // pieces of unequal size
   const auto x = images(n, devices[0]);
@@ -111,7 +111,7 @@ inline void expect_gradients_of_every_replica(const std::vector<torch::Device>& 
 // forward equals the model's own.
 inline void expect_evaluation_matches_the_model(const std::vector<torch::Device>& devices,
                                                 double tolerance) {
-  auto net = make_net("batch", devices[0]);
+  auto net = make_net(Norm::kBatch, devices[0]);
   data_parallel_forward(*net, images(8, devices[0]), devices, devices[0]);  // statistics move
   net->eval();
   torch::NoGradGuard no_grad;

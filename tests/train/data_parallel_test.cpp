@@ -27,7 +27,7 @@ TEST(DataParallel, EvaluationMatchesTheModel) {
 }
 
 TEST(DataParallel, OneDeviceIsThePlainForward) {
-  auto net = make_net("batch", torch::kCPU);
+  auto net = make_net(Norm::kBatch, torch::kCPU);
   auto twin = copy_of(net);
   const auto x = images(4, torch::kCPU);
   EXPECT_TRUE(
@@ -40,7 +40,7 @@ TEST(DataParallel, OneDeviceIsThePlainForward) {
 }
 
 TEST(DataParallel, RefusesAModelOffTheFirstDevice) {
-  auto net = make_net("none", torch::kCPU);
+  auto net = make_net(Norm::kNone, torch::kCPU);
   const std::vector<torch::Device> devices{torch::Device(torch::kCUDA, 0), torch::kCPU};
   EXPECT_THROW(data_parallel_forward(*net, images(2, torch::kCPU), devices, torch::kCPU), Error);
 }

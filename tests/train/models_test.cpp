@@ -14,24 +14,24 @@ int64_t count_parameters(torch::nn::Sequential& m) {
 }
 
 TEST(Models, OutputShapes) {
-  for (std::string name : {"digitalnet", "resnet18", "mlp"}) {
+  for (const ModelName name : {ModelName::kDigitalNet, ModelName::kResnet18, ModelName::kMlp}) {
     ModelConfig c;
     c.name = name;
     c.width = 8;
     auto m = make_model(c, ModelShape{3, 32, 100});
     auto out = m->forward(torch::randn({5, 3, 32, 32}));
-    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{5, 100})) << name;
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{5, 100})) << name_of(name);
   }
   ModelConfig c;
   auto gray = make_model(c, ModelShape{1, 28, 10});
   EXPECT_EQ(gray->forward(torch::randn({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
   // Images that are wider than tall (an image folder kept at its own size).
-  for (std::string name : {"digitalnet", "mlp"}) {
+  for (const ModelName name : {ModelName::kDigitalNet, ModelName::kMlp}) {
     c.name = name;
     c.width = 4;
     auto wide = make_model(c, ModelShape{3, 8, 4, 12});
     EXPECT_EQ(wide->forward(torch::randn({2, 3, 8, 12})).sizes(), (std::vector<int64_t>{2, 4}))
-        << name;
+        << name_of(name);
   }
 }
 
@@ -51,7 +51,7 @@ TEST(Models, DigitalNetLayersAsDesigned) {
   EXPECT_TRUE(params.contains("fc.weight"));
   EXPECT_FALSE(params.contains("conv1.bias"));
 
-  c.norm = "none";
+  c.norm = Norm::kNone;
   auto plain = make_model(c, ModelShape{3, 32, 100});
   EXPECT_EQ(count_parameters(plain), convs + 9 * 0 + (4 + 8 + 16 + 32) + fc);  // conv biases
   for (const auto& child : plain->named_children()) {

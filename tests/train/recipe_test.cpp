@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ScheduleConfig schedule(const std::string& name, std::int64_t warmup) {
+ScheduleConfig schedule(ScheduleName name, std::int64_t warmup) {
   ScheduleConfig s;
   s.name = name;
   s.warmup_steps = warmup;
@@ -31,18 +31,18 @@ ScheduleConfig schedule(const std::string& name, std::int64_t warmup) {
 }
 
 TEST(LrSchedule, ConstantWithWarmupRampsLinearlyToTheRate) {
-  LrSchedule lr(schedule("constant", 4), 0.8, 100);
+  LrSchedule lr(schedule(ScheduleName::kConstant, 4), 0.8, 100);
   EXPECT_DOUBLE_EQ(lr.lr_at(0), 0.2);
   EXPECT_DOUBLE_EQ(lr.lr_at(1), 0.4);
   EXPECT_DOUBLE_EQ(lr.lr_at(3), 0.8);
   EXPECT_DOUBLE_EQ(lr.lr_at(4), 0.8);
   EXPECT_DOUBLE_EQ(lr.lr_at(99), 0.8);
-  LrSchedule none(schedule("constant", 0), 0.8, 100);
+  LrSchedule none(schedule(ScheduleName::kConstant, 0), 0.8, 100);
   EXPECT_DOUBLE_EQ(none.lr_at(0), 0.8);
 }
 
 TEST(LrSchedule, StepDecaysByGammaEveryStepSizeAfterWarmup) {
-  ScheduleConfig s = schedule("step", 2);
+  ScheduleConfig s = schedule(ScheduleName::kStep, 2);
   s.step_size = 3;
   s.gamma = 0.5;
   LrSchedule lr(s, 1.0, 100);
@@ -56,7 +56,7 @@ TEST(LrSchedule, StepDecaysByGammaEveryStepSizeAfterWarmup) {
 }
 
 TEST(LrSchedule, CosineFallsFromTheRateToMinLrAtTheLastStep) {
-  ScheduleConfig s = schedule("cosine", 10);
+  ScheduleConfig s = schedule(ScheduleName::kCosine, 10);
   s.min_lr = 0.1;
   const std::int64_t total = 110;
   LrSchedule lr(s, 1.1, total);
@@ -135,10 +135,10 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   Config cfg;
-  cfg.strategy = "ddp";
-  cfg.model.name = "digitalnet";
+  cfg.strategy = StrategyKind::kDdp;
+  cfg.model.name = ModelName::kDigitalNet;
   cfg.model.width = 4;
-  cfg.model.norm = "none";  // BatchNorm would carry the inf into its running statistics
+  cfg.model.norm = Norm::kNone;  // BatchNorm would carry the inf into its running statistics
   const ModelShape shape{3, 16, 10};
   std::vector<std::unique_ptr<TrainModel>> models;
   for (int r = 0; r < 2; ++r) {

@@ -46,9 +46,9 @@ constexpr int kSteps = 4;
 
 torch::nn::Sequential make_net() {
   ModelConfig c;
-  c.name = "digitalnet";
+  c.name = ModelName::kDigitalNet;
   c.width = 4;
-  c.norm = "none";  // BatchNorm statistics depend on the batch split; DDP equality needs none
+  c.norm = Norm::kNone;  // BatchNorm statistics depend on the batch split; DDP equality needs none
   torch::manual_seed(11);
   return make_model(c, ModelShape{3, 16, 10});
 }

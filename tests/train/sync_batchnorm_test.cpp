@@ -30,12 +30,12 @@ namespace fs = std::filesystem;
 constexpr int kBatch = 5;  // per rank
 constexpr int kSteps = 3;
 
-torch::nn::Sequential make_net(const std::string& model = "digitalnet",
+torch::nn::Sequential make_net(ModelName model = ModelName::kDigitalNet,
                                const NormLayer& norm = nullptr) {
   ModelConfig c;
   c.name = model;
   c.width = 4;
-  c.norm = "batch";
+  c.norm = Norm::kBatch;
   torch::manual_seed(3);
   return make_model(c, ModelShape{3, 16, 10}, norm);
 }
@@ -62,8 +62,8 @@ struct Trace {
 // 2x2 maps, amplify f32 rounding over three steps at lr 0.1 (1e-6 after the first, 5-20 %
 // after the third, with or without SyncBatchNorm); in f64 the runs agree to 4e-7, so the
 // comparison there tests the layers, not the rounding.
-torch::Dtype dtype_for(const std::string& model) {
-  return model == "resnet18" ? torch::kDouble : torch::kFloat;
+torch::Dtype dtype_for(ModelName model) {
+  return model == ModelName::kResnet18 ? torch::kDouble : torch::kFloat;
 }
 
 void train(torch::nn::Sequential& net, int world, int rank, Reducer* reducer, Trace& trace,
@@ -94,12 +94,11 @@ void train(torch::nn::Sequential& net, int world, int rank, Reducer* reducer, Tr
 // Each rank: a communicator for the Reducer and one for the BatchNorm layers, over one store.
 // The communicators are made in threads (they rendezvous), the models then in this thread
 // (the global generator seeds them), and the ranks train in threads again.
-std::vector<Trace> train_ranks(const std::string& backend, const std::string& model, int world,
-                               bool sync) {
-  const std::string dir =
-      (fs::temp_directory_path() / ("partrain_syncbn_" + std::to_string(::getpid()) + "_" +
-                                    backend + "_" + model + "_" + std::to_string(sync)))
-          .string();
+std::vector<Trace> train_ranks(const std::string& backend, ModelName model, int world, bool sync) {
+  const std::string dir = (fs::temp_directory_path() /
+                           ("partrain_syncbn_" + std::to_string(::getpid()) + "_" + backend + "_" +
+                            std::string(name_of(model)) + "_" + std::to_string(sync)))
+                              .string();
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<std::unique_ptr<comm::Store>> stores(world);
@@ -190,7 +189,7 @@ double compare(const std::vector<Trace>& ranks, const Trace& single, bool& shape
   return worst;
 }
 
-Trace train_single(const std::string& model, int world) {
+Trace train_single(ModelName model, int world) {
   auto net = make_net(model);
   Trace trace;
   train(net, world, -1, nullptr, trace, dtype_for(model));
@@ -198,7 +197,7 @@ Trace train_single(const std::string& model, int world) {
 }
 
 class SyncBatchNormEquivalence
-    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, ModelName>> {};
 
 TEST_P(SyncBatchNormEquivalence, RanksMatchOneProcessWithPlainBatchNorm) {
   const auto& [backend, model] = GetParam();
@@ -221,10 +220,13 @@ TEST_P(SyncBatchNormEquivalence, RanksMatchOneProcessWithPlainBatchNorm) {
 // resnet18's BatchNorm layers sit inside its blocks and their shortcuts.
 INSTANTIATE_TEST_SUITE_P(
     Backends, SyncBatchNormEquivalence,
-    ::testing::Values(std::tuple{"asio-ring", "digitalnet"}, std::tuple{"gloo", "digitalnet"},
-                      std::tuple{"shm", "digitalnet"}, std::tuple{"asio-ring", "resnet18"}),
+    ::testing::Values(std::tuple{std::string("asio-ring"), ModelName::kDigitalNet},
+                      std::tuple{std::string("gloo"), ModelName::kDigitalNet},
+                      std::tuple{std::string("shm"), ModelName::kDigitalNet},
+                      std::tuple{std::string("asio-ring"), ModelName::kResnet18}),
     [](const auto& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+      std::string name =
+          std::get<0>(info.param) + "_" + std::string(name_of(std::get<1>(info.param)));
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });
@@ -246,7 +248,7 @@ TEST(SyncBatchNorm, KeepsBatchNormNamesAndStateAndNeedsNoPeersInEval) {
     void allgather(const comm::Buffer&, comm::Buffer) override { throw CommError("called"); }
     void barrier() override { throw CommError("called"); }
   } no_comm;
-  auto converted = make_net("digitalnet", sync_batchnorm_layers(no_comm));
+  auto converted = make_net(ModelName::kDigitalNet, sync_batchnorm_layers(no_comm));
   {
     torch::NoGradGuard no_grad;
     const auto source = net->named_parameters(), source_buffers = net->named_buffers();

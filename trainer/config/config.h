@@ -1,120 +1,153 @@
 // defines: Config and its sections — the one validated description of a run
-// (DESIGN.md "Config"); load_config(), apply_override(), config_to_yaml().
+// (DESIGN.md "Config"); load_config(), config_to_yaml(), config_to_json().
 //
-// Loaded once at the edge (YAML -> Config), checked there, then trusted everywhere else.
+// Loaded once at the edge (YAML -> Config), checked there, then trusted everywhere else. Each
+// field's comment gives the values the reader accepts; a value outside them is a UsageError
+// naming FILE:LINE:COL and the key. Closed sets of names are enums (config_enums.h), parsed
+// by the reader and printed back with name_of().
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "comm_backends/buffer.h"
+#include "trainer/config/config_enums.h"
+#include "trainer/config/node_layout.h"
+
 namespace partrain {
 
 struct LaunchConfig {
-  int nproc_per_node = 1;  // 0 in the YAML means "auto"; resolved by the launcher
-  bool nproc_auto = false;
-  // nproc_per_node as a list, one count per node in node-rank order ([2, 1]: machines with
-  // different numbers of ranks); empty when it is one count or auto.
-  std::vector<int> node_sizes;
-  int nnodes = 1;
-  std::string rendezvous;  // empty: a fresh store per run, made and removed by the launcher
-  int max_restarts = 0;
+  // Ranks on each node: one count (1..1024) for every node; auto, one rank per GPU with
+  // strategy ddp (1 otherwise); or one count per node in node-rank order ([2, 1], each
+  // 1..1024) for machines with different numbers of ranks. strategy single needs 1 or auto.
+  NodeLayout nproc_per_node;
+  int nnodes = 1;  // 1..65536 machines, each running `partrain run` with its --node-rank
+  // The store the ranks meet at: file://DIR, tcp://HOST:PORT or env:// (MASTER_ADDR and
+  // MASTER_PORT from the workers' environment). Empty: the launcher's choice — a fresh file
+  // store per start on one node, tcp://MASTER_ADDR:MASTER_PORT (hosted by rank 0) on several.
+  std::string rendezvous;
+  int max_restarts = 0;  // 0..1000 restarts of the whole group after a rank fails
 };
 
 struct CommConfig {
-  std::string backend = "auto";  // gloo | asio-ring | nccl | auto
-  double bucket_mb = 25.0;
-  std::string wire_dtype = "f32";  // f32 | f16 | bf16
-  double timeout_s = 300.0;
-  std::string interface;  // NIC to bind and advertise; empty: the route to the master
-  std::string host;       // or the address itself; empty: see interface
+  // gloo | asio-ring | shm | hierarchical | nccl | auto (the names of comm_backends'
+  // backend list; auto: see communicator.h).
+  std::string backend = "auto";
+  double bucket_mb = 25.0;  // 0.001..4096 MiB of gradients per allreduce bucket (ddp)
+  // f32 | f16 | bf16: the element type asio-ring and hierarchical (across hosts) send.
+  comm::DType wire_dtype = comm::DType::f32;
+  double timeout_s = 300.0;  // 0.1..604800 s: a collective or rendezvous waiting longer fails
+  // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.
+  std::string interface;
+  std::string host;  // or the host name or IP address itself; empty: see interface
 };
 
 struct DataConfig {
-  // cifar100 | cifar10 | fashion-mnist | mnist | image-folder | tensors | synthetic
-  std::string dataset = "synthetic";
-  std::string root;  // empty: the dataset's default
-  bool download = false;
-  std::string url;       // cifar100 archive; empty: the official one
-  int batch_size = 128;  // per rank
-  int num_workers = 2;
-  bool augment = false;
-  std::int64_t train_limit = 0;
-  std::int64_t test_limit = 0;
-  int image_size = 0;  // image-folder: shorter side resized to this, then centre-cropped; 0 = keep
-  // Normalisation, 1 value (every channel) or one per channel; empty: the dataset's own.
+  DatasetKind dataset = DatasetKind::kSynthetic;
+  std::string root;              // empty: the dataset's default (data::default_root())
+  bool download = false;         // cifar100: fetch the archive when the files are missing
+  std::string url;               // cifar100 archive; empty: the official one
+  int batch_size = 128;          // 1..1048576 samples per rank and step
+  int num_workers = 2;           // 0..64 loader threads (0: batches built by the training thread)
+  bool augment = false;          // random crop (4-pixel zero padding) and horizontal flip
+  std::int64_t train_limit = 0;  // 0..2^40: only the first N training samples; 0 = all
+  std::int64_t test_limit = 0;   // the same for the test split
+  // image-folder only (0..4096): shorter side resized to this, then centre-cropped; 0 = keep.
+  int image_size = 0;
+  // Normalisation in [0, 1] pixel units: 1 value (every channel) or one per channel, at most
+  // 64; each mean in [-1, 2], each std in (0, 100]. Empty: the dataset's own statistics.
   std::vector<double> mean;
   std::vector<double> std;
-  // synthetic only
+  // synthetic only: 1..10000000 generated samples per split
   std::int64_t synthetic_train = 5000;
   std::int64_t synthetic_test = 1000;
 };
 
 struct ModelConfig {
-  std::string name = "digitalnet";  // digitalnet | resnet18 | mlp
+  ModelName name = ModelName::kDigitalNet;
+  // 1..4096: channels of the first convolution (doubled at each later stage) for digitalnet
+  // and resnet18; hidden units for mlp.
   int width = 64;
-  std::string norm = "batch";  // batch | none
-  // A module saved from Python (torch.jit.script / trace); set, it is the model, and name,
-  // width and norm must be left out.
+  Norm norm = Norm::kBatch;  // batch: BatchNorm after each convolution; none: no normalisation
+  // A module saved from Python (torch.jit.script / trace), an existing file; set, it is the
+  // model, and name, width and norm must be left out.
   std::string torchscript;
-  bool sync_batchnorm = false;  // strategy ddp: BatchNorm statistics reduced across ranks
+  // BatchNorm statistics reduced across ranks: strategy ddp or single only, and a built-in
+  // model with norm batch (not mlp, not torchscript).
+  bool sync_batchnorm = false;
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | adamw
-  double lr = 0.05;          // unset with adamw: 1e-3, PyTorch's default
-  // sgd: L2 added to the gradient; adamw: decoupled. Unset with adamw: 0.01, PyTorch's.
+  OptimizerName name = OptimizerName::kSgd;
+  double lr = 0.05;  // 0..1e6; unset with adamw: 1e-3, PyTorch's default
+  // 0..1000. sgd: L2 added to the gradient; adamw: decoupled. Unset with adamw: 0.01, PyTorch's.
   double weight_decay = 5.0e-4;
-  double momentum = 0.9;  // sgd only
+  double momentum = 0.9;  // sgd only, 0..1
   bool nesterov = false;  // sgd only; needs momentum > 0
-  double beta1 = 0.9;     // adamw only (betas: [beta1, beta2])
+  double beta1 = 0.9;     // adamw only (betas: [beta1, beta2], each 0..0.999999)
   double beta2 = 0.999;
-  double eps = 1.0e-8;  // adamw only
+  double eps = 1.0e-8;  // adamw only, 1e-30..1
 };
 
 // The learning rate at each optimizer step (see lr_schedule.h): a linear warmup over
-// warmup_steps, then constant, step or cosine.
+// warmup_steps, then constant, step or cosine. A key of another schedule is refused.
 struct ScheduleConfig {
-  std::string name = "constant";  // constant | step | cosine
-  std::int64_t warmup_steps = 0;
-  std::int64_t step_size = 0;  // step: optimizer steps between decays, counted after warmup
-  double gamma = 0.1;          // step: the factor of each decay
-  double min_lr = 0.0;         // cosine: the rate it reaches at the run's last step
+  ScheduleName name = ScheduleName::kConstant;
+  std::int64_t warmup_steps = 0;  // 0..2^40 optimizer steps
+  // step only, and required there: 1..2^40 optimizer steps between decays, counted after warmup
+  std::int64_t step_size = 0;
+  double gamma = 0.1;   // step only, 0..1: the factor of each decay
+  double min_lr = 0.0;  // cosine only, 0..lr: the rate it reaches at the run's last step
 };
 
 struct TrainConfig {
-  int epochs = 10;
-  std::int64_t max_steps = 0;
-  int accumulate_steps = 1;
+  int epochs = 10;             // 1..100000
+  std::int64_t max_steps = 0;  // 0..2^40 optimizer steps, then the run ends; 0 = no cap
+  int accumulate_steps = 1;    // 1..65536 batches whose gradients make one optimizer step
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
-  double label_smoothing = 0.0;   // of the training loss; test_loss stays plain cross-entropy
-  double clip_grad_norm = 0.0;    // max global L2 norm of the averaged gradients; 0 = off
-  std::string precision = "f32";  // f32 | bf16 | f16 (autocast; f16 with a loss scaler)
-  int threads = 0;
-  int log_every = 20;  // steps between metrics.jsonl step lines
+  double label_smoothing = 0.0;  // 0..1, of the training loss; test_loss stays plain cross-entropy
+  double clip_grad_norm = 0.0;   // 0..1e9: max global L2 norm of the averaged gradients; 0 = off
+  // f32 | bf16 | f16: autocast of the forward passes; f16 (with a loss scaler) needs a CUDA
+  // device and is refused with device cpu.
+  Precision precision = Precision::kF32;
+  int threads = 0;     // 0..1024 intra-op threads per rank; 0: the cores / ranks on the node
+  int log_every = 20;  // 1..2^31-1 optimizer steps between metrics.jsonl step lines
+};
+
+// checkpoint.resume: auto (the newest complete checkpoint under OUTPUT/checkpoints, if any),
+// never (start afresh), or the path of a checkpoint file, which must exist.
+enum class ResumeMode : std::uint8_t { kAuto, kNever, kPath };
+struct ResumeFrom {
+  ResumeMode mode = ResumeMode::kAuto;
+  std::string path;  // kPath only
 };
 
 struct CheckpointConfig {
+  // 0..100000: a checkpoint every N epochs and at the last; 0 = none. best.pt (the best test
+  // accuracy so far) is written either way.
   int every_epochs = 1;
-  int keep = 3;
-  std::string resume = "auto";  // auto | never | PATH
+  int keep = 3;  // 1..100000 newest epoch checkpoints kept
+  ResumeFrom resume;
 };
 
 struct Config {
-  std::string source;  // the file it was loaded from
-  std::string name = "run";
-  std::uint64_t seed = 0;
-  std::string device = "auto";      // cuda | cpu | auto
-  std::string strategy = "single";  // ddp | dp | single
+  std::string source;                         // the file it was loaded from
+  std::string name = "run";                   // any UTF-8 text; names the default output.dir
+  std::uint64_t seed = 0;                     // 0..2^63-1
+  DeviceChoice device = DeviceChoice::kAuto;  // auto: cuda when LibTorch sees a GPU
+  // ddp: one process per rank (launch.nproc_per_node); dp: DataParallel over the GPUs of one
+  // process; single: one process, one device.
+  StrategyKind strategy = StrategyKind::kSingle;
   LaunchConfig launch;
   CommConfig comm;
   DataConfig data;
   ModelConfig model;
   TrainConfig train;
   CheckpointConfig checkpoint;
-  std::string output_dir = "runs/run";
-  std::string reference;  // optional reference file for parity
+  std::string output_dir = "runs/run";  // output.dir; unset: runs/NAME
+  std::string reference;  // an existing parity reference file (docs/parity.md); empty: none
 };
 
 // Reads and validates the YAML file, then applies each "key.path=value" override in order.
@@ -123,7 +156,7 @@ struct Config {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // The resolved config as YAML text (what `partrain validate` prints) and as JSON text
-// (embedded in report.json).
+// (embedded in report.json); both load back as the same Config.
 std::string config_to_yaml(const Config& config);
 std::string config_to_json(const Config& config);
 

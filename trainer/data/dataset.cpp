@@ -28,7 +28,7 @@ constexpr float kMnistMean = 0.1307f;
 constexpr float kMnistStd = 0.3081f;
 
 ImageDataset load_cifar100(const DataConfig& cfg, bool train, std::int64_t limit) {
-  const std::string root = cfg.root.empty() ? default_root("cifar100") : cfg.root;
+  const std::string root = cfg.root.empty() ? default_root(DatasetKind::kCifar100) : cfg.root;
   const fs::path file = fs::path(root) / (train ? "train.bin" : "test.bin");
   std::error_code ec;
   if (!fs::exists(file, ec)) {
@@ -51,19 +51,18 @@ ImageDataset load_cifar100(const DataConfig& cfg, bool train, std::int64_t limit
 }
 
 // IDX files may be plain or gzipped; the plain one wins when both exist.
-std::string find_idx_file(const std::string& dataset, const std::string& root,
-                          const std::string& stem) {
+std::string find_idx_file(DatasetKind dataset, const std::string& root, const std::string& stem) {
   std::error_code ec;
   for (const std::string& name : {stem, stem + ".gz"}) {
     const fs::path candidate = fs::path(root) / name;
     if (fs::exists(candidate, ec)) return candidate.string();
   }
   const std::string hint =
-      dataset == "fashion-mnist"
+      dataset == DatasetKind::kFashionMnist
           ? detail::concat("install it with `apt-get install dataset-fashion-mnist` (files in ",
-                           default_root("fashion-mnist"), ")")
+                           default_root(DatasetKind::kFashionMnist), ")")
           : std::string("download the four IDX files of the MNIST release");
-  throw UsageError(detail::concat(dataset, ": ", (fs::path(root) / stem).string(),
+  throw UsageError(detail::concat(name_of(dataset), ": ", (fs::path(root) / stem).string(),
                                   "[.gz] not found; ", hint,
                                   " or point data.root at a folder holding the IDX files"));
 }
@@ -73,7 +72,7 @@ ImageDataset load_mnist_like(const DataConfig& cfg, bool train, std::int64_t lim
   const std::string prefix = train ? "train" : "t10k";
   const std::string images = find_idx_file(cfg.dataset, root, prefix + "-images-idx3-ubyte");
   const std::string labels = find_idx_file(cfg.dataset, root, prefix + "-labels-idx1-ubyte");
-  if (cfg.dataset == "fashion-mnist") {
+  if (cfg.dataset == DatasetKind::kFashionMnist) {
     return read_idx_dataset(images, labels, kFashionMnistClasses, limit);
   }
   // MNIST and Fashion-MNIST share the file format; only the name and statistics differ.
@@ -85,7 +84,7 @@ ImageDataset load_mnist_like(const DataConfig& cfg, bool train, std::int64_t lim
 }
 
 ImageDataset load_cifar10(const DataConfig& cfg, bool train, std::int64_t limit) {
-  const std::string root = cfg.root.empty() ? default_root("cifar10") : cfg.root;
+  const std::string root = cfg.root.empty() ? default_root(DatasetKind::kCifar10) : cfg.root;
   std::vector<std::string> files;
   if (train) {
     for (int b = 1; b <= 5; ++b) {
@@ -137,8 +136,49 @@ ImageDataset load_tensors(const DataConfig& cfg, bool train, std::int64_t limit,
 }
 
 // Whether the dataset's statistics come from its training split rather than a table.
-bool computes_own_stats(const std::string& dataset) {
-  return dataset == "image-folder" || dataset == "tensors";
+bool computes_own_stats(DatasetKind dataset) {
+  return dataset == DatasetKind::kImageFolder || dataset == DatasetKind::kTensors;
+}
+
+ImageDataset read_synthetic(const DataConfig& cfg, bool train, std::uint64_t seed,
+                            std::int64_t limit) {
+  SyntheticOptions options;
+  options.size = train ? cfg.synthetic_train : cfg.synthetic_test;
+  if (limit > 0) options.size = std::min(options.size, limit);
+  options.train = train;
+  options.seed = seed;
+  ImageDataset out = generate_synthetic(options);
+  if (!train) {
+    // Normalise the test split with the training split's statistics, as for real data.
+    options.size = cfg.synthetic_train;
+    options.train = true;
+    const ImageDataset train_split = generate_synthetic(options);
+    out.mean = train_split.mean;
+    out.std = train_split.std;
+  }
+  return out;
+}
+
+// The split as the dataset's reader gives it.
+ImageDataset read_dataset(const DataConfig& cfg, bool train, std::uint64_t seed, std::int64_t limit,
+                          TensorFileReader tensor_reader) {
+  switch (cfg.dataset) {
+    case DatasetKind::kCifar100:
+      return load_cifar100(cfg, train, limit);
+    case DatasetKind::kCifar10:
+      return load_cifar10(cfg, train, limit);
+    case DatasetKind::kFashionMnist:
+    case DatasetKind::kMnist:
+      return load_mnist_like(cfg, train, limit);
+    case DatasetKind::kImageFolder:
+      return load_image_folder(cfg, train, limit);
+    case DatasetKind::kTensors:
+      return load_tensors(cfg, train, limit, tensor_reader);
+    case DatasetKind::kSynthetic:
+      return read_synthetic(cfg, train, seed, limit);
+  }
+  throw Error(
+      detail::concat("data.dataset: no reader for enumerator ", static_cast<int>(cfg.dataset)));
 }
 
 // One split as its reader gives it: for image-folder and tensors without mean and std.
@@ -147,37 +187,7 @@ ImageDataset read_split(const DataConfig& cfg, bool train, std::uint64_t seed,
   const std::int64_t limit = train ? cfg.train_limit : cfg.test_limit;
   PARTRAIN_CHECK(limit >= 0, UsageError, "data.", train ? "train_limit" : "test_limit",
                  " must be >= 0, not ", limit);
-  ImageDataset out;
-  if (cfg.dataset == "cifar100") {
-    out = load_cifar100(cfg, train, limit);
-  } else if (cfg.dataset == "cifar10") {
-    out = load_cifar10(cfg, train, limit);
-  } else if (cfg.dataset == "fashion-mnist" || cfg.dataset == "mnist") {
-    out = load_mnist_like(cfg, train, limit);
-  } else if (cfg.dataset == "image-folder") {
-    out = load_image_folder(cfg, train, limit);
-  } else if (cfg.dataset == "tensors") {
-    out = load_tensors(cfg, train, limit, tensor_reader);
-  } else if (cfg.dataset == "synthetic") {
-    SyntheticOptions options;
-    options.size = train ? cfg.synthetic_train : cfg.synthetic_test;
-    if (limit > 0) options.size = std::min(options.size, limit);
-    options.train = train;
-    options.seed = seed;
-    out = generate_synthetic(options);
-    if (!train) {
-      // Normalise the test split with the training split's statistics, as for real data.
-      options.size = cfg.synthetic_train;
-      options.train = true;
-      const ImageDataset train_split = generate_synthetic(options);
-      out.mean = train_split.mean;
-      out.std = train_split.std;
-    }
-  } else {
-    throw UsageError(detail::concat("data.dataset '", cfg.dataset,
-                                    "' is not one of cifar100, cifar10, fashion-mnist, mnist, "
-                                    "image-folder, tensors, synthetic"));
-  }
+  ImageDataset out = read_dataset(cfg, train, seed, limit, tensor_reader);
   out.split = train ? "train" : "test";
   return out;
 }
@@ -185,14 +195,16 @@ ImageDataset read_split(const DataConfig& cfg, bool train, std::uint64_t seed,
 // The test split must fit the model the training split shapes: same image shape, labels
 // among the training split's classes.
 void check_test_split(const DataConfig& cfg, const ImageDataset& train, ImageDataset& test) {
-  const std::string where = cfg.dataset == "tensors" ? (fs::path(cfg.root) / "test.pt").string()
-                                                     : detail::concat(cfg.dataset, " test split");
+  const std::string where = cfg.dataset == DatasetKind::kTensors
+                                ? (fs::path(cfg.root) / "test.pt").string()
+                                : detail::concat(name_of(cfg.dataset), " test split");
   PARTRAIN_CHECK(
       test.channels == train.channels && test.height == train.height && test.width == train.width,
       UsageError, where, ": images are ", test.channels, "x", test.height, "x", test.width,
       " but the training split's are ", train.channels, "x", train.height, "x", train.width,
-      cfg.dataset == "image-folder" ? "; set data.image_size to bring both to one size" : "");
-  if (cfg.dataset != "tensors") return;
+      cfg.dataset == DatasetKind::kImageFolder ? "; set data.image_size to bring both to one size"
+                                               : "");
+  if (cfg.dataset != DatasetKind::kTensors) return;
   for (std::size_t i = 0; i < test.labels.size(); ++i) {
     PARTRAIN_CHECK(test.labels[i] < train.num_classes, UsageError, where, ": \"labels\"[", i,
                    "] is ", test.labels[i], ", outside the training split's ", train.num_classes,
@@ -222,11 +234,21 @@ void apply_config_stats(const DataConfig& cfg, ImageDataset& d) {
 
 }  // namespace
 
-std::string default_root(const std::string& dataset) {
-  if (dataset == "cifar100") return "data/cifar-100-binary";
-  if (dataset == "cifar10") return "data/cifar-10-batches-bin";
-  if (dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
-  if (dataset == "mnist") return "data/mnist";
+std::string default_root(DatasetKind dataset) {
+  switch (dataset) {
+    case DatasetKind::kCifar100:
+      return "data/cifar-100-binary";
+    case DatasetKind::kCifar10:
+      return "data/cifar-10-batches-bin";
+    case DatasetKind::kFashionMnist:
+      return "/usr/share/datasets/fashion-mnist";
+    case DatasetKind::kMnist:
+      return "data/mnist";
+    case DatasetKind::kImageFolder:
+    case DatasetKind::kTensors:
+    case DatasetKind::kSynthetic:
+      break;
+  }
   return "";
 }
 

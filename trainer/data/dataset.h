@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/config/config_enums.h"
+
 namespace partrain {
 struct DataConfig;
 }
@@ -79,7 +81,7 @@ DatasetSplits load_splits(const DataConfig& cfg, std::uint64_t seed,
                           TensorFileReader tensor_reader = nullptr);
 
 // Where a dataset is looked for when data.root is empty.
-std::string default_root(const std::string& dataset);
+std::string default_root(DatasetKind dataset);
 
 // Keeps the first `limit` samples (limit <= 0 or >= size: unchanged).
 void truncate_dataset(ImageDataset& dataset, std::int64_t limit);

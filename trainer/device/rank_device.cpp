@@ -13,8 +13,9 @@ namespace partrain {
 
 c10::Device pick_device(const Config& cfg, const WorkerEnv& env) {
   int gpus = cuda_device_count();
-  bool want_cuda = cfg.device == "cuda" || (cfg.device == "auto" && gpus > 0);
-  if (cfg.strategy == "dp" && gpus == 0) {
+  bool want_cuda =
+      cfg.device == DeviceChoice::kCuda || (cfg.device == DeviceChoice::kAuto && gpus > 0);
+  if (cfg.strategy == StrategyKind::kDp && gpus == 0) {
     throw UsageError(
         "strategy dp (DataParallel) replicates the model over CUDA devices, and this machine "
         "has none visible to LibTorch; use strategy: ddp with device: cpu instead");
@@ -40,7 +41,7 @@ void set_intra_op_threads(const Config& cfg, const WorkerEnv& env) {
 
 std::vector<c10::Device> data_parallel_devices(const Config& cfg) {
   std::vector<c10::Device> devices;
-  if (cfg.strategy != "dp") return devices;
+  if (cfg.strategy != StrategyKind::kDp) return devices;
   for (int i = 0; i < cuda_device_count(); ++i) {
     devices.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
   }

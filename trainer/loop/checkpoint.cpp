@@ -294,9 +294,9 @@ std::string Checkpointer::checkpoint_bytes(const TrainingPosition& at,
   meta.epoch = at.epoch;
   meta.step = at.step;
   meta.world_size = env_.world_size;
-  meta.model = config_.model.name;
+  meta.model = name_of(config_.model.name);
   meta.width = config_.model.width;
-  meta.norm = config_.model.norm;
+  meta.norm = name_of(config_.model.norm);
   meta.seed = config_.seed;
   meta.optimizer = optimizer_name(optimizer);
   meta.test_accuracy = epochs.empty() ? 0.0 : epochs.back().test_accuracy;
@@ -346,9 +346,9 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Op
 }
 
 std::string Checkpointer::choose_checkpoint() const {
-  const std::string& mode = config_.checkpoint.resume;
-  if (mode == "never") return "";
-  if (mode != "auto") return mode;
+  const ResumeFrom& resume = config_.checkpoint.resume;
+  if (resume.mode == ResumeMode::kNever) return "";
+  if (resume.mode == ResumeMode::kPath) return resume.path;
   const auto manifest = read_manifest(dir_);
   if (!manifest) return "";
   const std::string path = dir_ + "/" + manifest->file;

@@ -20,7 +20,7 @@ std::int64_t top_k_correct(const at::Tensor& logits, const at::Tensor& labels, s
 }
 
 EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& loader,
-                    const c10::Device& device, const std::string& precision) {
+                    const c10::Device& device, Precision precision) {
   torch::NoGradGuard no_grad;
   model.module().eval();
   const auto& sampler = loader.sampler();

@@ -7,8 +7,8 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
-#include <string>
 
+#include "trainer/config/config_enums.h"
 #include "trainer/data/loader.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/model/train_model.h"
@@ -24,7 +24,7 @@ struct EvalResult {
 // Leaves the model in training mode. Every rank must call it (it ends in a collective).
 // precision: as train.precision, the forward under autocast for bf16 and f16.
 EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& loader,
-                    const c10::Device& device, const std::string& precision = "f32");
+                    const c10::Device& device, Precision precision = Precision::kF32);
 
 // How many rows of `logits` [N, K] have their label [N] among their k largest entries
 // (k is cut to K). Ties at the k-th place are broken as topk breaks them.

@@ -45,7 +45,7 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
   summary.env.libtorch = torch_version();
   summary.env.backend = strategy.comm() ? strategy.comm()->name() : "none";
   summary.env.world_size = env.world_size;
-  summary.env.strategy = cfg.strategy;
+  summary.env.strategy = name_of(cfg.strategy);
   if (device.is_cuda()) summary.env.cuda = describe_torch();
   auto optional = [](double v) {
     return std::isnan(v) ? std::optional<double>() : std::optional<double>(v);

@@ -12,7 +12,7 @@ namespace partrain {
 TrainStepOptions train_step_options(const TrainConfig& train) {
   TrainStepOptions o;
   o.autocast = train.precision;
-  o.loss_scaling = train.precision == "f16";
+  o.loss_scaling = train.precision == Precision::kF16;
   o.label_smoothing = train.label_smoothing;
   o.clip_grad_norm = train.clip_grad_norm;
   return o;

@@ -24,8 +24,8 @@ class Optimizer;
 namespace partrain {
 
 struct TrainStepOptions {
-  std::string autocast = "f32";  // f32 | bf16 | f16: the precision of the forward
-  bool loss_scaling = false;     // f16's dynamic loss scale
+  Precision autocast = Precision::kF32;  // the precision of the forward
+  bool loss_scaling = false;             // f16's dynamic loss scale
   LossScalerOptions scaler;
   double label_smoothing = 0.0;
   double clip_grad_norm = 0.0;  // 0: off

@@ -117,13 +117,19 @@ nn::Sequential make_mlp(int width, const ModelShape& s) {
 torch::nn::Sequential make_model(const ModelConfig& config, const ModelShape& shape,
                                  const NormLayer& norm) {
   NormLayer bn;
-  if (config.norm == "batch") {
+  if (config.norm == Norm::kBatch) {
     bn = norm ? norm : [](int channels) { return nn::AnyModule(nn::BatchNorm2d(channels)); };
   }
-  if (config.name == "digitalnet") return make_digitalnet(config.width, bn, shape);
-  if (config.name == "resnet18") return make_resnet18(config.width, bn, shape);
-  if (config.name == "mlp") return make_mlp(config.width, shape);
-  throw UsageError("model.name: unknown model '" + config.name + "'");
+  switch (config.name) {
+    case ModelName::kDigitalNet:
+      return make_digitalnet(config.width, bn, shape);
+    case ModelName::kResnet18:
+      return make_resnet18(config.width, bn, shape);
+    case ModelName::kMlp:
+      return make_mlp(config.width, shape);
+  }
+  throw Error(
+      detail::concat("model.name: no model for enumerator ", static_cast<int>(config.name)));
 }
 
 }  // namespace partrain

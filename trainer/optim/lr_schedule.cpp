@@ -14,13 +14,16 @@ double LrSchedule::lr_at(std::int64_t step) const {
     return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup);
   }
   const std::int64_t after = step - warmup;
-  if (config_.name == "step") {
-    return base_lr_ * std::pow(config_.gamma, static_cast<double>(after / config_.step_size));
-  }
-  if (config_.name == "cosine") {
-    const std::int64_t span = std::max<std::int64_t>(1, total_steps_ - warmup);
-    const double p = std::min(1.0, static_cast<double>(after + 1) / static_cast<double>(span));
-    return config_.min_lr + (base_lr_ - config_.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+  switch (config_.name) {
+    case ScheduleName::kStep:
+      return base_lr_ * std::pow(config_.gamma, static_cast<double>(after / config_.step_size));
+    case ScheduleName::kCosine: {
+      const std::int64_t span = std::max<std::int64_t>(1, total_steps_ - warmup);
+      const double p = std::min(1.0, static_cast<double>(after + 1) / static_cast<double>(span));
+      return config_.min_lr + (base_lr_ - config_.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
+    }
+    case ScheduleName::kConstant:
+      break;
   }
   return base_lr_;
 }

@@ -7,7 +7,7 @@ namespace partrain {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& cfg,
                                                         std::vector<at::Tensor> parameters) {
-  if (cfg.name == "adamw") {
+  if (cfg.name == OptimizerName::kAdamW) {
     return std::make_unique<torch::optim::AdamW>(std::move(parameters),
                                                  torch::optim::AdamWOptions(cfg.lr)
                                                      .betas(std::make_tuple(cfg.beta1, cfg.beta2))

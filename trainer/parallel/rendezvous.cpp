@@ -7,10 +7,10 @@ namespace partrain {
 RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::Device& device) {
   RankGroup group;
   group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
-  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == "ddp", UsageError, "strategy ",
-                 cfg.strategy, " runs in one process, but the launch has ", env.world_size,
+  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError, "strategy ",
+                 name_of(cfg.strategy), " runs in one process, but the launch has ", env.world_size,
                  " ranks; use strategy: ddp");
-  if (cfg.strategy != "ddp") return group;
+  if (cfg.strategy != StrategyKind::kDdp) return group;
 
   PARTRAIN_CHECK(!env.rendezvous.empty() || env.world_size == 1, UsageError,
                  "no rendezvous: set launch.rendezvous or start ranks with partrain run");
@@ -26,7 +26,7 @@ RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::De
   group.ranks = comm::open_rank_group(options);
   comm::CommOptions co = group.ranks->comm_options();
   co.backend = cfg.comm.backend;
-  co.wire_dtype = comm::parse_dtype(cfg.comm.wire_dtype);
+  co.wire_dtype = cfg.comm.wire_dtype;
   co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
   co.device_index = device.is_cuda() ? device.index() : 0;
   group.comm = group.ranks->make_communicator(co);

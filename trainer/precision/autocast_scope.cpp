@@ -6,8 +6,8 @@
 
 namespace partrain {
 
-void check_precision_supported(const std::string& precision, const c10::Device& device) {
-  PARTRAIN_CHECK(precision != "f16" || device.is_cuda(), UsageError,
+void check_precision_supported(Precision precision, const c10::Device& device) {
+  PARTRAIN_CHECK(precision != Precision::kF16 || device.is_cuda(), UsageError,
                  "train.precision f16 needs a CUDA device, and this rank trains on the CPU "
                  "(LibTorch's autocast runs the CPU in bf16 only): use precision bf16 or f32");
 }
@@ -22,18 +22,18 @@ bool cpu_has_onednn_bf16() {
 #endif
 }
 
-std::string precision_note(const std::string& precision, const c10::Device& device) {
-  if (precision != "bf16" || !device.is_cpu() || cpu_has_onednn_bf16()) return "";
+std::string precision_note(Precision precision, const c10::Device& device) {
+  if (precision != Precision::kBf16 || !device.is_cpu() || cpu_has_onednn_bf16()) return "";
   return "note: train.precision bf16 on a CPU without AVX-512 (BW, VL, DQ): LibTorch runs bf16 "
          "convolutions here with its slow reference kernels, not oneDNN's, so expect training "
          "to be several times slower than with f32 (BENCHMARKS.md, \"precision bf16\")";
 }
 
-AutocastScope::AutocastScope(const std::string& precision, const c10::Device& device) {
-  if (precision == "f32") return;
+AutocastScope::AutocastScope(Precision precision, const c10::Device& device) {
+  if (precision == Precision::kF32) return;
   check_precision_supported(precision, device);
   const c10::ScalarType dtype =
-      precision == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
+      precision == Precision::kBf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
   active_ = true;
   cuda_ = device.is_cuda();
   if (cuda_) {

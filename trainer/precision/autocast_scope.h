@@ -8,13 +8,15 @@
 
 #include <string>
 
+#include "trainer/config/config_enums.h"
+
 namespace partrain {
 
 class AutocastScope {
  public:
   // precision f32: does nothing. bf16 on CUDA or CPU; f16 on CUDA only (throws UsageError on
   // the CPU, where LibTorch's autocast knows only bf16).
-  AutocastScope(const std::string& precision, const c10::Device& device);
+  AutocastScope(Precision precision, const c10::Device& device);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -27,7 +29,7 @@ class AutocastScope {
 };
 
 // Throws UsageError when `precision` cannot run on `device` (f16 on the CPU).
-void check_precision_supported(const std::string& precision, const c10::Device& device);
+void check_precision_supported(Precision precision, const c10::Device& device);
 
 // False on an x86 CPU without AVX-512 BW, VL and DQ: LibTorch then runs bf16 convolutions
 // with its slow reference kernels instead of oneDNN's (the same test as LibTorch's own
@@ -36,6 +38,6 @@ bool cpu_has_onednn_bf16();
 
 // A line for the user when `precision` will run much slower than f32 on `device` (bf16 on a
 // CPU without cpu_has_onednn_bf16()); "" otherwise.
-std::string precision_note(const std::string& precision, const c10::Device& device);
+std::string precision_note(Precision precision, const c10::Device& device);
 
 }  // namespace partrain

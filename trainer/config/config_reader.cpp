@@ -1,0 +1,392 @@
+// YAML -> Config: one reader per section of the file, each reading its keys through a Section
+// (yaml_section.h), so that every error names the key and where it came from. A check that
+// needs a key of a section read earlier runs in the later section's reader;
+// check_across_sections() holds those that need every key.
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <tuple>
+
+#include "comm_backends/communicator.h"
+#include "comm_backends/store/store.h"
+#include "common/errors.h"
+#include "trainer/config/config.h"
+#include "trainer/config/yaml_section.h"
+
+namespace partrain {
+namespace {
+
+// The schemes open_store() serves. env:// is checked for its shape only: MASTER_ADDR and
+// MASTER_PORT belong to the environment the workers start in, not to this one.
+std::string rendezvous_problem(const std::string& url) {
+  if (url.rfind("env://", 0) == 0) {
+    return url.size() == 6 ? ""
+                           : "env:// takes nothing after it (MASTER_ADDR and MASTER_PORT "
+                             "come from the environment)";
+  }
+  try {
+    comm::parse_store_url(url);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string host_problem(const std::string& host) {
+  const std::string name = host.size() >= 2 && host.front() == '[' && host.back() == ']'
+                               ? host.substr(1, host.size() - 2)
+                               : host;
+  const bool ipv6 = name.find(':') != std::string::npos;
+  for (const char c : name) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
+                    c == '_' || (ipv6 && (c == ':' || c == '%'));
+    if (!ok) return "'" + host + "' is not a host name or IP address";
+  }
+  return name.empty() ? "empty host" : "";
+}
+
+std::string interface_problem(const std::string& name) {
+  for (const char c : name) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == ':') {
+      return "'" + name + "' is not a network interface name (e.g. eth0, ens5, ib0)";
+    }
+  }
+  return "";
+}
+
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+constexpr long long kMaxCount = 1LL << 40;
+constexpr std::size_t kMaxChannels = 64;
+
+// Channels of the images a dataset yields (image-folder decodes everything as RGB, as
+// torchvision's ImageFolder does); 0 where only the files know (tensors).
+int dataset_channels(DatasetKind dataset) {
+  switch (dataset) {
+    case DatasetKind::kFashionMnist:
+    case DatasetKind::kMnist:
+      return 1;
+    case DatasetKind::kTensors:
+      return 0;
+    case DatasetKind::kCifar100:
+    case DatasetKind::kCifar10:
+    case DatasetKind::kImageFolder:
+    case DatasetKind::kSynthetic:
+      return 3;
+  }
+  return 3;
+}
+
+// A key that belongs to other settings than the ones chosen, such as momentum with adamw, is
+// an error rather than silently ignored.
+void refuse(Section& section, const std::string& key, const std::string& why) {
+  YAML::Node n = section.raw(key);
+  if (n.IsDefined() && !n.IsNull()) fail(section.origins(), section.full(key), n.Mark(), why);
+}
+
+// launch.nproc_per_node: a count, `auto`, or one whole count per node.
+void read_nproc_per_node(Section& launch, NodeLayout& out) {
+  YAML::Node n = launch.raw("nproc_per_node");
+  if (n.IsDefined() && n.IsScalar() && n.Scalar() == "auto") {
+    out = NodeLayout::automatic();
+  } else if (n.IsDefined() && n.IsSequence()) {
+    std::vector<double> counts;
+    launch.read_double_list("nproc_per_node", counts, 1, 1024, 65536);
+    std::vector<int> per_node;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      if (counts[i] != std::floor(counts[i])) {
+        fail(launch.origins(), launch.full("nproc_per_node"), n[i].Mark(),
+             detail::concat("item ", i, ": expected a whole number of ranks, got '", n[i].Scalar(),
+                            "'"));
+      }
+      per_node.push_back(static_cast<int>(counts[i]));
+    }
+    out = NodeLayout::per_node(per_node);
+  } else {
+    int count = out.count();
+    launch.read_int("nproc_per_node", count, 1, 1024);
+    out = NodeLayout::every_node(count);
+  }
+}
+
+void read_launch(Section launch, LaunchConfig& l) {
+  read_nproc_per_node(launch, l.nproc_per_node);
+  launch.read_int("nnodes", l.nnodes, 1, 65536);
+  launch.read_checked("rendezvous", l.rendezvous, rendezvous_problem);
+  launch.read_int("max_restarts", l.max_restarts, 0, 1000);
+  launch.finish();
+}
+
+void read_comm(Section comm, CommConfig& m) {
+  comm.read("backend", m.backend, comm::backend_names());
+  comm.read_double("bucket_mb", m.bucket_mb, 0.001, 4096);
+  std::string wire_dtype;
+  comm.read("wire_dtype", wire_dtype, {"f32", "f16", "bf16"});
+  if (!wire_dtype.empty()) m.wire_dtype = comm::parse_dtype(wire_dtype);
+  comm.read_double("timeout_s", m.timeout_s, 0.1, 86400.0 * 7);
+  comm.read_checked("interface", m.interface, interface_problem);
+  comm.read_checked("host", m.host, host_problem);
+  comm.finish();
+}
+
+// data.image_size, data.mean and data.std against the dataset they describe, each error at
+// its key's place.
+void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node& image_size,
+                      const YAML::Node& mean, const YAML::Node& std_dev) {
+  if (d.image_size != 0 && d.dataset != DatasetKind::kImageFolder) {
+    fail(data.origins(), "data.image_size", image_size.Mark(),
+         detail::concat("resizing applies to data.dataset image-folder only, not ",
+                        name_of(d.dataset), " (set it to 0 or remove it)"));
+  }
+  // Datasets whose channel count is fixed: a mean or std list of another length is caught here
+  // with its place in the file; for tensors the count is known only once the file is read.
+  const int channels = dataset_channels(d.dataset);
+  for (const auto& [key, values, node] :
+       {std::tuple{"mean", &d.mean, mean}, std::tuple{"std", &d.std, std_dev}}) {
+    if (channels > 0 && !values->empty() && values->size() != 1 &&
+        values->size() != static_cast<std::size_t>(channels)) {
+      fail(data.origins(), std::string("data.") + key, node.Mark(),
+           detail::concat(values->size(), " values, but ", name_of(d.dataset), " images have ",
+                          channels,
+                          channels == 1 ? std::string(" channel (give 1)")
+                                        : detail::concat(" channels (give 1 or ", channels, ")")));
+    }
+  }
+}
+
+void read_data(Section data, DataConfig& d) {
+  data.read_enum("dataset", d.dataset);
+  data.read("root", d.root);
+  data.read_bool("download", d.download);
+  data.read("url", d.url);
+  data.read_int("batch_size", d.batch_size, 1, 1 << 20);
+  data.read_int("num_workers", d.num_workers, 0, 64);
+  data.read_bool("augment", d.augment);
+  data.read_int("train_limit", d.train_limit, 0, kMaxCount);
+  data.read_int("test_limit", d.test_limit, 0, kMaxCount);
+  data.read_int("synthetic_train", d.synthetic_train, 1, 10'000'000);
+  data.read_int("synthetic_test", d.synthetic_test, 1, 10'000'000);
+  const YAML::Node image_size = data.raw("image_size");
+  data.read_int("image_size", d.image_size, 0, 4096);
+  // Pixels are in [0, 1] when normalised, so a mean far outside that is a typo (255 units).
+  const YAML::Node mean = data.read_double_list("mean", d.mean, -1.0, 2.0, kMaxChannels);
+  // std must be > 0; the smallest positive double stands for the open bound.
+  const YAML::Node std_dev =
+      data.read_double_list("std", d.std, std::numeric_limits<double>::min(), 100.0, kMaxChannels);
+  data.finish();
+  check_data_shape(data, d, image_size, mean, std_dev);
+}
+
+// model.torchscript replaces the built-in models, so a built-in model's keys next to it would
+// be silently ignored: an error instead; and the file must be there.
+void check_torchscript(Section& model, const ModelConfig& m, const YAML::Node& torchscript) {
+  if (m.torchscript.empty()) return;
+  for (const char* key : {"name", "width", "norm"}) {
+    refuse(model, key,
+           "has no effect with model.torchscript (the saved module is the model); remove one "
+           "of the two");
+  }
+  if (!std::filesystem::is_regular_file(m.torchscript)) {
+    fail(model.origins(), "model.torchscript", torchscript.Mark(),
+         "file '" + m.torchscript +
+             "' does not exist (paths are relative to the working directory)");
+  }
+}
+
+// model.sync_batchnorm needs BatchNorm layers it can reach and ranks to share statistics with.
+void check_sync_batchnorm(const Section& model, const ModelConfig& m, StrategyKind strategy,
+                          const YAML::Node& sync_batchnorm) {
+  if (!m.sync_batchnorm) return;
+  auto reject = [&](const std::string& why) {
+    fail(model.origins(), "model.sync_batchnorm", sync_batchnorm.Mark(), why);
+  };
+  if (!m.torchscript.empty()) {
+    reject(
+        "not available with model.torchscript: its BatchNorm layers are compiled into the saved "
+        "module, where partrain cannot replace them; set it false");
+  }
+  if (strategy == StrategyKind::kDp) {
+    reject(
+        "needs strategy ddp (or single, where it changes nothing): dp's replicas live in one "
+        "process and normalise each device's piece on its own, as in PyTorch");
+  }
+  if (m.name == ModelName::kMlp || m.norm == Norm::kNone) {
+    reject(detail::concat("model ", name_of(m.name),
+                          m.name == ModelName::kMlp ? "" : " with norm: none",
+                          " has no BatchNorm layers to synchronise"));
+  }
+}
+
+void read_model(Section model, ModelConfig& m, StrategyKind strategy) {
+  model.read_enum("name", m.name);
+  model.read_int("width", m.width, 1, 4096);
+  model.read_enum("norm", m.norm);
+  const YAML::Node torchscript = model.raw("torchscript");
+  model.read("torchscript", m.torchscript);
+  const YAML::Node sync_batchnorm = model.raw("sync_batchnorm");
+  model.read_bool("sync_batchnorm", m.sync_batchnorm);
+  model.finish();
+  check_torchscript(model, m, torchscript);
+  check_sync_batchnorm(model, m, strategy, sync_batchnorm);
+}
+
+void read_optimizer(Section opt, OptimizerConfig& o) {
+  opt.read_enum("name", o.name);
+  if (o.name == OptimizerName::kAdamW) {  // PyTorch's defaults for AdamW
+    o.lr = 1.0e-3;
+    o.weight_decay = 0.01;
+  }
+  opt.read_double("lr", o.lr, 0.0, 1e6);
+  opt.read_double("weight_decay", o.weight_decay, 0.0, 1e3);
+  if (o.name == OptimizerName::kSgd) {
+    opt.read_double("momentum", o.momentum, 0.0, 1.0);
+    opt.read_bool("nesterov", o.nesterov);
+    refuse(opt, "betas", "applies to optimizer adamw only, not sgd");
+    refuse(opt, "eps", "applies to optimizer adamw only, not sgd");
+    if (o.nesterov && o.momentum == 0.0) {
+      fail(opt.origins(), opt.full("nesterov"), opt.raw("nesterov").Mark(),
+           "Nesterov momentum needs momentum > 0");
+    }
+  } else {
+    refuse(opt, "momentum", "applies to optimizer sgd only (adamw has betas)");
+    // DESIGN.md's example writes nesterov: false beside adamw; only true means something.
+    bool nesterov = false;
+    opt.read_bool("nesterov", nesterov);
+    if (nesterov) refuse(opt, "nesterov", "applies to optimizer sgd only");
+    std::vector<double> betas;
+    const YAML::Node n = opt.read_double_list("betas", betas, 0.0, 0.999999, 2);
+    if (!betas.empty()) {
+      if (betas.size() != 2) {
+        fail(opt.origins(), opt.full("betas"), n.Mark(), "expected two numbers [beta1, beta2]");
+      }
+      o.beta1 = betas[0];
+      o.beta2 = betas[1];
+    }
+    opt.read_double("eps", o.eps, 1e-30, 1.0);
+  }
+  opt.finish();
+}
+
+void read_schedule(Section sched, ScheduleConfig& s, double lr) {
+  sched.read_enum("name", s.name);
+  sched.read_int("warmup_steps", s.warmup_steps, 0, kMaxCount);
+  if (s.name == ScheduleName::kStep) {
+    const YAML::Node n = sched.raw("step_size");
+    sched.read_int("step_size", s.step_size, 1, kMaxCount);
+    if (!n.IsDefined() || n.IsNull()) {
+      fail(sched.origins(), sched.full("step_size"), sched.raw("name").Mark(),
+           "schedule step needs step_size (optimizer steps between decays)");
+    }
+    sched.read_double("gamma", s.gamma, 0.0, 1.0);
+  } else {
+    const std::string not_step =
+        detail::concat("applies to schedule step only, not ", name_of(s.name));
+    refuse(sched, "step_size", not_step);
+    refuse(sched, "gamma", not_step);
+  }
+  if (s.name == ScheduleName::kCosine) {
+    const YAML::Node n = sched.raw("min_lr");
+    sched.read_double("min_lr", s.min_lr, 0.0, 1e6);
+    if (s.min_lr > lr) {
+      std::ostringstream msg;
+      msg << "min_lr " << s.min_lr << " is above the optimizer's lr " << lr;
+      fail(sched.origins(), sched.full("min_lr"), n.Mark(), msg.str());
+    }
+  } else {
+    refuse(sched, "min_lr",
+           detail::concat("applies to schedule cosine only, not ", name_of(s.name)));
+  }
+  sched.finish();
+}
+
+void read_train(Section train, TrainConfig& t, DeviceChoice device) {
+  train.read_int("epochs", t.epochs, 1, 100000);
+  train.read_int("max_steps", t.max_steps, 0, kMaxCount);
+  train.read_int("accumulate_steps", t.accumulate_steps, 1, 1 << 16);
+  train.read_int("threads", t.threads, 0, 1024);
+  train.read_int("log_every", t.log_every, 1, kMaxInt);
+  train.read_double("label_smoothing", t.label_smoothing, 0.0, 1.0);
+  train.read_double("clip_grad_norm", t.clip_grad_norm, 0.0, 1e9);
+  const YAML::Node precision = train.raw("precision");
+  train.read_enum("precision", t.precision);
+  read_optimizer(train.section("optimizer"), t.optimizer);
+  read_schedule(train.section("schedule"), t.schedule, t.optimizer.lr);
+  train.finish();
+  if (t.precision == Precision::kF16 && device == DeviceChoice::kCpu) {
+    fail(train.origins(), "train.precision", precision.Mark(),
+         "f16 needs device cuda: autocast on the CPU computes in bf16 only (use precision bf16 "
+         "or f32)");
+  }
+}
+
+void read_checkpoint(Section ckpt, CheckpointConfig& k) {
+  ckpt.read_int("every_epochs", k.every_epochs, 0, 100000);
+  ckpt.read_int("keep", k.keep, 1, 100000);
+  // auto | never | PATH; whether PATH exists is checked once every key is read.
+  if (const std::optional<std::string> resume = ckpt.read_text("resume")) {
+    k.resume = *resume == "auto"    ? ResumeFrom{ResumeMode::kAuto, ""}
+               : *resume == "never" ? ResumeFrom{ResumeMode::kNever, ""}
+                                    : ResumeFrom{ResumeMode::kPath, *resume};
+  }
+  ckpt.finish();
+}
+
+// The keys of the top level that are no section (name, seed, device, strategy, reference)
+// around the sections, in the order the errors report them.
+void read_config(Section& top, Config& c) {
+  top.read("name", c.name);
+  top.read_int("seed", c.seed, 0, std::numeric_limits<long long>::max());
+  top.read_enum("device", c.device);
+  top.read_enum("strategy", c.strategy);
+  read_launch(top.section("launch"), c.launch);
+  read_comm(top.section("comm"), c.comm);
+  read_data(top.section("data"), c.data);
+  read_model(top.section("model"), c.model, c.strategy);
+  read_train(top.section("train"), c.train, c.device);
+  read_checkpoint(top.section("checkpoint"), c.checkpoint);
+  Section output = top.section("output");
+  output.read("dir", c.output_dir);
+  output.finish();
+  const YAML::Node reference = top.raw("reference");
+  top.read("reference", c.reference);
+  if (!c.reference.empty() && !std::filesystem::exists(c.reference)) {
+    fail(top.origins(), "reference", reference.Mark(),
+         "file '" + c.reference + "' does not exist (paths are relative to the working directory)");
+  }
+  top.finish();
+}
+
+// Checks that involve more than one section, once every key has been read.
+void check_across_sections(const Origins& origins, const Config& c) {
+  const ResumeFrom& resume = c.checkpoint.resume;
+  if (resume.mode == ResumeMode::kPath && !std::filesystem::exists(resume.path)) {
+    fail(origins, "checkpoint.resume", YAML::Mark::null_mark(),
+         "'" + resume.path + "' is neither auto, never nor an existing checkpoint file");
+  }
+  const NodeLayout& nodes = c.launch.nproc_per_node;
+  if (c.strategy == StrategyKind::kSingle &&
+      (nodes.is_per_node() || (!nodes.is_auto() && nodes.count() > 1))) {
+    fail(origins, "strategy", YAML::Mark::null_mark(),
+         "strategy single runs one process; launch.nproc_per_node must be 1 (use strategy: ddp)");
+  }
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Origins origins;
+  const YAML::Node root = load_yaml_document(path, overrides, origins);
+  Config config;
+  config.source = path;
+  Section top(root, "", origins);
+  read_config(top, config);
+  check_across_sections(origins, config);
+  // output.dir follows the name unless it is set.
+  if (!root["output"].IsDefined() || !root["output"]["dir"].IsDefined()) {
+    config.output_dir = "runs/" + config.name;
+  }
+  return config;
+}
+
+}  // namespace partrain
