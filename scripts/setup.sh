@@ -3,8 +3,11 @@
 # into build/ (the executable is build/partrain). Safe to run again: apt-get skips what is
 # installed, ccache and Ninja skip what is built.
 #
-#   scripts/setup.sh            install + build
-#   SKIP_APT=1 scripts/setup.sh build only (packages already there)
+#   scripts/setup.sh              install + build
+#   SKIP_APT=1 scripts/setup.sh   build only (packages already there)
+#   SKIP_BUILD=1 scripts/setup.sh install only (for builds of another kind: scripts/sanitize.sh,
+#                                 scripts/fuzz.sh)
+#   Build: BUILD_TYPE (default Release), JOBS (default 2), CMAKE_ARGS (more -D options)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +45,8 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
 fi
+
+[ "${SKIP_BUILD:-0}" = 1 ] && { echo "setup: packages installed, build skipped (SKIP_BUILD=1)"; exit 0; }
 
 # ccache keeps LibTorch-heavy objects across clean checkouts; 5 GB is plenty.
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
