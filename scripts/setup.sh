@@ -53,6 +53,13 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # Paths below the checkout are hashed relative to it, so a fresh clone elsewhere (as CI
 # makes) reuses what an earlier checkout compiled.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
+# The image build (docker/Dockerfile.cpu) runs this script too, on the host's cache when
+# scripts/docker-check.sh lends it. The locale (LANG, LC_*) changes only the language of the
+# compiler's messages, so it stays out of ccache's hash: otherwise the image (LANG=C.UTF-8)
+# misses every object a host with another locale compiled. The compiler check stays ccache's
+# default (the compiler's size and mtime), which agrees wherever the same Debian package
+# installed the compiler.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}locale"
 ccache --max-size=5G >/dev/null 2>&1 || true
 
 # shellcheck disable=SC2086 # CMAKE_ARGS may hold several -D options
