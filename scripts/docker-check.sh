@@ -11,7 +11,9 @@
 # that an unchanged `FROM debian:bookworm` builds. Podman runs with runc, cgroupfs and bounded
 # ulimits (the host's hard limits are lower than podman's defaults), set in a containers.conf
 # this script writes. Builds reach Debian's mirror (--network host); containers run with no
-# network but loopback.
+# network but loopback. The image build compiles with the host's ccache folder (mounted in),
+# so that what scripts/setup.sh compiled here is not compiled again (docker/README.md,
+# "Compiler cache").
 #
 # Needs root (rootful podman). Environment:
 #   PARTRAIN_IMAGE         image tag (default localhost/partrain:cpu)
