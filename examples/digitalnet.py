@@ -1,4 +1,4 @@
-"""DigitalNet, as partrain's built-in `digitalnet` model (DESIGN.md, "Models"), in Python.
+"""DigitalNet, as partrain's built-in `digitalnet` model (docs/architecture.md), in Python.
 
 Four conv3x3 units (no bias when followed by BatchNorm) of widths c, 2c, 4c, 8c, each
 followed by BatchNorm and ReLU, max-pooling after the first three and a global average

@@ -11,12 +11,17 @@
 # that an unchanged `FROM debian:bookworm` builds. Podman runs with runc, cgroupfs and bounded
 # ulimits (the host's hard limits are lower than podman's defaults), set in a containers.conf
 # this script writes. Builds reach Debian's mirror (--network host); containers run with no
-# network but loopback.
+# network but loopback. The image build compiles with the host's ccache folder (mounted in),
+# so that what scripts/setup.sh compiled here is not compiled again (docker/README.md,
+# "Compiler cache").
 #
 # Needs root (rootful podman). Environment:
 #   PARTRAIN_IMAGE         image tag (default localhost/partrain:cpu)
 #   PARTRAIN_DOCKER_STATE  where the containers.conf, base tarball and run outputs live
 #                          (default ~/.cache/partrain-docker)
+#   PARTRAIN_DOCKER_CCACHE the ccache folder the image build compiles with (default: the host's,
+#                          $CCACHE_DIR or ~/.cache/ccache, which scripts/setup.sh fills);
+#                          `none`: only the image's own cache mount (as with plain docker build)
 #   JOBS                   build parallelism inside the image (default 2)
 #   SKIP_APT=1             do not install podman & co. (already there)
 set -euo pipefail
@@ -99,12 +104,24 @@ fi
 
 # --- the image -------------------------------------------------------------------------
 if want build; then
-  log "build: podman build -f docker/Dockerfile.cpu -t $image (log: $state/build.log)"
-  if ! podman build --network host --shm-size 1g --build-arg JOBS="${JOBS:-2}" \
+  # The image runs scripts/setup.sh on the same Debian compiler as this host, so the objects
+  # setup.sh compiled here serve it: the host's ccache folder is mounted into the build's RUN
+  # steps and the Dockerfile's CCACHE_DIR names it. (setup.sh keeps the locale out of the
+  # hash and CCACHE_BASEDIR makes paths relative, so /src in the image and this checkout agree.)
+  ccache_dir=${PARTRAIN_DOCKER_CCACHE:-${CCACHE_DIR:-$HOME/.cache/ccache}}
+  ccache_args=()
+  if [ "$ccache_dir" != none ]; then
+    mkdir -p "$ccache_dir"
+    ccache_args=(--volume "$ccache_dir:/ccache-host" --build-arg CCACHE_DIR=/ccache-host)
+  fi
+  log "build: podman build -f docker/Dockerfile.cpu -t $image, ccache: $ccache_dir (log: $state/build.log)"
+  if ! podman build --network host --shm-size 1g --build-arg JOBS="${JOBS:-2}" "${ccache_args[@]}" \
          -f docker/Dockerfile.cpu -t "$image" . > "$state/build.log" 2>&1; then
     tail -40 "$state/build.log" >&2
     fail "podman build (log: $state/build.log)"
   fi
+  # The Dockerfile prints ccache's counts for its compile step; a cached layer prints none.
+  grep -A6 '^ccache in ' "$state/build.log" | grep -E '^ccache in|Hits:|Misses:' | sed 's/^/  /' || true
   grep -E '([0-9]+% tests passed|tests failed out of)' "$state/build.log" | tail -1 | sed 's/^/  /' || true
   # Each rebuild leaves the previous build's layers untagged; drop those older than a day so
   # that repeated checks do not fill the disk (recent ones stay as the layer cache).

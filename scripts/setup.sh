@@ -3,8 +3,11 @@
 # into build/ (the executable is build/partrain). Safe to run again: apt-get skips what is
 # installed, ccache and Ninja skip what is built.
 #
-#   scripts/setup.sh            install + build
-#   SKIP_APT=1 scripts/setup.sh build only (packages already there)
+#   scripts/setup.sh              install + build
+#   SKIP_APT=1 scripts/setup.sh   build only (packages already there)
+#   SKIP_BUILD=1 scripts/setup.sh install only (for builds of another kind: scripts/sanitize.sh,
+#                                 scripts/fuzz.sh)
+#   Build: BUILD_TYPE (default Release), JOBS (default 2), CMAKE_ARGS (more -D options)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,11 +46,20 @@ if [ "${SKIP_APT:-0}" != 1 ]; then
   fi
 fi
 
+[ "${SKIP_BUILD:-0}" = 1 ] && { echo "setup: packages installed, build skipped (SKIP_BUILD=1)"; exit 0; }
+
 # ccache keeps LibTorch-heavy objects across clean checkouts; 5 GB is plenty.
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
 # Paths below the checkout are hashed relative to it, so a fresh clone elsewhere (as CI
 # makes) reuses what an earlier checkout compiled.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
+# The image build (docker/Dockerfile.cpu) runs this script too, on the host's cache when
+# scripts/docker-check.sh lends it. The locale (LANG, LC_*) changes only the language of the
+# compiler's messages, so it stays out of ccache's hash: otherwise the image (LANG=C.UTF-8)
+# misses every object a host with another locale compiled. The compiler check stays ccache's
+# default (the compiler's size and mtime), which agrees wherever the same Debian package
+# installed the compiler.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}locale"
 ccache --max-size=5G >/dev/null 2>&1 || true
 
 # shellcheck disable=SC2086 # CMAKE_ARGS may hold several -D options

@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 [ -x build/partrain ] || { echo "test: build/partrain is missing; run scripts/setup.sh first" >&2; exit 2; }
-export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"  # as in setup.sh
+# As in setup.sh, so that what this compiles shares setup.sh's cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}locale"
 cmake --build build -j"${JOBS:-2}"
 ctest --test-dir build --output-on-failure -j"${JOBS:-2}" --timeout 600 "$@"
 

@@ -12,7 +12,7 @@ allreduce_setup() {
   BUILD=$(cd "${1:-$ROOT/build}" && pwd)
   SIZES=${2:-4K,64K,1M,16M,64M}
   WORLDS=${3:-"2 4"}
-  PEERS_DIR=${PEERS_DIR:-/work/shared/peers/collectives}
+  PEERS_DIR=${PEERS_DIR:-$ROOT/bench/peers/collectives}
   OUT=${OUT:-$BUILD/$out_name}
   ROUNDS=${ROUNDS:-2}
   mkdir -p "$OUT"

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs `partrain bench allreduce` (asio-ring, gloo, asio-ring with a bf16 wire) and the Gloo
 # peer benchmark (its ring_chunked, halving_doubling and bcube algorithms, built from
-# peers/collectives/gloo_bench.cc) one after the other in the same run, for W=2 and W=4,
+# bench/peers/collectives/gloo_bench.cc) one after the other in the same run, for W=2 and W=4,
 # then prints a Markdown table of busbw and of the ratios asio-ring / Gloo's best.
 #
 # Usage: bench/allreduce/run.sh [BUILD_DIR] [SIZES] [WORLDS]
 #   BUILD_DIR  holds the partrain executable (default: build)
 #   SIZES      default 4K,64K,1M,16M,64M
 #   WORLDS     default "2 4"
-# Env: PEERS_DIR (default /work/shared/peers/collectives), OUT (default BUILD_DIR/bench-allreduce),
+# Env: PEERS_DIR (default bench/peers/collectives), OUT (default BUILD_DIR/bench-allreduce),
 #      ROUNDS (default 2: the whole sequence is repeated and each contender keeps its best
 #      median, as the peer figures do; on a shared machine one round is mostly noise)
 set -euo pipefail

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The shm backend against its peers in one run: `partrain bench allreduce` with shm,
 # asio-ring (loopback TCP) and gloo, and Open MPI's MPI_Allreduce over its shared-memory
-# transport (btl vader, peers/collectives/mpi_bench.cc built with Debian's mpicxx), for W=2 and
-# W=4; prints busbw per size and the ratios of shm to each. Each contender keeps its best
-# median over ROUNDS rounds, as the peer figures do.
+# transport (btl vader; bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx), for
+# W=2 and W=4; prints busbw per size and the ratios of shm to each. Each contender keeps its
+# best median over ROUNDS rounds, as the peer figures do.
 #
 #   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")
-# Env: PEERS_DIR (default /work/shared/peers/collectives), OUT (default BUILD_DIR/bench-shm),
+# Env: PEERS_DIR (default bench/peers/collectives), OUT (default BUILD_DIR/bench-shm),
 #      ROUNDS (default 2)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -2,12 +2,12 @@
 # Sourced by the bench/ddp scripts: where things are, a private copy of the executable, the
 # synthetic CIFAR-100 files, a note of the machine, and one function per contender.
 # Env: PARTRAIN (executable to copy; default build/partrain), OUT (results folder),
-#      PEER_DIR (default /work/shared/peers/python_ddp), PY (default /usr/bin/python3: the
+#      PEER_DIR (default bench/peers/python_ddp), PY (default /usr/bin/python3: the
 #      Debian python with torch 1.13 and torchvision).
 set -euo pipefail
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/../.." && pwd)
-PEER_DIR=${PEER_DIR:-/work/shared/peers/python_ddp}
+PEER_DIR=${PEER_DIR:-$ROOT/bench/peers/python_ddp}
 PY=${PY:-/usr/bin/python3}
 CONFIG=$BENCH_DIR/cifar100_synth_w16.yaml
 

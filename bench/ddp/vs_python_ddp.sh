@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# partrain against PyTorch's Python DDP (the peer in /work/shared/peers/python_ddp), same run:
+# partrain against PyTorch's Python DDP (the peer in bench/peers/python_ddp), same run:
 # DigitalNet width 16, synthetic CIFAR-100 binary files (5000 train / 1000 test), 2 ranks x
 # batch 128, 1 intra-op thread per rank, Gloo for both, num_workers 0 and 2. The contenders
 # alternate within each repetition (and swap order every other repetition), so drifting load

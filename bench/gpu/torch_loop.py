@@ -1,5 +1,5 @@
 """PyTorch's own Python training loop of DigitalNet on one GPU: the peer partrain's GPU
-epoch time is compared with (scripts/gpu-check.sh). Same model (DESIGN.md's DigitalNet,
+epoch time is compared with (scripts/gpu-check.sh). Same model (the built-in DigitalNet,
 width 64, BatchNorm), data (a CIFAR-100 binary directory), batch, optimizer (SGD 0.05,
 momentum 0.9, weight decay 5e-4), host-side batches copied to the device each step.
 

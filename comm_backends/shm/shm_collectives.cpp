@@ -57,7 +57,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kRegionMagic = 0x314d485354524150ull;  // "PARTSHM1"
-constexpr std::size_t kHeaderBytes = 64;
+// The control blocks follow the header; the region starts on a page, so a header of 128
+// bytes puts every block on its alignas(128) boundary (checked below).
+constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kPage = 4096;
 
 using Kind = CollectiveKind;
@@ -80,6 +82,8 @@ struct RegionHeader {
   std::uint64_t magic;
   std::uint32_t world;
 };
+static_assert(sizeof(RegionHeader) <= kHeaderBytes && kHeaderBytes % alignof(RankState) == 0,
+              "the control blocks must start on their alignment");
 
 std::size_t control_bytes(int world) {
   const std::size_t end = kHeaderBytes + sizeof(RankState) * static_cast<std::size_t>(world);

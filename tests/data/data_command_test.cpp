@@ -123,6 +123,9 @@ TEST_F(DataCommand, FetchDownloadsVerifiesAndExtracts) {
 // The ranks that wait for the first local rank's download wait as long as the download may
 // take, not comm.timeout_s: here the server answers 4 s late and the timeout is 2 s.
 TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
+#ifndef PARTRAIN_WITH_TORCH
+  GTEST_SKIP() << "partrain run needs LibTorch; this build has PARTRAIN_WITH_TORCH=OFF";
+#endif
   const auto archive = small_cifar100_archive(dir_);
   const std::string md5 = md5_file(dir_ / "a.tgz");
   test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(4));
