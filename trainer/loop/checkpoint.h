@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "trainer/config/config.h"
-#include "trainer/precision/loss_scaler.h"
+#include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/loop/worker.h"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "trainer/precision/autocast_scope.h"
+#include "trainer/precision/precision.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
@@ -37,7 +37,7 @@ EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& l
     auto labels = batch->labels.narrow(0, 0, valid).to(device, true);
     at::Tensor out;
     {
-      AutocastScope autocast(precision, device);
+      const AutocastScope autocast(precision, device);
       out = strategy.forward(model, images);
     }
     out = out.to(at::kFloat);
