@@ -1,5 +1,6 @@
 // defines: Config and its sections — the one validated description of a run
-// (DESIGN.md "Config"); load_config(), config_to_yaml(), config_to_json().
+// (docs/architecture.md, "Config keys"); load_config(), config_to_yaml(),
+// config_to_json().
 //
 // Loaded once at the edge (YAML -> Config), checked there, then trusted everywhere else. Each
 // field's comment gives the values the reader accepts; a value outside them is a UsageError
