@@ -11,14 +11,14 @@
 
 namespace partrain {
 
-// Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
-// last round with repeats, which are cut off here so every test sample counts exactly once.
 std::int64_t top_k_correct(const at::Tensor& logits, const at::Tensor& labels, std::int64_t k) {
   const std::int64_t kept = std::min<std::int64_t>(k, logits.size(1));
   const at::Tensor top = std::get<1>(logits.topk(kept, /*dim=*/1));
   return top.eq(labels.unsqueeze(1)).any(1).sum().item<std::int64_t>();
 }
 
+// Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
+// last round with repeats, which are cut off here so every test sample counts exactly once.
 EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& loader,
                     const c10::Device& device, Precision precision) {
   torch::NoGradGuard no_grad;
