@@ -52,7 +52,7 @@ TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
   const auto args = run_args(write_config(dir, kPairBody));
   const fs::path log = dir / "first.txt";
   const pid_t launcher = start_partrain(args, log);
-  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 10/", std::chrono::seconds(120)))
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 11/", std::chrono::seconds(120)))
       << read_text(log);
   kill(launcher, SIGTERM);
   const auto status = wait_exit(launcher, std::chrono::seconds(120));
@@ -81,8 +81,9 @@ TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
                              {"--set", "checkpoint.every_steps=20", "--set", "checkpoint.keep=3"});
   const fs::path log = dir / "first.txt";
   const pid_t launcher = start_partrain(args, log);
-  // Epoch 2 has passed step 100 (a step checkpoint) and gone on.
-  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 40/", std::chrono::seconds(120)))
+  // Epoch 2 has passed step 100 (a step checkpoint) and gone on (log lines come at even steps:
+  // batch 41 of epoch 2 is step 116).
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 41/", std::chrono::seconds(120)))
       << read_text(log);
   const pid_t victim = find_worker(launcher, 1);
   ASSERT_GT(victim, 0);
