@@ -74,6 +74,30 @@ TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
   EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));  // released at each exit
 }
 
+// strategy single trains in the `partrain run` process itself: it answers the signal alone.
+TEST(Preemption, SingleProcessStopsAtASignalAndContinuesExactly) {
+  const std::string body = "strategy: single\ntrain: {epochs: 3, threads: 1, log_every: 2}\n";
+  auto straight = scratch("single_straight");
+  const auto straight_args = run_args(write_config(straight, body));
+  ASSERT_EQ(partrain(joined(straight_args), straight).code, 0);
+  auto dir = scratch("single_stop");
+  const auto args = run_args(write_config(dir, body));
+  const fs::path log = dir / "first.txt";
+  const pid_t run = start_partrain(args, log);
+  // 150 batches an epoch: batch 10 of epoch 2 is step 160, which has a line.
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 10/", std::chrono::seconds(120)))
+      << read_text(log);
+  kill(run, SIGUSR1);
+  const auto status = wait_exit(run, std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << read_text(log);
+  EXPECT_NE(read_text(log).find("by SIGUSR1; saved "), std::string::npos) << read_text(log);
+  const Result second = partrain(joined(args), dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+  EXPECT_EQ(step_losses(dir), step_losses(straight));
+}
+
 TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
   const fs::path straight = straight_pair_run("steps_straight");
   auto dir = scratch("steps");

@@ -34,6 +34,24 @@ bool EpochLoop::reached_max_steps() const {
   return config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
 }
 
+// A mid-epoch checkpoint: its epoch goes on from the next batch, with this rank's sums of the
+// batches before (rank 0 holds all of them when the checkpoint has another rank count).
+EpochLoop::EpochTotals EpochLoop::resumed_totals(const MidEpoch& mid) const {
+  EpochTotals resumed;
+  if (!mid.any()) return resumed;
+  const auto r = static_cast<std::size_t>(env_.rank);
+  if (mid.loss_sums.size() == static_cast<std::size_t>(env_.world_size) &&
+      mid.images.size() == mid.loss_sums.size()) {
+    resumed.loss_sum = mid.loss_sums[r];
+    resumed.images = mid.images[r];
+  } else if (env_.rank == 0) {
+    for (double v : mid.loss_sums) resumed.loss_sum += v;
+    for (double v : mid.images) resumed.images += v;
+  }
+  resumed.seconds = mid.train_seconds;
+  return resumed;
+}
+
 void EpochLoop::run(const TrainingPosition& start) {
   const bool is_rank0 = env_.rank == 0;
   std::unique_ptr<MetricsLog> metrics;
@@ -45,22 +63,9 @@ void EpochLoop::run(const TrainingPosition& start) {
     parts_.step.loss_scaler().restore(*start.loss_scaler);
   if (!epochs_.empty()) parts_.step.set_skipped_steps(epochs_.back().skipped_steps);
 
-  // A mid-epoch checkpoint: its epoch goes on from the next batch, with this rank's sums of
-  // the batches before (rank 0 holds all of them when the checkpoint has another rank count).
   const MidEpoch& mid = start.mid_epoch;
-  EpochTotals resumed;
-  if (mid.any()) {
-    parts_.step.set_skipped_steps(mid.skipped_steps);
-    const auto r = static_cast<std::size_t>(env_.rank);
-    if (mid.loss_sums.size() == static_cast<std::size_t>(env_.world_size)) {
-      resumed.loss_sum = mid.loss_sums[r];
-      resumed.images = mid.images[r];
-    } else if (is_rank0) {
-      for (double v : mid.loss_sums) resumed.loss_sum += v;
-      for (double v : mid.images) resumed.images += v;
-    }
-    resumed.seconds = mid.train_seconds;
-  }
+  if (mid.any()) parts_.step.set_skipped_steps(mid.skipped_steps);
+  const EpochTotals resumed = resumed_totals(mid);
 
   for (int epoch = start.epoch + 1;
        epoch <= config_.train.epochs &&

@@ -81,6 +81,7 @@ class EpochLoop {
                   EpochTotals so_far);
   // Returns the checkpoint's file name.
   std::string save_mid_epoch(int epoch, std::int64_t batches_done, const EpochTotals& so_far);
+  EpochTotals resumed_totals(const MidEpoch& mid) const;
   bool reached_max_steps() const;
 
   const Config& config_;
