@@ -5,7 +5,10 @@
 //     all read by one Asio thread that cuts them into whole lines and writes each line,
 //     prefixed, under one lock (so two workers never share a line)
 //   poll the workers every kPollInterval until the first one fails, all succeed, or the
-//     launcher itself is told to stop
+//     launcher itself is told to stop; with a heartbeat, a worker silent for longer than
+//     the silence bound is killed and counts as failed (frozen: SIGSTOP, a stalled host)
+//   told to stop (or a worker stopped with kExitStopped): the workers get stop_grace to save
+//     the step they agree on and exit by themselves
 //   with several nodes, give the rest up to kSettleBound to end by themselves (wait_for_rest)
 //   stop the rest: a polite stop to each (SIGTERM; CTRL_BREAK_EVENT on Windows), the forced
 //     one (SIGKILL; TerminateJobObject) to whoever is left after `grace`, reap them
@@ -29,6 +32,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -46,6 +50,7 @@
 #include "cli/platform_process.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "common/stop_request.h"
 #include "common/temp_dir.h"
 #include "common/worker_lines.h"
 
@@ -110,21 +115,36 @@ struct Worker {
   int pid = 0;
   std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
-  bool running = false;            // spawned and not reaped yet
+  std::atomic<std::int64_t> stopped_step{-1};  // from its "partrain: stopped at step N" line
+  // When it last wrote a line (a heartbeat included), in Clock's nanoseconds.
+  std::atomic<std::int64_t> last_heard_ns{0};
+  bool running = false;  // spawned and not reaped yet
   platform::ExitStatus status;
   bool stopped = false;         // still running when the group was stopped
   bool killed = false;          // needed the forced stop after the grace period
   bool killed_at_once = false;  // got the forced stop at once: the polite one cannot reach it
+  bool frozen = false;          // killed for its silence
 };
 
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
 struct GroupOutcome {
-  enum class Kind { kSucceeded, kFailed, kInterrupted };
+  // kStopped: a worker exited with kExitStopped though this launcher got no signal (another
+  // node's did, and the ranks agreed to stop).
+  enum class Kind { kSucceeded, kFailed, kInterrupted, kStopped };
   Kind kind = Kind::kSucceeded;
   int failed_rank = -1;
   platform::ExitStatus failed_status;
   int failed_epoch = 0;
   int failed_lost_rank = -1;
-  int signal = 0;  // kInterrupted: the launcher's signal
+  int signal = 0;                   // kInterrupted: the launcher's signal
+  double failed_silent_s = 0;       // the failed worker was killed after this long silent
+  std::int64_t stopped_step = -1;   // the step the workers said they stopped at, if any
+  bool all_exited_stopped = false;  // every worker ended with kExitStopped
+  bool all_succeeded = false;       // every worker ended with 0
   std::vector<int> stopped;
   std::vector<int> killed;
   std::vector<int> killed_at_once;
@@ -168,6 +188,7 @@ class GroupRun {
       throw Error(detail::concat("cannot start rank ", rank, " (", executable, "): ", e.what()));
     }
     w.pid = w.child.id();
+    w.last_heard_ns = now_ns();
     w.group.started(w.pid);
     w.running = true;
     workers_.push_back(std::move(worker));
@@ -180,9 +201,11 @@ class GroupRun {
   // Waits for the first failure, full success or a stop signal (one newer than
   // `signals_seen`), stops whoever is left and drains their output.
   // After a failure the rest get up to `settle` to end by themselves before they are stopped.
-  GroupOutcome watch(milliseconds grace, milliseconds settle, const platform::StopSignals& signals,
-                     int signals_seen) {
+  GroupOutcome watch(const LaunchPlan& plan, milliseconds settle,
+                     const platform::StopSignals& signals, int signals_seen) {
     GroupOutcome outcome;
+    // Set once a worker exited with kExitStopped: the rest follow by themselves, until then.
+    std::optional<Clock::time_point> stopping_until;
     for (;;) {
       if (signals.count() != signals_seen) {
         outcome.kind = GroupOutcome::Kind::kInterrupted;
@@ -195,6 +218,9 @@ class GroupRun {
         if (!w->running) continue;
         if (!reap(*w)) {
           any_running = true;
+          if (is_silent_too_long(*w, plan)) failed = freeze_kill(*w, plan, failed);
+        } else if (w->status.code == kExitStopped && !w->status.killed()) {
+          if (!stopping_until) stopping_until = Clock::now() + plan.stop_grace;
         } else if (!w->status.success() && prefer_as_cause(*w, failed)) {
           failed = w.get();
         }
@@ -203,14 +229,23 @@ class GroupRun {
         outcome.kind = GroupOutcome::Kind::kFailed;
         outcome.failed_rank = failed->rank;
         outcome.failed_status = failed->status;
+        if (failed->frozen) outcome.failed_silent_s = frozen_silent_s_;
+        break;
+      }
+      if (stopping_until && (!any_running || Clock::now() > *stopping_until)) {
+        outcome.kind = GroupOutcome::Kind::kStopped;
         break;
       }
       if (!any_running) break;
       std::this_thread::sleep_for(kPollInterval);
     }
     if (outcome.kind == GroupOutcome::Kind::kFailed) wait_for_rest(settle, signals, signals_seen);
-    stop_all(grace, &signals);
+    const bool stopping = outcome.kind == GroupOutcome::Kind::kInterrupted ||
+                          outcome.kind == GroupOutcome::Kind::kStopped;
+    stop_all(stopping ? plan.stop_grace : plan.grace, &signals);
     finish_output();
+    outcome.all_exited_stopped = !workers_.empty();
+    outcome.all_succeeded = !workers_.empty();
     for (auto& w : workers_) {
       if (w->stopped) outcome.stopped.push_back(w->rank);
       if (w->killed) outcome.killed.push_back(w->rank);
@@ -219,8 +254,16 @@ class GroupRun {
         outcome.failed_epoch = w->epoch.load();
         outcome.failed_lost_rank = w->lost_rank.load();
       }
+      outcome.stopped_step = std::max(outcome.stopped_step, w->stopped_step.load());
+      const bool exited_stopped = !w->status.killed() && w->status.code == kExitStopped;
+      outcome.all_exited_stopped = outcome.all_exited_stopped && exited_stopped;
+      outcome.all_succeeded = outcome.all_succeeded && w->status.success();
     }
     return outcome;
+  }
+
+  double silent_seconds(const Worker& w) const {
+    return static_cast<double>(now_ns() - w.last_heard_ns.load()) * 1e-9;
   }
 
  private:
@@ -229,6 +272,34 @@ class GroupRun {
   // exited 1", and the cause is rank 1.
   static bool prefer_as_cause(const Worker& w, const Worker* current) {
     return current == nullptr || (w.status.killed() && !current->status.killed());
+  }
+
+  // With a heartbeat: the worker wrote nothing, not even its heartbeat, for longer than the
+  // bound, so it no longer runs (stopped, or its host stalled) though it has not exited.
+  bool is_silent_too_long(const Worker& w, const LaunchPlan& plan) const {
+    return plan.heartbeat_interval.count() > 0 &&
+           silent_seconds(w) * 1000.0 > static_cast<double>(plan.silence_bound.count());
+  }
+
+  // Kills a frozen worker (SIGKILL reaches a stopped process too) and reaps it, bounded;
+  // returns the worker to name as the cause.
+  Worker* freeze_kill(Worker& w, const LaunchPlan& plan, Worker* current) {
+    const double silent = silent_seconds(w);
+    sink_.launcher_line(detail::concat(
+        "rank ", w.rank, " (pid ", w.pid, ") wrote nothing for ", static_cast<int>(silent),
+        " s, not even its heartbeat (every ", plan.heartbeat_interval.count() / 1000.0,
+        " s): it is frozen; ", platform::kForceStopName));
+    w.frozen = true;
+    frozen_silent_s_ = silent;
+    w.group.force_stop();
+    const auto reap_end = Clock::now() + kReapBound;
+    while (!reap(w) && Clock::now() < reap_end) std::this_thread::sleep_for(kStopPollInterval);
+    if (w.running) {  // did not go: stop waiting for it, as stop_all does
+      w.child.detach();
+      w.running = false;
+      w.status.signal = 9;
+    }
+    return current == nullptr || !current->frozen ? &w : current;
   }
 
   // True when the worker has ended (and is now reaped, its status recorded).
@@ -325,9 +396,12 @@ class GroupRun {
 
   void emit(Worker& w, const OutputPipe& p, std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    w.last_heard_ns = now_ns();
     if (const int epoch = parse_epoch_line(line); epoch > 0) w.epoch = epoch;
     if (p.to_err) {
+      if (is_heartbeat_line(line)) return;  // for the launcher alone
       if (const int lost = parse_lost_rank_line(line); lost >= 0) w.lost_rank = lost;
+      if (const std::int64_t step = parse_stopped_line(line); step >= 0) w.stopped_step = step;
     }
     sink_.worker_line(w.rank, p.to_err, line);
   }
@@ -357,6 +431,7 @@ class GroupRun {
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  double frozen_silent_s_ = 0;
   std::thread io_thread_;  // last: starts after everything it reads is constructed
 };
 
@@ -399,6 +474,11 @@ void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(!plan.master_addr.empty(), UsageError, "the master address is empty");
   PARTRAIN_CHECK_GE(plan.max_restarts, 0, UsageError, "max_restarts is negative");
   PARTRAIN_CHECK(plan.grace.count() >= 0, UsageError, "the stop grace period is negative");
+  PARTRAIN_CHECK(plan.stop_grace.count() >= 0, UsageError, "the stop_grace period is negative");
+  PARTRAIN_CHECK(
+      plan.heartbeat_interval.count() >= 0 && (plan.heartbeat_interval.count() == 0 ||
+                                               plan.silence_bound > 2 * plan.heartbeat_interval),
+      UsageError, "the silence bound must exceed two heartbeat intervals");
 }
 
 std::string env_value(const char* name) {
@@ -414,7 +494,10 @@ std::string describe_failure(const GroupOutcome& o) {
   } else {
     text << " before its first epoch";
   }
-  if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
+  if (o.failed_silent_s > 0) {
+    text << ": it was frozen (nothing written, not even a heartbeat, for "
+         << static_cast<int>(o.failed_silent_s) << " s)";
+  } else if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
     text << ": it lost rank " << o.failed_lost_rank;
   }
   return text.str();
@@ -463,6 +546,9 @@ bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const
   env["PARTRAIN_RUN_TOKEN"] = token;
   env["PARTRAIN_RENDEZVOUS"] = rendezvous;
   env["PARTRAIN_RESTART"] = std::to_string(restart);
+  if (plan.heartbeat_interval.count() > 0) {
+    env["PARTRAIN_HEARTBEAT_S"] = std::to_string(plan.heartbeat_interval.count() / 1000.0);
+  }
   if (env.count("OMP_NUM_THREADS") == 0) {
     // N ranks each starting an OpenMP pool of every core would oversubscribe N times.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -558,16 +644,34 @@ int launch(const LaunchPlan& plan) {
         group.spawn(first_rank + local, plan.executable, plan.worker_args,
                     worker_environment(plan, local, token, rendezvous, port, restart));
       }
-      outcome =
-          group.watch(plan.grace, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen);
+      outcome = group.watch(plan, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen);
     }
 
     using Kind = GroupOutcome::Kind;
     if (outcome.kind == Kind::kSucceeded) return 0;
+    const bool stop_signal = outcome.kind == Kind::kInterrupted;
+    if ((stop_signal || outcome.kind == Kind::kStopped) && outcome.all_exited_stopped) {
+      const std::string by = stop_signal ? platform::stop_cause_name(outcome.signal)
+                                         : "a stop request from another node";
+      const std::string at =
+          outcome.stopped_step >= 0 ? "at step " + std::to_string(outcome.stopped_step) + " " : "";
+      sink.launcher_line("stopped " + at + "by " + by + "; run the same command to continue");
+      return kExitStopped;
+    }
+    if (stop_signal && outcome.all_succeeded) {
+      sink.launcher_line("got " + platform::stop_cause_name(outcome.signal) +
+                         " after the last step: the run completed");
+      return 0;
+    }
     if (outcome.kind == Kind::kInterrupted) {
       sink.launcher_line("interrupted by " + platform::stop_cause_name(outcome.signal) +
-                         describe_stops(outcome, plan.grace));
+                         describe_stops(outcome, plan.stop_grace));
       return 128 + outcome.signal;
+    }
+    if (outcome.kind == Kind::kStopped) {
+      sink.launcher_line("a worker stopped at a stop request but not all of them did" +
+                         describe_stops(outcome, plan.stop_grace));
+      return 1;
     }
     const bool bad_input = !outcome.failed_status.killed() && outcome.failed_status.code == 2;
     if (restart < plan.max_restarts && !bad_input) {

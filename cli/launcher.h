@@ -30,7 +30,15 @@ struct LaunchPlan {
   int master_port = 0;     // 0: a free loopback port (single node only)
   std::string rendezvous;  // "": see rendezvous_for()
   int max_restarts = 0;
-  std::chrono::milliseconds grace{3000};         // between the polite and the forced stop
+  std::chrono::milliseconds grace{3000};  // between the polite and the forced stop
+  // After the launcher's own stop signal (or a worker's exit with kExitStopped): how long the
+  // workers get to agree on a step, save it and exit by themselves before the forced stop.
+  std::chrono::milliseconds stop_grace{3000};
+  // 0: off. Otherwise each worker gets PARTRAIN_HEARTBEAT_S and prints a heartbeat line that
+  // often (common/worker_lines.h); a worker silent for longer than silence_bound is taken for
+  // frozen (SIGSTOP, a stalled host): it is killed and counts as failed.
+  std::chrono::milliseconds heartbeat_interval{0};
+  std::chrono::milliseconds silence_bound{0};
   std::map<std::string, std::string> extra_env;  // set in every worker, last (wins)
   std::ostream* out = nullptr;                   // workers' stdout lines go here; null: std::cout
   std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr
@@ -46,19 +54,28 @@ struct LaunchPlan {
 //        epoch it was in, and the rank it lost when it said so (a peer on another node, say)
 //   2    the first worker to fail exited 2: bad config or input data, which a restart
 //        cannot fix, so the run ends at once with that code
-//   128+s  the launcher got signal s (SIGINT: 130); every worker was stopped first. On
+//   75   kExitStopped (common/stop_request.h): a stop signal reached the launcher (or a worker
+//        of another node stopped the run) and every worker saved the step it stopped at and
+//        exited with that code; one line says "stopped at step N by SIGNAL; run the same
+//        command to continue". No restart follows.
+//   1 also when a worker was silent longer than silence_bound (see heartbeat_interval): it
+//        is killed and named as frozen
+//   128+s  the launcher got signal s (SIGINT: 130) and its workers did not all stop with
+//        kExitStopped (0 when they all completed the run instead); every worker was stopped
+//        first. On
 //        Windows s stands for Ctrl-C (2), Ctrl-Break (21), the console closing (1) or the
 //        stop event (15; platform::StopSignals)
 // Throws UsageError for an invalid plan, Error when a worker cannot be started. Call it
 // from a thread that lives until it returns (see platform_process_posix.cpp on the
-// parent-death signal); it handles SIGINT, SIGTERM and SIGHUP (Windows: console control
-// events and the stop event) while it runs.
+// parent-death signal); it handles SIGINT, SIGTERM, SIGHUP and SIGUSR1 (Windows: console
+// control events and the stop event) while it runs.
 //
 // Each worker gets the parent's environment plus RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, NODE_RANK (torchrun's names),
 // PARTRAIN_RUN_TOKEN, PARTRAIN_RENDEZVOUS, PARTRAIN_RESTART (0, then 1 after the first
-// restart, ...), OMP_NUM_THREADS (unless set: cores / this node's ranks, at least 1), then
-// extra_env. Workers should flush each line: a pipe is not a terminal, so stdio buffers it.
+// restart, ...), PARTRAIN_HEARTBEAT_S (with a heartbeat_interval), OMP_NUM_THREADS (unless set:
+// cores / this node's ranks, at least 1), then extra_env. Workers should flush each line: a pipe is
+// not a terminal, so stdio buffers it.
 int launch(const LaunchPlan& plan);
 
 // The run token, shared by every rank of one run so a store or ring can refuse strangers:

@@ -123,8 +123,9 @@ std::string executable_path();
 void set_close_on_exec(NativeHandle handle);
 
 // The launcher's own stop signals. While one of these objects lives:
-//   POSIX: SIGINT, SIGTERM and SIGHUP are recorded instead of killing the launcher, so it can
-//     stop its workers first; the previous handlers are restored on destruction.
+//   POSIX: SIGINT, SIGTERM, SIGHUP and SIGUSR1 (Slurm's usual warning before a preemption)
+//     are recorded instead of killing the launcher, so it can stop its workers first; the previous
+//     handlers are restored on destruction.
 //   Windows: Ctrl-C, Ctrl-Break and the console closing (CTRL_CLOSE_EVENT, log-off, shut-down)
 //     are recorded by a console control handler; so is the named event
 //     Local\partrain-stop-<launcher pid> being set (stop_event_name), Windows' closest thing

@@ -145,7 +145,7 @@ void set_close_on_exec(NativeHandle native_handle) {
 }
 
 namespace {
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 std::atomic<int> g_signal_count{0};
 std::atomic<int> g_last_signal{0};
 std::atomic<bool> g_watch_active{false};

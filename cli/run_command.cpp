@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,12 +19,20 @@
 #include "cli/platform_process.h"
 #include "trainer/parity/parity.h"
 #include "common/errors.h"
+#include "common/output_lock.h"
 #include "trainer/config/config.h"
 #include "trainer/device/torch_info.h"
 #include "trainer/loop/worker.h"
 
 namespace partrain::cli {
 namespace {
+
+// How long a checkpoint write may take after the ranks agreed to stop.
+constexpr std::chrono::milliseconds kCheckpointAllowance{120000};
+// Every worker's heartbeat, and how much longer than comm.timeout_s one may be silent before
+// the launcher takes it for frozen and kills it.
+constexpr std::chrono::milliseconds kHeartbeatInterval{2000};
+constexpr std::chrono::milliseconds kSilenceGrace{10000};
 
 struct RunOptions {
   ConfigArguments config;
@@ -89,8 +99,8 @@ NodeLayout ranks_per_node(const RunOptions& o, const Config& config, int nnodes)
   return asked.for_nodes(nnodes, auto_count, "launch.nproc_per_node in " + config.source);
 }
 
-int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, const NodeLayout& nodes);
+LaunchPlan plan_for(const RunOptions& o, const Config& config,
+                    const std::vector<std::string>& overrides, const NodeLayout& nodes);
 
 // The single-device twin of a parallel run: one process at the same total batch, the rest
 // unchanged (loader threads included, so the pair differs only in parallelism).
@@ -145,18 +155,25 @@ int run(const RunOptions& o) {
     int code = run_baseline(o, config, config.strategy == StrategyKind::kDp ? 1 : world);
     if (code != 0) return code;
   }
+  // One run per output folder; the nodes of a multi-node run share the token, so they may
+  // share the folder too.
+  LaunchPlan plan = plan_for(o, config, overrides, nodes);
+  const char* env_token = std::getenv("PARTRAIN_RUN_TOKEN");
+  const std::string token = choose_run_token(plan, env_token != nullptr ? env_token : "");
+  OutputLock lock(config.output_dir, token,
+                  [](const std::string& line) { std::cerr << "partrain: " << line << "\n"; });
   int code = 0;
   if (world == 1 && config.launch.max_restarts == 0) {
     code = run_worker(config, WorkerEnv{});
   } else {
-    code = launch_workers(o, config, overrides, nodes);
+    code = launch(plan);
   }
   if (code == 0 && o.node_rank == 0) compare_with_reference(config);
   return code;
 }
 
-int launch_workers(const RunOptions& o, const Config& config,
-                   const std::vector<std::string>& overrides, const NodeLayout& nodes) {
+LaunchPlan plan_for(const RunOptions& o, const Config& config,
+                    const std::vector<std::string>& overrides, const NodeLayout& nodes) {
   LaunchPlan plan;
   plan.executable = platform::executable_path();
   plan.worker_args = {"worker", o.config.path};
@@ -171,7 +188,15 @@ int launch_workers(const RunOptions& o, const Config& config,
   plan.master_port = o.master_port;
   plan.rendezvous = config.launch.rendezvous;
   plan.max_restarts = config.launch.max_restarts;
-  return launch(plan);
+  // A stop signal: the ranks finish the step they are in (each wait bounded by
+  // comm.timeout_s), agree, and rank 0 writes the checkpoint, which kCheckpointAllowance
+  // bounds. A worker that writes nothing for longer than any wait of its own is frozen.
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1e3));
+  plan.stop_grace = timeout + kCheckpointAllowance;
+  plan.heartbeat_interval = kHeartbeatInterval;
+  plan.silence_bound = timeout + kSilenceGrace;
+  return plan;
 }
 
 }  // namespace

@@ -3,9 +3,14 @@
 // mpirun (the rules: cli/engine_env.h; for users: docs/clusters.md).
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
 #include "cli/commands.h"
 #include "cli/engine_env.h"
 #include "common/errors.h"
+#include "common/heartbeat.h"
 #include "trainer/config/config.h"
 #include "trainer/loop/worker.h"
 
@@ -21,6 +26,17 @@ WorkerEnv read_worker_env(const Config& config) {
   return w;
 }
 
+// PARTRAIN_HEARTBEAT_S, when the launcher set it to a positive number of seconds.
+std::optional<double> heartbeat_interval(const EnvLookup& env) {
+  const std::optional<std::string> text = env("PARTRAIN_HEARTBEAT_S");
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  const double seconds = std::strtod(text->c_str(), &end);
+  PARTRAIN_CHECK(end != text->c_str() && *end == '\0' && seconds > 0 && seconds <= 3600, UsageError,
+                 "PARTRAIN_HEARTBEAT_S='", *text, "': expected seconds in (0, 3600]");
+  return seconds;
+}
+
 }  // namespace
 
 void add_worker_command(CLI::App& app, int& exit_code) {
@@ -29,6 +45,10 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ConfigArguments>();
   add_config_arguments(*sub, *args);
   sub->callback([args, &exit_code] {
+    // Started by `partrain run`: the launcher watches for this worker's heartbeat.
+    std::unique_ptr<Heartbeat> heartbeat;
+    const std::optional<double> interval = heartbeat_interval(process_environment());
+    if (interval) heartbeat = std::make_unique<Heartbeat>(*interval);
     Config config = load_config(args->path, args->overrides);
     exit_code = run_worker(config, read_worker_env(config));
   });

@@ -5,6 +5,22 @@ namespace {
 
 constexpr std::string_view kEpochPrefix = "epoch ";
 constexpr std::string_view kLostRankPrefix = "partrain: lost rank ";
+constexpr std::string_view kStoppedPrefix = "partrain: stopped at step ";
+
+// The decimal number of at most `max_digits` digits that `text` starts with, when
+// `terminator` follows it.
+std::optional<std::int64_t> parse_digits_before(std::string_view text, char terminator,
+                                                std::size_t max_digits) {
+  std::size_t digits = 0;
+  std::int64_t value = 0;
+  while (digits < text.size() && digits < max_digits && text[digits] >= '0' &&
+         text[digits] <= '9') {
+    value = value * 10 + (text[digits] - '0');
+    ++digits;
+  }
+  if (digits == 0 || digits >= text.size() || text[digits] != terminator) return std::nullopt;
+  return value;
+}
 
 // What follows `prefix` in `line`, or nullopt when the line does not start with it.
 std::optional<std::string_view> after_prefix(std::string_view line, std::string_view prefix) {
@@ -34,17 +50,28 @@ int parse_lost_rank_line(std::string_view line) {
   return parse_number_before(*rest, ':').value_or(-1);
 }
 
+std::string format_stopped_line(std::int64_t step, std::string_view signal) {
+  return std::string(kStoppedPrefix) + std::to_string(step) + " by " + std::string(signal);
+}
+
+std::int64_t parse_stopped_line(std::string_view line) {
+  const auto rest = after_prefix(line, kStoppedPrefix);
+  if (!rest) return -1;
+  return parse_count_before(*rest, ' ').value_or(-1);
+}
+
+bool is_heartbeat_line(std::string_view line) { return line == kHeartbeatLine; }
+
 std::optional<int> parse_number_before(std::string_view text, char terminator) {
   constexpr std::size_t kMaxDigits = 9;  // 999999999 < 2^31
-  std::size_t digits = 0;
-  int value = 0;
-  while (digits < text.size() && digits < kMaxDigits && text[digits] >= '0' &&
-         text[digits] <= '9') {
-    value = value * 10 + (text[digits] - '0');
-    ++digits;
-  }
-  if (digits == 0 || digits >= text.size() || text[digits] != terminator) return std::nullopt;
-  return value;
+  const auto value = parse_digits_before(text, terminator, kMaxDigits);
+  if (!value) return std::nullopt;
+  return static_cast<int>(*value);
+}
+
+std::optional<std::int64_t> parse_count_before(std::string_view text, char terminator) {
+  constexpr std::size_t kMaxDigits = 18;  // < 2^63
+  return parse_digits_before(text, terminator, kMaxDigits);
 }
 
 }  // namespace partrain

@@ -1,11 +1,14 @@
 // defines: the lines a worker prints that the launcher reads back — format_epoch_line() and
-// parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line() — and
-// parse_number_before(), the one number parser both parse with. No LibTorch, no Boost.
+// parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(),
+// format_stopped_line() and parse_stopped_line(), kHeartbeatLine and is_heartbeat_line() —
+// and parse_number_before() / parse_count_before(), the number parsers they share. No
+// LibTorch, no Boost.
 //
 // A worker writes these lines and `partrain run` reads them from the worker's pipes; keeping
 // the writing and the reading side here keeps the two in step.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,8 +28,23 @@ std::string format_lost_rank_line(int rank, std::string_view what);
 // R for such a line; -1 for any other line.
 int parse_lost_rank_line(std::string_view line);
 
+// "partrain: stopped at step N by SIGNAL": a worker's last line on stderr when it stopped at
+// a stop signal after saving step N (it then exits with kExitStopped, common/stop_request.h).
+// The launcher's verdict names the step.
+std::string format_stopped_line(std::int64_t step, std::string_view signal);
+// N for such a line; -1 for any other line.
+std::int64_t parse_stopped_line(std::string_view line);
+
+// What a worker started by `partrain run` prints on stderr every PARTRAIN_HEARTBEAT_S seconds
+// (from a thread of its own) so that the launcher can tell a frozen worker (SIGSTOP, a host
+// that stopped scheduling it) from a busy one. The launcher swallows these lines.
+inline constexpr std::string_view kHeartbeatLine = "partrain: heartbeat";
+bool is_heartbeat_line(std::string_view line);
+
 // The decimal number that `text` starts with, when `terminator` follows it: at most 9 digits,
 // so that it always fits an int; nullopt for no digits, more digits or another character.
 std::optional<int> parse_number_before(std::string_view text, char terminator);
+// The same for counts up to 18 digits (steps), which always fit an int64.
+std::optional<std::int64_t> parse_count_before(std::string_view text, char terminator);
 
 }  // namespace partrain

@@ -4,7 +4,7 @@
 //   launcher_fake_worker [--epochs N] [--steps K] [--sleep-ms MS] [--spam N]
 //       [--fail RANK:CODE:EPOCH] [--fail-until-restart R] [--kill-self RANK:EPOCH]
 //       [--hang RANK|all] [--hang-ms MS] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
-//       [--print-env] [--long-line BYTES] [--spawn-child]
+//       [--print-env] [--long-line BYTES] [--spawn-child] [--stop-politely STEP] [--heartbeat]
 //
 // Always prints "pid P" and "restart R" first (R = PARTRAIN_RESTART). Per epoch E it prints
 // "epoch E/N" and K step lines, plus one stderr line "warning from rank X in epoch E".
@@ -21,6 +21,10 @@
 // hangs (output to the null device, so it holds no pipe of the launcher's) and prints
 // "child pid P": something a worker started, which a stop of its group must reach too.
 //
+// --heartbeat beats as `partrain worker` does, every PARTRAIN_HEARTBEAT_S seconds.
+// --stop-politely STEP answers a stop signal as `partrain worker` does: a hanging rank that
+// gets one prints "partrain: stopped at step STEP by SIGNAL" and exits with kExitStopped.
+//
 // On Windows --ignore-sigterm ignores CTRL_BREAK_EVENT (the polite stop there), and
 // --kill-self ends the process with STATUS_ACCESS_VIOLATION, the status a crash leaves:
 // Windows has no SIGKILL, and a real crash might wait in a debugger or error dialog.
@@ -32,10 +36,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/heartbeat.h"
+#include "common/stop_request.h"
 #include "common/worker_lines.h"
 
 #ifdef _WIN32
@@ -113,6 +120,8 @@ int main(int argc, char** argv) {
   bool ignore_sigterm = false;
   bool print_env = false;
   bool spawn_child = false;
+  int stop_politely = -1;
+  bool heartbeat = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&]() -> std::string {
@@ -152,12 +161,21 @@ int main(int argc, char** argv) {
       print_env = true;
     else if (arg == "--spawn-child")
       spawn_child = true;
+    else if (arg == "--heartbeat")
+      heartbeat = true;
+    else if (arg == "--stop-politely")
+      stop_politely = arg_int(next());
     else {
       std::cerr << "fake worker: unknown argument " << arg << "\n";
       return 64;
     }
   }
   if (ignore_sigterm) ignore_polite_stop();
+  std::unique_ptr<partrain::StopRequest> stop_request;
+  if (stop_politely >= 0) stop_request = std::make_unique<partrain::StopRequest>();
+  std::unique_ptr<partrain::Heartbeat> beat;
+  if (heartbeat)
+    beat = std::make_unique<partrain::Heartbeat>(std::stod(env_or("PARTRAIN_HEARTBEAT_S", "1")));
 
   const int rank = std::stoi(env_or("RANK", "-1"));
   const int restart = std::stoi(env_or("PARTRAIN_RESTART", "-1"));
@@ -219,6 +237,13 @@ int main(int argc, char** argv) {
     const auto end = std::chrono::steady_clock::now() +
                      (hang_ms >= 0 ? std::chrono::milliseconds(hang_ms) : std::chrono::seconds(30));
     while (std::chrono::steady_clock::now() < end) {
+      if (stop_request && partrain::StopRequest::requested()) {
+        std::cerr << partrain::format_stopped_line(
+                         stop_politely,
+                         partrain::StopRequest::signal_name(partrain::StopRequest::signal()))
+                  << std::endl;
+        return partrain::kExitStopped;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(hang_ms >= 0 ? 5 : 50));
     }
     if (hang_ms < 0) return 99;

@@ -2,6 +2,8 @@
 // (launcher_fake_worker.cpp) as its ranks; the launcher_driver program puts launch() in a
 // process of its own so a test can interrupt it or SIGKILL it.
 #include "cli/launcher.h"
+#include "common/stop_request.h"
+#include "common/worker_lines.h"
 
 #include <gtest/gtest.h>
 
@@ -311,6 +313,41 @@ TEST(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
                        " after 500 ms for rank 0)"),
             std::string::npos)
       << r.err;
+}
+
+// A worker that writes nothing, not even a heartbeat, for longer than the silence bound no
+// longer runs (SIGSTOP, a stalled host): the launcher kills it and names it, instead of
+// waiting for it forever. The fake worker prints no heartbeat, so its hang is such a silence.
+TEST(LauncherTest, SilentWorkerIsKilledAsFrozen) {
+  LaunchPlan plan = fake_plan(2, {"--hang", "1"});
+  plan.heartbeat_interval = milliseconds(200);
+  plan.silence_bound = milliseconds(1500);
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_GE(r.seconds, 1.5);
+  EXPECT_LT(r.seconds, 10.0);  // the hang itself lasts 30 s
+  const int frozen = pid_of(r.out, 1);
+  ASSERT_GT(frozen, 0);
+  EXPECT_FALSE(platform::process_running(frozen));
+  EXPECT_NE(r.err.find("partrain: rank 1 (pid " + std::to_string(frozen) + ") wrote nothing for"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("it was frozen (nothing written, not even a heartbeat, for"),
+            std::string::npos)
+      << r.err;
+}
+
+// Heartbeat lines are the launcher's own: they keep a quiet worker alive (its hang lasts
+// twice the silence bound) and are not relayed.
+TEST(LauncherTest, HeartbeatsKeepAQuietWorkerAliveAndAreNotRelayed) {
+  LaunchPlan plan = fake_plan(1, {"--heartbeat", "--hang", "0", "--hang-ms", "3000"});
+  plan.heartbeat_interval = milliseconds(200);
+  plan.silence_bound = milliseconds(1500);
+  const Captured r = run_plan(plan);
+  EXPECT_EQ(r.code, 1) << r.err;  // "stopped hanging by itself", exit 1
+  EXPECT_NE(r.out.find("[rank 0] stopped hanging by itself"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("frozen"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(std::string(kHeartbeatLine)), std::string::npos) << r.err;
 }
 
 // What a worker started itself is stopped with it: POSIX signals the worker's process group,
@@ -796,6 +833,27 @@ TEST(LauncherProcessTest, ConsoleCtrlCStopsEveryWorker) {
       << driver.err();
 }
 #endif
+
+// A stop signal that the workers answer by saving their step: the launcher waits for them,
+// names the step and exits with kExitStopped, so the same command continues the run.
+TEST(LauncherProcessTest, StopSignalAnsweredByEveryWorkerEndsWithTheStoppedCode) {
+#ifdef _WIN32
+  GTEST_SKIP() << "Windows workers get CTRL_BREAK_EVENT, which ends them (no polite stop)";
+#endif
+  Driver driver({"--nproc", "2", "--grace-ms", "2000", "--", PARTRAIN_FAKE_WORKER, "--hang", "all",
+                 "--stop-politely", "42"});
+  ASSERT_TRUE(driver.wait_for_line("[rank 0] hanging", milliseconds(10000))) << driver.out();
+  ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
+  platform::interrupt_process(driver.child().id());
+  EXPECT_EQ(driver.wait_exit(milliseconds(5000)), kExitStopped) << driver.err();
+  EXPECT_NE(driver.err().find(
+                "partrain: stopped at step 42 by SIGINT; run the same command to continue\n"),
+            std::string::npos)
+      << driver.err();
+  EXPECT_NE(driver.err().find("[rank 1] partrain: stopped at step 42 by SIGTERM"),
+            std::string::npos)
+      << driver.err();
+}
 
 TEST(LauncherProcessTest, WorkersDieWithAKilledLauncher) {
   std::vector<std::string> args = {"--nproc", "2",   "--",         PARTRAIN_FAKE_WORKER,

@@ -71,5 +71,37 @@ TEST(WorkerLines, NumberBeforeATerminator) {
   EXPECT_EQ(parse_number_before(" 1/", '/'), std::nullopt);
 }
 
+TEST(WorkerLines, StoppedLineTextAndRoundTrip) {
+  EXPECT_EQ(format_stopped_line(123, "SIGTERM"), "partrain: stopped at step 123 by SIGTERM");
+  for (const std::int64_t step : {std::int64_t{0}, std::int64_t{1}, std::int64_t{999999999},
+                                  std::int64_t{1} << 40, std::int64_t{999999999999999999}}) {
+    EXPECT_EQ(parse_stopped_line(format_stopped_line(step, "SIGUSR1")), step) << step;
+    EXPECT_EQ(parse_stopped_line(format_stopped_line(step, "a stop request from rank 3")), step);
+  }
+  EXPECT_EQ(parse_stopped_line("partrain: stopped at step 12"), -1);  // no " by"
+  EXPECT_EQ(parse_stopped_line("partrain: stopped at step x by SIGTERM"), -1);
+  EXPECT_EQ(parse_stopped_line("partrain: stopped at step 1000000000000000000 by SIGTERM"), -1);
+  EXPECT_EQ(parse_stopped_line(format_lost_rank_line(2, "x")), -1);
+  EXPECT_EQ(parse_lost_rank_line(format_stopped_line(2, "SIGTERM")), -1);
+  EXPECT_EQ(parse_epoch_line(format_stopped_line(2, "SIGTERM")), 0);
+}
+
+TEST(WorkerLines, HeartbeatLineIsExactlyItself) {
+  EXPECT_EQ(std::string(kHeartbeatLine), "partrain: heartbeat");
+  EXPECT_TRUE(is_heartbeat_line(kHeartbeatLine));
+  EXPECT_FALSE(is_heartbeat_line("partrain: heartbeat "));
+  EXPECT_FALSE(is_heartbeat_line("[rank 0] partrain: heartbeat"));
+  EXPECT_FALSE(is_heartbeat_line(""));
+  EXPECT_EQ(parse_epoch_line(kHeartbeatLine), 0);
+  EXPECT_EQ(parse_stopped_line(kHeartbeatLine), -1);
+}
+
+TEST(WorkerLines, CountBeforeATerminator) {
+  EXPECT_EQ(parse_count_before("1234567890/", '/'), 1234567890);  // past an int
+  EXPECT_EQ(parse_count_before("999999999999999999 ", ' '), 999999999999999999);
+  EXPECT_EQ(parse_count_before("1000000000000000000 ", ' '), std::nullopt);  // 19 digits
+  EXPECT_EQ(parse_count_before("12", ' '), std::nullopt);
+}
+
 }  // namespace
 }  // namespace partrain

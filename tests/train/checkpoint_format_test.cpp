@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -173,6 +174,45 @@ TEST(CheckpointMeta, AMissingFieldIsAnError) {
   json.erase("world_size");
   EXPECT_THROW(meta_from_text(json.dump()), nlohmann::json::exception);
   EXPECT_THROW(meta_from_text("not json"), nlohmann::json::exception);
+}
+
+TEST(CheckpointMeta, TheMidEpochPositionReadsBackAsWritten) {
+  CheckpointMeta in = full_meta();
+  in.mid_epoch.micro_step = 17;
+  in.mid_epoch.loss_sums = {12.5, 0.1 + 0.2, 1e300};  // f64 values come back exactly
+  in.mid_epoch.images = {544, 544, 512};
+  in.mid_epoch.train_seconds = 3.25;
+  in.mid_epoch.skipped_steps = 4;
+  const std::string text = meta_to_text(in);
+  EXPECT_EQ(Json::parse(text).at("micro_step_in_epoch"), 17);
+  const CheckpointMeta out = meta_from_text(text);
+  EXPECT_EQ(out.mid_epoch.micro_step, 17);
+  EXPECT_EQ(out.mid_epoch.loss_sums, in.mid_epoch.loss_sums);
+  EXPECT_EQ(out.mid_epoch.images, in.mid_epoch.images);
+  EXPECT_EQ(out.mid_epoch.train_seconds, 3.25);
+  EXPECT_EQ(out.mid_epoch.skipped_steps, 4);
+  EXPECT_EQ(out.step, 938);
+}
+
+TEST(CheckpointMeta, AtAnEpochsEndNoMidEpochKeysAreWritten) {
+  const std::string text = meta_to_text(full_meta());
+  EXPECT_FALSE(Json::parse(text).contains("micro_step_in_epoch"));
+  EXPECT_FALSE(meta_from_text(text).mid_epoch.any());
+}
+
+TEST(CheckpointNames, SortInTheOrderTheyWereTaken) {
+  EXPECT_EQ(checkpoint_file_name(3), "epoch-0003.pt");
+  EXPECT_EQ(checkpoint_file_name(3, 1234), "epoch-0003.step-0000001234.pt");
+  std::vector<std::string> taken = {checkpoint_file_name(1),          checkpoint_file_name(1, 40),
+                                    checkpoint_file_name(1, 75),      checkpoint_file_name(2),
+                                    checkpoint_file_name(2, 9999999), checkpoint_file_name(10)};
+  std::vector<std::string> sorted = taken;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, taken);
+  for (const auto& name : taken) EXPECT_TRUE(is_checkpoint_file_name(name)) << name;
+  EXPECT_FALSE(is_checkpoint_file_name("best.pt"));
+  EXPECT_FALSE(is_checkpoint_file_name("latest.json"));
+  EXPECT_FALSE(is_checkpoint_file_name("epoch-0003.pt.tmp.12"));
 }
 
 }  // namespace

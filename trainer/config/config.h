@@ -129,7 +129,12 @@ struct CheckpointConfig {
   // 0..100000: a checkpoint every N epochs and at the last; 0 = none. best.pt (the best test
   // accuracy so far) is written either way.
   int every_epochs = 1;
-  int keep = 3;  // 1..100000 newest epoch checkpoints kept
+  // 0..2^40: also a checkpoint every N optimizer steps, mid-epoch too; 0 = none.
+  std::int64_t every_steps = 0;
+  // 0..1e9 s: also a checkpoint at the first step after this much wall-clock time since the
+  // last one (rank 0's clock decides, so every rank saves the same step); 0 = none.
+  double every_seconds = 0;
+  int keep = 3;  // 1..100000 newest checkpoints kept, epoch and step ones together
   ResumeFrom resume;
 };
 

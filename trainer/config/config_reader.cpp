@@ -322,6 +322,8 @@ void read_train(Section train, TrainConfig& t, DeviceChoice device) {
 
 void read_checkpoint(Section ckpt, CheckpointConfig& k) {
   ckpt.read_int("every_epochs", k.every_epochs, 0, 100000);
+  ckpt.read_int("every_steps", k.every_steps, 0, kMaxCount);
+  ckpt.read_double("every_seconds", k.every_seconds, 0.0, 1e9);
   ckpt.read_int("keep", k.keep, 1, 100000);
   // auto | never | PATH; whether PATH exists is checked once every key is read.
   if (const std::optional<std::string> resume = ckpt.read_text("resume")) {

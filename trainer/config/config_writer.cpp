@@ -161,6 +161,8 @@ std::string config_to_json(const Config& c) {
   j["model"] = model_json(c.model);
   j["train"] = train_json(c.train);
   j["checkpoint"] = {{"every_epochs", c.checkpoint.every_epochs},
+                     {"every_steps", c.checkpoint.every_steps},
+                     {"every_seconds", c.checkpoint.every_seconds},
                      {"keep", c.checkpoint.keep},
                      {"resume", resume_text(c.checkpoint.resume)}};
   j["output"] = {{"dir", c.output_dir}};

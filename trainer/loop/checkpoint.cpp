@@ -3,6 +3,10 @@
 //   epoch-0003.pt      one whole checkpoint: a pickled dict, the format of Python's
 //                      torch.save, so `torch.load("epoch-0003.pt")["model"]` gives the
 //                      state dict (names like "conv1.weight", no wrapper prefix)
+//   epoch-0003.step-0000001234.pt
+//                      the same, taken mid-epoch at optimizer step 1234 after 3 epochs
+//                      completed (checkpoint.every_steps / every_seconds, or a stop signal);
+//                      its meta holds the position in the epoch (MidEpoch)
 //   latest.json        the manifest: names the newest checkpoint that was written whole
 //                      (CheckpointManifest, checkpoint_format.h)
 //   best.pt            a copy of the checkpoint of the epoch with the highest test accuracy
@@ -33,7 +37,6 @@
 #include "comm_backends/communicator.h"
 #include "common/atomic_file.h"
 #include "common/errors.h"
-#include "trainer/loop/checkpoint_format.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
@@ -44,12 +47,6 @@ namespace fs = std::filesystem;
 // What rank 0 broadcasts in place of a checkpoint's length.
 constexpr std::int64_t kFresh = -1;        // nothing to resume from: start afresh
 constexpr std::int64_t kRank0Failed = -2;  // rank 0 failed to choose or read it
-
-std::string checkpoint_name(int epoch) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "epoch-%04d.pt", epoch);
-  return name;
-}
 
 std::string shape_text(const at::Tensor& t) {
   std::ostringstream out;
@@ -207,6 +204,7 @@ TrainingPosition position_of(const CheckpointMeta& meta, const std::string& path
   position.epoch = meta.epoch;
   position.step = meta.step;
   position.loss_scaler = meta.loss_scaler;
+  position.mid_epoch = meta.mid_epoch;
   position.source = path;
   return position;
 }
@@ -274,15 +272,45 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
   if (env_.rank == 0 && (due || best)) {
     fs::create_directories(dir_);
     const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs);
-    if (due) {
-      const std::string name = checkpoint_name(epoch);
-      write_file_atomically(dir_ + "/" + name, bytes);
-      write_manifest(dir_, {name, epoch, at.step, bytes.size()});
-      prune_checkpoints();
-    }
+    if (due) write_checkpoint(checkpoint_file_name(epoch), at, bytes);
     if (best) write_file_atomically(dir_ + "/best.pt", bytes);
   }
+  if (due) last_save_ = std::chrono::steady_clock::now();
   if (due && comm) comm->barrier();
+}
+
+std::string Checkpointer::save_step(const TrainingPosition& at, const torch::nn::Module& model,
+                                    const torch::optim::Optimizer& optimizer,
+                                    const std::vector<EpochRecord>& epochs,
+                                    comm::Communicator* comm) {
+  const std::string name = checkpoint_file_name(at.epoch, at.step);
+  if (env_.rank == 0) {
+    fs::create_directories(dir_);
+    write_checkpoint(name, at, checkpoint_bytes(at, model, optimizer, epochs));
+  }
+  last_save_ = std::chrono::steady_clock::now();
+  if (comm) comm->barrier();
+  return name;
+}
+
+bool Checkpointer::step_checkpoint_due(std::int64_t step) const {
+  const std::int64_t every = config_.checkpoint.every_steps;
+  return every > 0 && step % every == 0;
+}
+
+bool Checkpointer::timed_checkpoint_due() const {
+  const double every = config_.checkpoint.every_seconds;
+  return every > 0 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count() >=
+             every;
+}
+
+// Rank 0: the file, then the manifest that names it, then the oldest beyond keep go.
+void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosition& at,
+                                    const std::string& bytes) {
+  write_file_atomically(dir_ + "/" + name, bytes);
+  write_manifest(dir_, {name, at.epoch, at.step, bytes.size()});
+  prune_checkpoints();
 }
 
 // A whole checkpoint, pickled as torch.save pickles a dict.
@@ -302,6 +330,7 @@ std::string Checkpointer::checkpoint_bytes(const TrainingPosition& at,
   meta.test_accuracy = epochs.empty() ? 0.0 : epochs.back().test_accuracy;
   meta.epochs = epochs;
   meta.loss_scaler = at.loss_scaler;
+  meta.mid_epoch = at.mid_epoch;
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("format", std::string(kCheckpointFormat));
   top.insert("model", model_state_of(model));
@@ -316,8 +345,7 @@ void Checkpointer::prune_checkpoints() const {
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir_)) {
     const auto file = entry.path().filename().string();
-    if (file.rfind("epoch-", 0) == 0 && entry.path().extension() == ".pt")
-      files.push_back(entry.path());
+    if (is_checkpoint_file_name(file)) files.push_back(entry.path());
     if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
   }
   std::sort(files.begin(), files.end());

@@ -3,12 +3,14 @@
 // test accuracy). See checkpoint.cpp for the layout.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "trainer/config/config.h"
+#include "trainer/loop/checkpoint_format.h"
 #include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/loop/worker.h"
@@ -26,14 +28,13 @@ namespace partrain {
 namespace comm {
 class Communicator;
 }
-struct CheckpointMeta;
-
 // Where training stands, beyond the model and optimizer: all a checkpoint needs for a resumed
 // run to continue exactly as an uninterrupted one (the learning rate is a function of step).
 struct TrainingPosition {
   int epoch = 0;                               // epochs completed
   std::int64_t step = 0;                       // optimizer steps taken, skipped ones included
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
+  MidEpoch mid_epoch;                          // where in epoch `epoch + 1`, if mid-epoch
   std::string source;                          // checkpoint file it came from
 };
 
@@ -60,6 +61,18 @@ class Checkpointer {
                   const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
                   comm::Communicator* comm);
 
+  // Mid-epoch, after the optimizer step `at.step` (at.mid_epoch says where in the epoch): rank
+  // 0 writes epoch-E.step-S.pt (write, sync, rename), the manifest, prunes to
+  // checkpoint.keep; every rank waits at a barrier. Returns the file's name (on rank 0).
+  std::string save_step(const TrainingPosition& at, const torch::nn::Module& model,
+                        const torch::optim::Optimizer& optimizer,
+                        const std::vector<EpochRecord>& epochs, comm::Communicator* comm);
+  // checkpoint.every_steps says `step` gets a checkpoint (the same answer on every rank).
+  bool step_checkpoint_due(std::int64_t step) const;
+  // checkpoint.every_seconds has passed on this rank's clock since the last checkpoint (or
+  // the start); only rank 0's answer counts (see StepSlots::checkpoint_due).
+  bool timed_checkpoint_due() const;
+
   std::string directory() const { return dir_; }
 
  private:
@@ -70,6 +83,8 @@ class Checkpointer {
                                const torch::optim::Optimizer& optimizer,
                                const std::vector<EpochRecord>& epochs) const;
   void prune_checkpoints() const;
+  void write_checkpoint(const std::string& name, const TrainingPosition& at,
+                        const std::string& bytes);
 
   // Resuming, in order; the loading steps are in checkpoint.cpp.
   std::string choose_checkpoint() const;  // rank 0: the file to resume from, or ""
@@ -84,6 +99,7 @@ class Checkpointer {
   WorkerEnv env_;
   std::string dir_;
   std::vector<EpochRecord> previous_epochs_;
+  std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace partrain

@@ -1,5 +1,6 @@
 #include "trainer/loop/checkpoint_format.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,24 @@ CheckpointManifest manifest_from_text(const std::string& text, const std::string
 
 std::string manifest_path(const std::string& dir) { return dir + "/latest.json"; }
 
+std::string checkpoint_file_name(int epochs_completed) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "epoch-%04d.pt", epochs_completed);
+  return name;
+}
+
+std::string checkpoint_file_name(int epochs_completed, std::int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "epoch-%04d.step-%010lld.pt", epochs_completed,
+                static_cast<long long>(step));
+  return name;
+}
+
+bool is_checkpoint_file_name(const std::string& file) {
+  return file.rfind("epoch-", 0) == 0 && file.size() > 3 &&
+         file.compare(file.size() - 3, 3, ".pt") == 0 && file.find(".tmp") == std::string::npos;
+}
+
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
   write_file_atomically(manifest_path(dir), manifest_to_text(manifest));
 }
@@ -69,6 +88,14 @@ std::string meta_to_text(const CheckpointMeta& meta) {
     json["loss_scale"] = meta.loss_scaler->scale;
     json["loss_scale_good_steps"] = meta.loss_scaler->good_steps;
   }
+  // Only mid-epoch: a checkpoint at an epoch's end stays as earlier versions wrote it.
+  if (meta.mid_epoch.any()) {
+    json["micro_step_in_epoch"] = meta.mid_epoch.micro_step;
+    json["partial_loss_sums"] = meta.mid_epoch.loss_sums;
+    json["partial_images"] = meta.mid_epoch.images;
+    json["partial_train_seconds"] = meta.mid_epoch.train_seconds;
+    json["skipped_steps"] = meta.mid_epoch.skipped_steps;
+  }
   return json.dump();
 }
 
@@ -90,6 +117,13 @@ CheckpointMeta meta_from_text(const std::string& text) {
     scaler.scale = json.at("loss_scale").get<double>();
     scaler.good_steps = json.at("loss_scale_good_steps").get<std::int64_t>();
     meta.loss_scaler = scaler;
+  }
+  if (json.contains("micro_step_in_epoch")) {
+    meta.mid_epoch.micro_step = json.at("micro_step_in_epoch").get<std::int64_t>();
+    meta.mid_epoch.loss_sums = json.at("partial_loss_sums").get<std::vector<double>>();
+    meta.mid_epoch.images = json.at("partial_images").get<std::vector<double>>();
+    meta.mid_epoch.train_seconds = json.at("partial_train_seconds").get<double>();
+    meta.mid_epoch.skipped_steps = json.at("skipped_steps").get<std::int64_t>();
   }
   return meta;
 }

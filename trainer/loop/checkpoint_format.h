@@ -32,10 +32,29 @@ std::string manifest_to_text(const CheckpointManifest& manifest);
 CheckpointManifest manifest_from_text(const std::string& text, const std::string& path);
 
 std::string manifest_path(const std::string& dir);  // DIR/latest.json
+// "epoch-0003.pt": the checkpoint at the end of epoch 3. "epoch-0003.step-0000001234.pt": the
+// one at step 1234, taken mid-epoch after 3 epochs completed. The names sort in the order they
+// were taken, which is how checkpoint.keep finds the oldest.
+std::string checkpoint_file_name(int epochs_completed);
+std::string checkpoint_file_name(int epochs_completed, std::int64_t step);
+// Whether `file` is such a name (temp files and best.pt are not).
+bool is_checkpoint_file_name(const std::string& file);
 // Atomically (common/atomic_file.h), so that a crash leaves the previous manifest whole.
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest);
 // Empty when DIR has no manifest; throws UsageError when it has one that is not readable.
 std::optional<CheckpointManifest> read_manifest(const std::string& dir);
+
+// Where a checkpoint taken mid-epoch stands in its epoch: what the epoch's record will need
+// when the epoch is finished by a resumed run.
+struct MidEpoch {
+  std::int64_t micro_step = 0;  // the epoch's batches trained (micro-steps, per rank)
+  // Per rank, in rank order: its training loss summed over its images so far, and the images.
+  std::vector<double> loss_sums;
+  std::vector<double> images;
+  double train_seconds = 0;        // the epoch's training time so far (rank 0's clock)
+  std::int64_t skipped_steps = 0;  // f16 updates skipped so far in the run
+  bool any() const { return micro_step > 0; }
+};
 
 // A checkpoint's "meta" entry, JSON text beside its tensors: where training stood, and the
 // run that wrote it.
@@ -51,6 +70,9 @@ struct CheckpointMeta {
   double test_accuracy = 0;  // of the last epoch; 0 in checkpoints of earlier versions
   std::vector<EpochRecord> epochs;
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
+  // Within epoch `epoch + 1`, for a checkpoint taken mid-epoch (all 0 or empty at an epoch's
+  // end, and in checkpoints of earlier versions, which were all taken at an epoch's end).
+  MidEpoch mid_epoch;
 };
 
 std::string meta_to_text(const CheckpointMeta& meta);

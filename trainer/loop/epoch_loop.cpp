@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/stop_request.h"
 #include "common/stopwatch.h"
 #include "common/worker_lines.h"
 #include "trainer/loop/evaluation.h"
+#include "trainer/loop/step_exchange.h"
+#include "trainer/parallel/tensor_buffer.h"
 #include "trainer/report/metrics_log.h"
 #include "trainer/report/progress.h"
-#include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 namespace {
@@ -32,25 +34,53 @@ bool EpochLoop::reached_max_steps() const {
   return config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
 }
 
+// A mid-epoch checkpoint: its epoch goes on from the next batch, with this rank's sums of the
+// batches before (rank 0 holds all of them when the checkpoint has another rank count).
+EpochLoop::EpochTotals EpochLoop::resumed_totals(const MidEpoch& mid) const {
+  EpochTotals resumed;
+  if (!mid.any()) return resumed;
+  const auto r = static_cast<std::size_t>(env_.rank);
+  if (mid.loss_sums.size() == static_cast<std::size_t>(env_.world_size) &&
+      mid.images.size() == mid.loss_sums.size()) {
+    resumed.loss_sum = mid.loss_sums[r];
+    resumed.images = mid.images[r];
+  } else if (env_.rank == 0) {
+    for (double v : mid.loss_sums) resumed.loss_sum += v;
+    for (double v : mid.images) resumed.images += v;
+  }
+  resumed.seconds = mid.train_seconds;
+  return resumed;
+}
+
 void EpochLoop::run(const TrainingPosition& start) {
   const bool is_rank0 = env_.rank == 0;
   std::unique_ptr<MetricsLog> metrics;
   epochs_ = parts_.checkpointer.previous_epochs();
-  if (is_rank0) metrics = std::make_unique<MetricsLog>(config_.output_dir, epochs_);
+  if (is_rank0) metrics = std::make_unique<MetricsLog>(config_.output_dir, epochs_, start.step);
   Progress progress(is_rank0);
   step_ = start.step;
   parts_.step.precision().restore(start.loss_scaler);
   if (!epochs_.empty()) parts_.step.set_skipped_steps(epochs_.back().skipped_steps);
 
-  for (int epoch = start.epoch + 1; epoch <= config_.train.epochs && !reached_max_steps();
+  const MidEpoch& mid = start.mid_epoch;
+  if (mid.any()) parts_.step.set_skipped_steps(mid.skipped_steps);
+  const EpochTotals resumed = resumed_totals(mid);
+
+  for (int epoch = start.epoch + 1;
+       epoch <= config_.train.epochs &&
+       (!reached_max_steps() || (mid.any() && epoch == start.epoch + 1));
        ++epoch) {
     const auto epoch_start = Clock::now();
     if (!is_rank0) {  // the launcher names the epoch a rank was in from these lines
       std::printf("%s\n", format_epoch_line(epoch, config_.train.epochs).c_str());
       std::fflush(stdout);
     }
-    const EpochTotals totals = train_epoch(epoch, metrics.get(), progress);
-    const double train_seconds = seconds_since(epoch_start);
+    const bool resuming = mid.any() && epoch == start.epoch + 1;
+    const EpochTotals totals =
+        train_epoch(epoch, resuming ? mid.micro_step : 0, resuming ? resumed : EpochTotals{},
+                    metrics.get(), progress);
+    if (stopped_) return;  // saved at the step it stopped; the epoch goes on when resumed
+    const double train_seconds = seconds_since(epoch_start) + totals.seconds;
 
     parts_.strategy.share_buffers(parts_.model);
     EvalResult eval = evaluate(parts_.model, parts_.strategy, parts_.test, parts_.device,
@@ -89,20 +119,27 @@ void EpochLoop::run(const TrainingPosition& start) {
   }
 }
 
-EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, MetricsLog* metrics, Progress& progress) {
+EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batch,
+                                              const EpochTotals& before, MetricsLog* metrics,
+                                              Progress& progress) {
   const bool is_rank0 = env_.rank == 0;
   const int accumulate = config_.train.accumulate_steps;
   data::Loader& loader = parts_.train;
   const int64_t batches = loader.num_batches();
   parts_.model.module().train();
-  loader.start_epoch(epoch - 1);
+  loader.start_epoch(epoch - 1, first_batch);
+  const auto epoch_start = Clock::now();
   EpochTotals totals;
-  at::Tensor running_loss =
-      torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(parts_.device));
+  totals.images = before.images;
+  totals.seconds = before.seconds;
+  at::Tensor running_loss = torch::full(
+      {}, before.loss_sum, torch::TensorOptions().dtype(torch::kFloat64).device(parts_.device));
   auto window_start = Clock::now();
   int64_t window_images = 0;
-  int64_t batch_index = 0;
-  while (auto batch = loader.next()) {
+  int64_t batch_index = first_batch;
+  while (!reached_max_steps()) {
+    auto batch = loader.next();
+    if (!batch) break;
     const auto step_start = Clock::now();
     const double wait_before = parts_.strategy.comm_wait_seconds();
     auto images = batch->images.to(parts_.device, true);
@@ -136,10 +173,59 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, MetricsLog* metrics, Pr
         window_images = 0;
       }
     }
-    if (reached_max_steps()) break;
+    if (sync) {
+      EpochTotals so_far = totals;
+      so_far.seconds = before.seconds + seconds_since(epoch_start);
+      if (after_step(epoch, batch_index, running_loss, so_far)) break;
+    }
   }
   totals.loss_sum = running_loss.item<double>();
   return totals;
+}
+
+bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tensor& running_loss,
+                           EpochTotals so_far) {
+  StepSlots slots;
+  slots.stop_requests() = StopRequest::requested() ? 1.0 : 0.0;
+  if (env_.rank == 0) slots.checkpoint_due() = parts_.checkpointer.timed_checkpoint_due() ? 1 : 0;
+  exchange_step(slots, parts_.strategy.comm(), parts_.device);
+  const bool stop = slots.stop_requests() > 0;
+  const bool save =
+      stop || slots.checkpoint_due() > 0 || parts_.checkpointer.step_checkpoint_due(step_);
+  if (!save) return false;
+  so_far.loss_sum = running_loss.item<double>();
+  // A second signal while the stop's checkpoint is written ends the process at once; the
+  // previous checkpoint stays whole (atomic writes).
+  if (stop) StopRequest::set_saving(true);
+  const std::string name = save_mid_epoch(epoch, batches_done, so_far);
+  if (!stop) return false;
+  StopRequest::set_saving(false);
+  stopped_ = Stopped{step_, name, static_cast<int>(slots.stop_requests())};
+  return true;
+}
+
+std::string EpochLoop::save_mid_epoch(int epoch, std::int64_t batches_done,
+                                      const EpochTotals& so_far) {
+  // Every rank's sums of the partial epoch, for rank 0 to write: rank r fills slots r and
+  // W + r, the sum over ranks fills them all.
+  const auto world = static_cast<std::size_t>(env_.world_size);
+  const auto r = static_cast<std::size_t>(env_.rank);
+  std::vector<double> sums(2 * world, 0.0);
+  sums[r] = so_far.loss_sum;
+  sums[world + r] = so_far.images;
+  sum_over_ranks(parts_.strategy.comm(), sums, parts_.device);
+
+  TrainingPosition position;
+  position.epoch = epoch - 1;
+  position.step = step_;
+  position.loss_scaler = parts_.step.precision().state();
+  position.mid_epoch.micro_step = batches_done;
+  position.mid_epoch.loss_sums.assign(sums.begin(), sums.begin() + static_cast<long>(world));
+  position.mid_epoch.images.assign(sums.begin() + static_cast<long>(world), sums.end());
+  position.mid_epoch.train_seconds = so_far.seconds;
+  position.mid_epoch.skipped_steps = parts_.step.skipped_steps();
+  return parts_.checkpointer.save_step(position, parts_.model.module(), parts_.optimizer, epochs_,
+                                       parts_.strategy.comm());
 }
 
 }  // namespace partrain

@@ -1,11 +1,15 @@
 // defines: EpochLoop — the epochs of one rank's run: train an epoch, share the BatchNorm
-// statistics, evaluate, record and log the epoch, checkpoint; until train.epochs or
-// train.max_steps.
+// statistics, evaluate, record and log the epoch, checkpoint; until train.epochs,
+// train.max_steps, or a stop signal (then a checkpoint of the step it stopped at). After each
+// optimizer step the ranks agree through the step exchange (step_exchange.h) whether to stop
+// or to take a mid-epoch checkpoint.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "trainer/config/config.h"
@@ -42,8 +46,18 @@ class EpochLoop {
  public:
   EpochLoop(const Config& config, const WorkerEnv& env, EpochLoopParts parts);
 
-  // Trains from `start` (epochs done and steps taken; zero when fresh) to the end of the run.
+  // Trains from `start` (epochs done and steps taken, and where in the next epoch when it is
+  // a mid-epoch checkpoint; zero when fresh) to the end of the run, or to the step at which
+  // the ranks agreed to stop (see stopped()).
   void run(const TrainingPosition& start);
+
+  // After run(): set when the run stopped at a stop signal, with the step it saved.
+  struct Stopped {
+    std::int64_t step = 0;
+    std::string checkpoint;  // the file's name in the checkpoint folder
+    int stop_requests = 0;   // how many ranks got a stop signal
+  };
+  const std::optional<Stopped>& stopped() const { return stopped_; }
 
   // Every epoch of the run, those before a resume included (for the report).
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
@@ -54,8 +68,20 @@ class EpochLoop {
   struct EpochTotals {
     double loss_sum = 0;  // training loss summed over this rank's images
     double images = 0;
+    double seconds = 0;  // training time before this run's part of the epoch (a resume's)
   };
-  EpochTotals train_epoch(int epoch, MetricsLog* metrics, Progress& progress);
+  // Trains epoch `epoch` from batch `first_batch`, with `before` the totals of the batches
+  // before it (a mid-epoch resume). Returns the epoch's totals; stopped_ is set when the
+  // ranks agreed to stop.
+  EpochTotals train_epoch(int epoch, std::int64_t first_batch, const EpochTotals& before,
+                          MetricsLog* metrics, Progress& progress);
+  // After an optimizer step: the step exchange, then a mid-epoch checkpoint when it is due or
+  // the ranks stop. True to stop.
+  bool after_step(int epoch, std::int64_t batches_done, const at::Tensor& running_loss,
+                  EpochTotals so_far);
+  // Returns the checkpoint's file name.
+  std::string save_mid_epoch(int epoch, std::int64_t batches_done, const EpochTotals& so_far);
+  EpochTotals resumed_totals(const MidEpoch& mid) const;
   bool reached_max_steps() const;
 
   const Config& config_;
@@ -64,6 +90,7 @@ class EpochLoop {
   std::vector<EpochRecord> epochs_;
   std::int64_t step_ = 0;
   double compute_seconds_ = 0;
+  std::optional<Stopped> stopped_;
 };
 
 }  // namespace partrain

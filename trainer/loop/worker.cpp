@@ -10,9 +10,12 @@
 //                                                                precision]
 //   -> resume from a checkpoint, if any                         [checkpoint]
 //   -> for each epoch: train steps (the Reducer overlaps the    [epoch_loop, train_step,
-//      gradient allreduce with backward), evaluate on this       evaluation]
-//      rank's shard of the test set, log, checkpoint
+//      gradient allreduce with backward), evaluate on this       evaluation, step_exchange]
+//      rank's shard of the test set, log, checkpoint; after
+//      each step the ranks agree whether to stop (a signal)
+//      or to take a mid-epoch checkpoint
 //   -> gather per-rank figures, report                          [final_report]
+//      or, stopped at a signal: say where, exit kExitStopped
 #include "trainer/loop/worker.h"
 
 #include <torch/nn/module.h>
@@ -20,7 +23,9 @@
 
 #include <cstdio>
 
+#include "common/stop_request.h"
 #include "common/stopwatch.h"
+#include "common/worker_lines.h"
 #include "trainer/precision/precision.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/epoch_loop.h"
@@ -35,8 +40,30 @@
 
 namespace partrain {
 
+namespace {
+
+// Every rank's last line on stderr after a stop (the launcher reads the step from it); rank 0's
+// also names the checkpoint and what to do next, for a run without partrain's launcher.
+void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpointer, int rank) {
+  const int own = StopRequest::signal();
+  const std::string by = own != 0 ? StopRequest::signal_name(own)
+                                  : "a stop request of " + std::to_string(stopped.stop_requests) +
+                                        " other rank" + (stopped.stop_requests > 1 ? "s" : "");
+  std::string line = format_stopped_line(stopped.step, by);
+  if (rank == 0) {
+    line += "; saved " + checkpointer.directory() + "/" + stopped.checkpoint +
+            "; run the same command to continue";
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
 int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  // From here a stop signal is a request the training loop answers at its next step.
+  StopRequest stop_request;
   set_intra_op_threads(cfg, env);
   const c10::Device device = pick_device(cfg, env);
   PrecisionPlugin precision = PrecisionPlugin::for_training(cfg.train.precision, device);
@@ -55,9 +82,14 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   Checkpointer checkpointer(cfg, env);
   const TrainingPosition position =
       checkpointer.resume(model->module(), *optimizer, strategy.comm());
-  if (position.epoch > 0 && env.rank == 0) {
-    std::printf("resumed from %s: epoch %d done, %lld steps\n", position.source.c_str(),
+  if ((position.epoch > 0 || position.mid_epoch.any()) && env.rank == 0) {
+    std::printf("resumed from %s: epoch %d done, %lld steps", position.source.c_str(),
                 position.epoch, static_cast<long long>(position.step));
+    if (position.mid_epoch.any()) {
+      std::printf(", %lld batches into epoch %d",
+                  static_cast<long long>(position.mid_epoch.micro_step), position.epoch + 1);
+    }
+    std::printf("\n");
   }
   strategy.start_gradient_averaging(*model);
 
@@ -68,6 +100,10 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                  EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
                                 checkpointer, device});
   loop.run(position);
+  if (loop.stopped()) {
+    say_stopped(*loop.stopped(), checkpointer, env.rank);
+    return kExitStopped;
+  }
 
   gather_and_write_report(cfg, env, device, strategy, loop.compute_seconds(), loop.epochs(),
                           run_start);

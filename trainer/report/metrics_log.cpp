@@ -24,15 +24,22 @@ void write_csv(const std::string& path, const std::vector<EpochRecord>& epochs) 
   write_file_atomically(path, csv.str());
 }
 
-// The lines of an earlier metrics.jsonl that belong to epochs up to `last_epoch`. A line cut
-// short by a killed run, or one that is not ours, is dropped.
-std::string lines_up_to_epoch(const std::string& path, int last_epoch) {
+// The lines of an earlier metrics.jsonl that a run resumed after `last_epoch` epochs and
+// `last_step` steps keeps: epoch lines up to that epoch, step lines up to that step. A line
+// cut short by a killed run, or one that is not ours, is dropped.
+std::string lines_up_to(const std::string& path, int last_epoch, std::int64_t last_step) {
   std::ifstream in(path);
   std::string kept, line;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("epoch") || !j["epoch"].is_number_integer()) continue;
-    if (j["epoch"].get<int>() > last_epoch) continue;
+    const bool step_line = j.value("type", "") == "step";
+    if (step_line) {
+      if (!j.contains("step") || !j["step"].is_number_integer()) continue;
+      if (j["step"].get<std::int64_t>() > last_step) continue;
+    } else if (j["epoch"].get<int>() > last_epoch) {
+      continue;
+    }
     kept += line + "\n";
   }
   return kept;
@@ -40,14 +47,17 @@ std::string lines_up_to_epoch(const std::string& path, int last_epoch) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed)
+MetricsLog::MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed,
+                       std::int64_t resumed_step)
     : dir_(output_dir), epochs_(resumed) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", dir_, ": ", ec.message());
   const std::string jsonl = dir_ + "/metrics.jsonl";
+  const bool fresh = resumed.empty() && resumed_step == 0;
   write_file_atomically(
-      jsonl, resumed.empty() ? std::string() : lines_up_to_epoch(jsonl, resumed.back().epoch));
+      jsonl, fresh ? std::string()
+                   : lines_up_to(jsonl, resumed.empty() ? 0 : resumed.back().epoch, resumed_step));
   if (!resumed.empty()) write_csv(dir_ + "/metrics.csv", epochs_);
   jsonl_.open(jsonl, std::ios::app);
   PARTRAIN_CHECK(jsonl_.good(), UsageError, "cannot write ", jsonl);

@@ -14,14 +14,15 @@ namespace partrain {
 // metrics.jsonl gets one line per logged step and per epoch, appended and flushed as they
 // happen; metrics.csv (one row per epoch) is rewritten whole, atomically.
 //
-// `resumed` holds the epochs a resumed run already has (from its checkpoint). A fresh run
-// (none) starts both files anew, so an old run in the same folder never mixes in. A resumed
-// run keeps metrics.jsonl's lines up to the end of its last resumed epoch and drops the rest
-// (the interrupted epoch, which is trained again), and metrics.csv holds every epoch, as
-// report.json does.
+// `resumed` holds the epochs a resumed run already has (from its checkpoint), and
+// `resumed_step` the optimizer steps it took. A fresh run (neither) starts both files anew, so
+// an old run in the same folder never mixes in. A resumed run keeps metrics.jsonl's epoch
+// lines up to its last resumed epoch and its step lines up to the resumed step, and drops the
+// rest (what is trained again), and metrics.csv holds every epoch, as report.json does.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed);
+  MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed,
+             std::int64_t resumed_step = 0);
   void log_step(int epoch, std::int64_t step, double loss, double images_per_s, double lr);
   void log_epoch(const EpochRecord& record);
 

@@ -1,0 +1,64 @@
+// The worker's stop signals: recorded, not fatal; a repeat inside the window is the same
+// request; a signal while the stop's checkpoint is written ends the process by that signal.
+#include "common/stop_request.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <thread>
+
+namespace partrain {
+namespace {
+
+TEST(StopRequest, ASignalIsRecordedNotFatal) {
+  {
+    StopRequest stop;
+    EXPECT_FALSE(StopRequest::requested());
+    std::raise(SIGTERM);
+    EXPECT_TRUE(StopRequest::requested());
+    EXPECT_EQ(StopRequest::signal(), SIGTERM);
+    // The same stop by a second path, inside the window: the first signal is kept.
+    std::raise(SIGINT);
+    EXPECT_EQ(StopRequest::signal(), SIGTERM);
+  }
+  // A new watcher starts without a request.
+  StopRequest again;
+  EXPECT_FALSE(StopRequest::requested());
+#ifndef _WIN32
+  std::raise(SIGUSR1);
+  EXPECT_EQ(StopRequest::signal(), SIGUSR1);
+  EXPECT_STREQ(StopRequest::signal_name(SIGUSR1), "SIGUSR1");
+#endif
+  EXPECT_STREQ(StopRequest::signal_name(SIGTERM), "SIGTERM");
+  EXPECT_STREQ(StopRequest::signal_name(0), "a stop request");
+}
+
+TEST(StopRequestDeathTest, ASignalDuringTheSaveEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop;
+        std::raise(SIGTERM);
+        StopRequest::set_saving(true);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::KilledBySignal(SIGTERM), "");
+}
+
+TEST(StopRequestDeathTest, ASignalAfterTheWindowEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop;
+        std::raise(SIGINT);
+        std::this_thread::sleep_for(
+            std::chrono::duration<double>(StopRequest::kRepeatWindowSeconds + 0.2));
+        std::raise(SIGINT);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::KilledBySignal(SIGINT), "");
+}
+
+}  // namespace
+}  // namespace partrain

@@ -1,0 +1,197 @@
+// Preemption on whole runs of the built executable: a stop signal mid-epoch saves that step
+// and the same command continues to exactly the uninterrupted run's losses; step checkpoints
+// survive a SIGKILL of a rank; one run per output folder; a frozen worker is killed.
+#include "tests/train/run_harness.h"
+
+namespace {
+
+using namespace partrain_test;
+
+// Two ranks, 75 steps an epoch, a step line every 2 steps (to see where the run is).
+const char* kPairBody =
+    "strategy: ddp\nlaunch: {nproc_per_node: 2}\ntrain: {epochs: 3, threads: 1, log_every: "
+    "2}\n";
+const std::vector<std::string> kPairSets = {"--set", "data.synthetic_train=4800", "--set",
+                                            "checkpoint.resume=auto"};
+
+std::vector<std::string> run_args(const fs::path& cfg, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"run", cfg.string()};
+  args.insert(args.end(), kPairSets.begin(), kPairSets.end());
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string text;
+  for (std::size_t i = 1; i < args.size(); ++i) text += (i > 1 ? " " : "") + args[i];
+  return "run " + text;
+}
+
+// The losses of metrics.jsonl's step lines, in order.
+std::vector<double> step_losses(const fs::path& dir) {
+  std::vector<double> losses;
+  std::ifstream in(dir / "out" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.value("type", "") == "step") losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+fs::path straight_pair_run(const std::string& name, std::vector<std::string> extra = {}) {
+  auto dir = scratch(name);
+  const auto args = run_args(write_config(dir, kPairBody), std::move(extra));
+  const Result r = partrain(joined(args), dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return dir;
+}
+
+TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
+  const fs::path straight = straight_pair_run("stop_straight");
+  auto dir = scratch("stop");
+  const auto args = run_args(write_config(dir, kPairBody));
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher = start_partrain(args, log);
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 11/", std::chrono::seconds(120)))
+      << read_text(log);
+  kill(launcher, SIGTERM);
+  const auto status = wait_exit(launcher, std::chrono::seconds(120));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const std::string first = read_text(log);
+  ASSERT_TRUE(WIFEXITED(*status)) << first;
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << first;  // kExitStopped
+  EXPECT_NE(first.find("by SIGTERM; run the same command to continue"), std::string::npos) << first;
+  // Stopped mid-epoch 2: the checkpoint of that step, named for it, is the newest.
+  const std::string manifest = read_text(dir / "out" / "checkpoints" / "latest.json");
+  EXPECT_NE(manifest.find("epoch-0001.step-"), std::string::npos) << manifest;
+  EXPECT_FALSE(fs::exists(dir / "out" / "report.json"));
+
+  const Result second = partrain(joined(args), dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("batches into epoch 2"), std::string::npos) << second.output;
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+  EXPECT_EQ(step_losses(dir), step_losses(straight));
+  EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));  // released at each exit
+}
+
+// strategy single trains in the `partrain run` process itself: it answers the signal alone.
+TEST(Preemption, SingleProcessStopsAtASignalAndContinuesExactly) {
+  const std::string body = "strategy: single\ntrain: {epochs: 3, threads: 1, log_every: 2}\n";
+  auto straight = scratch("single_straight");
+  const auto straight_args = run_args(write_config(straight, body));
+  ASSERT_EQ(partrain(joined(straight_args), straight).code, 0);
+  auto dir = scratch("single_stop");
+  const auto args = run_args(write_config(dir, body));
+  const fs::path log = dir / "first.txt";
+  const pid_t run = start_partrain(args, log);
+  // 150 batches an epoch: batch 10 of epoch 2 is step 160, which has a line.
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 10/", std::chrono::seconds(120)))
+      << read_text(log);
+  kill(run, SIGUSR1);
+  const auto status = wait_exit(run, std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << read_text(log);
+  EXPECT_NE(read_text(log).find("by SIGUSR1; saved "), std::string::npos) << read_text(log);
+  const Result second = partrain(joined(args), dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+  EXPECT_EQ(step_losses(dir), step_losses(straight));
+}
+
+TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
+  const fs::path straight = straight_pair_run("steps_straight");
+  auto dir = scratch("steps");
+  const auto args = run_args(write_config(dir, kPairBody),
+                             {"--set", "checkpoint.every_steps=20", "--set", "checkpoint.keep=3"});
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher = start_partrain(args, log);
+  // Epoch 2 has passed step 100 (a step checkpoint) and gone on (log lines come at even steps:
+  // batch 41 of epoch 2 is step 116).
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 41/", std::chrono::seconds(120)))
+      << read_text(log);
+  const pid_t victim = find_worker(launcher, 1);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
+  const auto status = wait_exit(launcher, std::chrono::seconds(120));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  const std::string manifest = read_text(dir / "out" / "checkpoints" / "latest.json");
+  EXPECT_NE(manifest.find(".step-"), std::string::npos) << manifest;
+  int checkpoints = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "out" / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    checkpoints += name.rfind("epoch-", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_LE(checkpoints, 3);  // keep counts step and epoch checkpoints together
+
+  const Result second = partrain(joined(args), dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+  EXPECT_EQ(step_losses(dir), step_losses(straight));
+}
+
+TEST(Preemption, ASecondRunIsRefusedTheFolderAndAStaleLockIsTakenOver) {
+  auto dir = scratch("lock");
+  const fs::path cfg = write_config(dir, "strategy: single\ntrain: {epochs: 1, threads: 1}\n");
+  fs::create_directories(dir / "out");
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  const fs::path lock = dir / "out" / "partrain.lock";
+  // Held by this (live) test process for another run.
+  std::ofstream(lock) << "host=" << host << "\npid=" << getpid()
+                      << "\nsince=2026-01-01T00:00:00Z\ntoken=another-run\n";
+  const Result refused = partrain("run " + cfg.string(), dir);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("is in use by another run: pid " + std::to_string(getpid()) +
+                                " on host " + host + " since 2026-01-01T00:00:00Z"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "report.json"));
+
+  // Held by a process that is gone: taken over, said so, released at the end.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::ofstream(lock) << "host=" << host << "\npid=" << child
+                      << "\nsince=2026-01-01T00:00:00Z\ntoken=dead-run\n";
+  const Result taken = partrain("run " + cfg.string(), dir);
+  EXPECT_EQ(taken.code, 0) << taken.output;
+  EXPECT_NE(taken.output.find("locked by pid " + std::to_string(child)), std::string::npos)
+      << taken.output;
+  EXPECT_NE(taken.output.find("taking the stale lock over"), std::string::npos) << taken.output;
+  EXPECT_FALSE(fs::exists(lock));
+}
+
+// A worker frozen by SIGSTOP writes nothing, not even its heartbeat: its launcher kills it
+// after comm.timeout_s plus the grace, names it, and (here) restarts the group, which resumes.
+TEST(Preemption, AFrozenWorkerIsKilledAndNamed) {
+  auto dir = scratch("frozen");
+  const fs::path cfg = write_config(
+      dir,
+      "strategy: ddp\nlaunch: {nproc_per_node: 1, max_restarts: 1}\ntrain: {epochs: 2, "
+      "threads: 1, log_every: 2}\n");
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher =
+      start_partrain({"run", cfg.string(), "--set", "comm.timeout_s=2", "--set",
+                      "data.synthetic_train=4800", "--set", "checkpoint.resume=auto"},
+                     log);
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/2 step 10/", std::chrono::seconds(120)))
+      << read_text(log);
+  const pid_t victim = find_worker(launcher, 0);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGSTOP);
+  const auto status = wait_exit(launcher, std::chrono::seconds(120));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const std::string out = read_text(log);
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << out;  // the restart finished the run
+  EXPECT_NE(out.find("partrain: rank 0 (pid " + std::to_string(victim) + ") wrote nothing for"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("restarting the group (restart 1 of 1) after rank 0 was killed by signal 9"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("it was frozen"), std::string::npos) << out;
+}
+
+}  // namespace

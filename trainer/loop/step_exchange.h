@@ -1,0 +1,47 @@
+// defines: StepSlots and exchange_step() — the one small collective after each optimizer step
+// through which the ranks agree on what to do next (stop, checkpoint), each from the same
+// numbers.
+//
+// Every rank fills its slots, then one sum-allreduce of f64 values gives everyone every
+// rank's contribution. A slot a rank does not write stays 0, so a slot may be a count (stop
+// requests: each rank adds 1) or hold rank 0's value alone (its clock's verdict). Each piece
+// of the loop that needs a slot gets a named accessor here; adding one does not move the
+// others' meaning. With single and dp (no communicator) the values stay local.
+//
+//   [0] stop requests: ranks that got SIGTERM, SIGINT or SIGUSR1 (common/stop_request.h)
+//   [1] checkpoint due: 1 when rank 0's clock says checkpoint.every_seconds has passed
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace partrain {
+
+namespace comm {
+class Communicator;
+}
+
+class StepSlots {
+ public:
+  StepSlots() : values_(kCount, 0.0) {}
+
+  double& stop_requests() { return values_[kStopRequests]; }
+  double& checkpoint_due() { return values_[kCheckpointDue]; }
+
+  std::vector<double>& values() { return values_; }
+
+ private:
+  static constexpr std::size_t kStopRequests = 0;
+  static constexpr std::size_t kCheckpointDue = 1;
+  static constexpr std::size_t kCount = 2;
+  std::vector<double> values_;
+};
+
+// Sums every rank's slots into every rank's `slots` (sum_over_ranks: the values travel as a
+// tensor on `device`, since nccl reads device memory only). Every rank of the run must call it
+// after the same steps. Throws what the collective throws (a peer lost or timed out).
+void exchange_step(StepSlots& slots, comm::Communicator* comm, const c10::Device& device);
+
+}  // namespace partrain
