@@ -60,6 +60,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                 position.epoch, static_cast<long long>(position.step));
   }
   strategy.start_gradient_averaging(*model);
+  if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
 
   TrainStep step(train_step_options(cfg.train), strategy, *optimizer,
                  LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,
