@@ -6,11 +6,14 @@
 #     cross the link per direction against the line rate;
 #   * DDP training of DigitalNet width 64 on synthetic CIFAR-shaped data (TRAIN_SAMPLES,
 #     default 1280) with RANKS_PER_HOST ranks per host, the images/s rank 0 reports and the
-#     wait for gradients after backward (TRAIN=0 skips it).
+#     wait for gradients after backward (TRAIN=0 skips it). A variant BACKEND:WIRE:powersgdR
+#     trains with PowerSGD gradient compression at rank R (training only), and the table gives
+#     the gradient bytes a rank sends per step, from report.json.
 # Needs root and iproute2.
 #
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
 #   RANKS_PER_HOST=2 TRAIN=0 bench/multinode/link.sh 1gbit "hierarchical:f32 asio-ring:f32"
+#   ALLREDUCE=0 bench/multinode/link.sh 100mbit "asio-ring:f32 asio-ring:f32:powersgd2"
 # Env: PARTRAIN (the executable; default build/partrain).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,6 +61,13 @@ set_rate() {
   done
 }
 
+# parse_variant BACKEND:WIRE[:powersgdR]: sets backend, wire and compress (none or powersgdR).
+parse_variant() {
+  local rest=${1#*:}
+  backend=${1%%:*}; wire=${rest%%:*}; compress=none
+  [ "$rest" = "$wire" ] || compress=${rest#*:}
+}
+
 # on_both WHAT BOUND_S: runs "${args[@]}" on both hosts, node 0 with "${extra0[@]}" and node 1
 # with "${extra1[@]}", logs in $work/WHAT0.log and WHAT1.log; stops the script if either fails.
 on_both() {
@@ -79,7 +89,8 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
   for rate in $rates; do
     set_rate "$rate"
     for variant in $variants; do
-      backend=${variant%%:*}; wire=${variant##*:}
+      parse_variant "$variant"
+      [ "$compress" = none ] || continue  # compression is a training setting
       port=$((port + 1))
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
             --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
@@ -110,26 +121,37 @@ PY
   echo
 fi
 [ "${TRAIN:-1}" = 1 ] || exit 0
-echo "| link | ranks | backend | wire | images/s (epoch 2) | epoch 2 s | comm wait per step, ms (max over ranks) |"
-echo "|---|---|---|---|---:|---:|---:|"
+echo "| link | ranks | backend | wire | compression | gradient MB sent per step | images/s (epoch 2) | epoch 2 s | comm wait per step, ms (max over ranks) |"
+echo "|---|---|---|---|---|--:|---:|---:|---:|"
 for rate in $rates; do
   set_rate "$rate"
   for variant in $variants; do
-    backend=${variant%%:*}; wire=${variant##*:}
+    parse_variant "$variant"
     port=$((port + 1))
+    compression=()
+    if [ "$compress" != none ]; then
+      compression=(--set comm.compression=powersgd --set "comm.powersgd_rank=${compress#powersgd}")
+    fi
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
-          --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
+          "${compression[@]}" --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
     extra0=(--output "$work/out0"); extra1=(--output "$work/out1")
     on_both run 900
-    python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" "$per_host" <<'PY'
+    python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" "$per_host" "$compress" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 last = report["epochs"][-1]
 used = report["env"]["backend"]
 steps = sum(e["steps"] for e in report["epochs"])
 wait = max(r["comm_wait_seconds"] for r in report["ranks"]) / steps * 1e3
+# With compression, report.json gives the bytes a rank hands to the allreduces per step, and
+# the plain allreduce's; the bf16 wire halves both. Without it the report has no such field.
+c = report.get("compression")
+wire_factor = 0.5 if sys.argv[4] in ("bf16", "f16") else 1.0
+sent = "–" if not c else (f"{c['bytes_per_step'] * wire_factor / 1e6:.2f} of "
+                          f"{c['uncompressed_bytes_per_step'] * wire_factor / 1e6:.2f}")
 print(f"| {sys.argv[2]} | 2 x {sys.argv[5]} | {sys.argv[3]}{'' if used == sys.argv[3] else ' (' + used + ')'} | "
-      f"{sys.argv[4]} | {last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} | {wait:.0f} |")
+      f"{sys.argv[4]} | {sys.argv[6]} | {sent} | "
+      f"{last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} | {wait:.0f} |")
 PY
   done
 done

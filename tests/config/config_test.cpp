@@ -167,6 +167,7 @@ TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
     for (const auto& entry : table) {
       std::vector<std::string> overrides = {detail::concat(key, "=", entry.name)};
       if (entry.name == "step") overrides.push_back("train.schedule.step_size=1");
+      if (entry.name == "powersgd") overrides.push_back("strategy=ddp");
       const Config c = load_config(write("name: x\n"), overrides);
       EXPECT_EQ(field(c), entry.value) << key << " " << entry.name;
       EXPECT_EQ(name_of(entry.value), entry.name);
@@ -186,6 +187,50 @@ TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
         [](const Config& c) { return c.train.optimizer.name; });
   check(names_of(ScheduleName{}), "train.schedule.name",
         [](const Config& c) { return c.train.schedule.name; });
+  check(names_of(Compression{}), "comm.compression",
+        [](const Config& c) { return c.comm.compression; });
+}
+
+TEST_F(ConfigTest, Compression) {
+  Config c = load_config(write("name: x\n"));
+  EXPECT_EQ(c.comm.compression, Compression::kNone);
+  EXPECT_NE(config_to_json(c).find("\"powersgd_rank\":null"), std::string::npos);
+  c = load_config(write("strategy: ddp\ncomm: {compression: powersgd}\n"));
+  EXPECT_EQ(c.comm.compression, Compression::kPowerSgd);
+  EXPECT_EQ(c.comm.powersgd_rank, 2);
+  EXPECT_EQ(c.comm.powersgd_start_step, 10);
+  c = load_config(
+      write("strategy: ddp\n"
+            "comm: {compression: powersgd, powersgd_rank: 4, powersgd_start_step: 0}\n"));
+  EXPECT_EQ(c.comm.powersgd_rank, 4);
+  EXPECT_EQ(c.comm.powersgd_start_step, 0);
+  const std::string json = config_to_json(c);
+  EXPECT_NE(json.find("\"compression\":\"powersgd\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"powersgd_rank\":4"), std::string::npos) << json;
+  // The resolved config loads back as the same config, with compression and without.
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), json);
+  const Config plain = load_config(write("name: x\n"));
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(plain)))), config_to_json(plain));
+
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {compression: topk}\n"),
+            ":2:21: comm.compression: 'topk' is not one of none | powersgd");
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {compression: powersgd, powersgd_rank: 0}\n"),
+            ":2:46: comm.powersgd_rank: 0 is out of range [1, 1024]");
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {compression: powersgd, powersgd_rank: 1.5}\n"),
+            ":2:46: comm.powersgd_rank: expected an integer, got '1.5'");
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {compression: powersgd, powersgd_start_step: -1}\n"),
+            ":2:52: comm.powersgd_start_step: -1 is out of range [0, 1099511627776]");
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {powersgd_rank: 4}\n"),
+            ":2:23: comm.powersgd_rank: applies to comm.compression powersgd only");
+  EXPECT_EQ(error_of("comm: {compression: powersgd}\n"),
+            ":1:21: comm.compression: powersgd compresses the gradient allreduce of strategy "
+            "ddp; strategy single has none (use compression: none)");
+  EXPECT_EQ(error_of("strategy: ddp\ndevice: cuda\ncomm: {compression: powersgd}\n"
+                     "train: {precision: f16}\n"),
+            ":4:20: train.precision: f16 (loss scaling) cannot be combined with comm.compression "
+            "powersgd (use precision bf16 or f32)");
+  EXPECT_EQ(error_of("strategy: ddp\n", {"comm.compression=powersgd", "comm.powersgd_rank=0"}),
+            "--set comm.powersgd_rank=0: comm.powersgd_rank: 0 is out of range [1, 1024]");
 }
 
 TEST_F(ConfigTest, WireDtypeAndResume) {

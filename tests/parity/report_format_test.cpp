@@ -80,6 +80,16 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(x.comm_wait_seconds, y.comm_wait_seconds) << at;
     EXPECT_EQ(x.comm_busy_seconds, y.comm_busy_seconds) << at;
   }
+  ASSERT_EQ(a.compression.has_value(), b.compression.has_value());
+  if (a.compression) {
+    const CompressionRecord &x = *a.compression, &y = *b.compression;
+    EXPECT_EQ(x.method, y.method);
+    EXPECT_EQ(x.rank, y.rank);
+    EXPECT_EQ(x.start_step, y.start_step);
+    EXPECT_EQ(x.compressed_matrices, y.compressed_matrices);
+    EXPECT_EQ(x.bytes_per_step, y.bytes_per_step);
+    EXPECT_EQ(x.uncompressed_bytes_per_step, y.uncompressed_bytes_per_step);
+  }
 }
 
 // A run whose every field holds a value of its own (none left at its default), with a loss
@@ -117,6 +127,7 @@ RunSummary every_field_set(const ScratchDir& dir) {
   s.ranks[1].comm_wait_seconds = 2.5;
   s.ranks[0].comm_busy_seconds = 4.75;
   s.ranks[1].comm_busy_seconds = 5.0625;
+  s.compression = CompressionRecord{"powersgd", 4, 10, 17, 123456, 4567890};
   return s;
 }
 
@@ -137,6 +148,20 @@ TEST(ReportFormat, WhatTheWriterWritesTheReaderReadsBack) {
   EXPECT_TRUE(doc["epochs"][1]["train_loss"].is_null());
   EXPECT_EQ(doc["final"]["test_loss"], 5.75);
   EXPECT_TRUE(doc["ranks"][1]["cuda_peak_reserved_mb"].is_null());
+  EXPECT_EQ(doc["compression"]["method"], "powersgd");
+  EXPECT_EQ(doc["compression"]["bytes_per_step"], 123456);
+  EXPECT_EQ(doc["compression"]["uncompressed_bytes_per_step"], 4567890);
+}
+
+// Without compression the report has no "compression" key, and reads back without one.
+TEST(ReportFormat, CompressionIsAbsentWithoutIt) {
+  ScratchDir dir;
+  RunSummary written = every_field_set(dir);
+  written.compression.reset();
+  write_report(dir / "run", written);
+  const std::string path = dir / "run/report.json";
+  EXPECT_FALSE(nlohmann::json::parse(read_text(path)).contains("compression"));
+  EXPECT_FALSE(read_run_report(path).summary.compression.has_value());
 }
 
 // tests/parity/data/report_ddp_cpu.json is the report.json of a real 2-rank CPU run

@@ -42,6 +42,15 @@ struct CommConfig {
   // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.
   std::string interface;
   std::string host;  // or the host name or IP address itself; empty: see interface
+  // none | powersgd: DDP's gradient allreduce sends low-rank factors of each weight matrix
+  // instead of the matrix (PowerSGD, with error feedback; see parallel/powersgd.h). Needs
+  // strategy ddp; not with train.precision f16.
+  Compression compression = Compression::kNone;
+  // powersgd only. 1..1024: the rank of the factors; higher sends more and approximates better.
+  int powersgd_rank = 2;
+  // powersgd only. 0..2^40 optimizer steps of plain allreduce before compressing: the first
+  // steps' gradients change fast, and the factors start from those of the steps before.
+  std::int64_t powersgd_start_step = 10;
 };
 
 struct DataConfig {

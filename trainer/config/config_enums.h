@@ -1,6 +1,6 @@
 // defines: the closed sets of names a config chooses from — DeviceChoice, StrategyKind,
-// Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName — each with the table
-// of its YAML names, and name_of() to write one back.
+// Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName, Compression — each with
+// the table of its YAML names, and name_of() to write one back.
 //
 // The reader turns each name into its enumerator once (config_reader.cpp), so the rest of
 // partrain compares enumerators: a misspelt name fails to compile instead of never matching.
@@ -30,6 +30,7 @@ enum class ModelName : std::uint8_t { kDigitalNet, kResnet18, kMlp };
 enum class Norm : std::uint8_t { kBatch, kNone };
 enum class OptimizerName : std::uint8_t { kSgd, kAdamW };
 enum class ScheduleName : std::uint8_t { kConstant, kStep, kCosine };
+enum class Compression : std::uint8_t { kNone, kPowerSgd };
 
 template <typename Enum>
 struct EnumName {
@@ -59,6 +60,8 @@ inline constexpr EnumName<ScheduleName> kScheduleNameNames[] = {
     {ScheduleName::kConstant, "constant"},
     {ScheduleName::kStep, "step"},
     {ScheduleName::kCosine, "cosine"}};
+inline constexpr EnumName<Compression> kCompressionNames[] = {{Compression::kNone, "none"},
+                                                              {Compression::kPowerSgd, "powersgd"}};
 
 // The table of an enum, picked by the type of the argument (its value is not used).
 constexpr std::span<const EnumName<DeviceChoice>> names_of(DeviceChoice) {
@@ -77,6 +80,7 @@ constexpr std::span<const EnumName<OptimizerName>> names_of(OptimizerName) {
 constexpr std::span<const EnumName<ScheduleName>> names_of(ScheduleName) {
   return kScheduleNameNames;
 }
+constexpr std::span<const EnumName<Compression>> names_of(Compression) { return kCompressionNames; }
 
 // The YAML name of `value`: what the resolved config, report.json and messages print. Every
 // enumerator has one (the config tests read each name back).

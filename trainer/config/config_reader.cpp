@@ -118,7 +118,27 @@ void read_launch(Section launch, LaunchConfig& l) {
   launch.finish();
 }
 
-void read_comm(Section comm, CommConfig& m) {
+// comm.compression and its keys. PowerSGD compresses the Reducer's allreduce, which only
+// strategy ddp has.
+void read_compression(Section& comm, CommConfig& m, StrategyKind strategy) {
+  const YAML::Node compression = comm.raw("compression");
+  comm.read_enum("compression", m.compression);
+  if (m.compression == Compression::kNone) {
+    const std::string why = "applies to comm.compression powersgd only";
+    refuse(comm, "powersgd_rank", why);
+    refuse(comm, "powersgd_start_step", why);
+    return;
+  }
+  comm.read_int("powersgd_rank", m.powersgd_rank, 1, 1024);
+  comm.read_int("powersgd_start_step", m.powersgd_start_step, 0, kMaxCount);
+  if (strategy != StrategyKind::kDdp) {
+    fail(comm.origins(), "comm.compression", compression.Mark(),
+         detail::concat("powersgd compresses the gradient allreduce of strategy ddp; strategy ",
+                        name_of(strategy), " has none (use compression: none)"));
+  }
+}
+
+void read_comm(Section comm, CommConfig& m, StrategyKind strategy) {
   comm.read("backend", m.backend, comm::backend_names());
   comm.read_double("bucket_mb", m.bucket_mb, 0.001, 4096);
   std::string wire_dtype;
@@ -127,6 +147,7 @@ void read_comm(Section comm, CommConfig& m) {
   comm.read_double("timeout_s", m.timeout_s, 0.1, 86400.0 * 7);
   comm.read_checked("interface", m.interface, interface_problem);
   comm.read_checked("host", m.host, host_problem);
+  read_compression(comm, m, strategy);
   comm.finish();
 }
 
@@ -300,7 +321,7 @@ void read_schedule(Section sched, ScheduleConfig& s, double lr) {
   sched.finish();
 }
 
-void read_train(Section train, TrainConfig& t, DeviceChoice device) {
+void read_train(Section train, TrainConfig& t, DeviceChoice device, Compression compression) {
   train.read_int("epochs", t.epochs, 1, 100000);
   train.read_int("max_steps", t.max_steps, 0, kMaxCount);
   train.read_int("accumulate_steps", t.accumulate_steps, 1, 1 << 16);
@@ -317,6 +338,13 @@ void read_train(Section train, TrainConfig& t, DeviceChoice device) {
     fail(train.origins(), "train.precision", precision.Mark(),
          "f16 needs device cuda: autocast on the CPU computes in bf16 only (use precision bf16 "
          "or f32)");
+  }
+  // The loss scale changes from step to step, and an overflowing step's infinities would
+  // enter PowerSGD's error buffers and factors for good.
+  if (t.precision == Precision::kF16 && compression == Compression::kPowerSgd) {
+    fail(train.origins(), "train.precision", precision.Mark(),
+         "f16 (loss scaling) cannot be combined with comm.compression powersgd (use precision "
+         "bf16 or f32)");
   }
 }
 
@@ -342,10 +370,10 @@ void read_config(Section& top, Config& c) {
   top.read_enum("device", c.device);
   top.read_enum("strategy", c.strategy);
   read_launch(top.section("launch"), c.launch);
-  read_comm(top.section("comm"), c.comm);
+  read_comm(top.section("comm"), c.comm, c.strategy);
   read_data(top.section("data"), c.data);
   read_model(top.section("model"), c.model, c.strategy);
-  read_train(top.section("train"), c.train, c.device);
+  read_train(top.section("train"), c.train, c.device, c.comm.compression);
   read_checkpoint(top.section("checkpoint"), c.checkpoint);
   Section output = top.section("output");
   output.read("dir", c.output_dir);

@@ -83,13 +83,18 @@ Json launch_json(const LaunchConfig& l) {
           {"max_restarts", l.max_restarts}};
 }
 
+// PowerSGD's keys are null (absent) without it, as the reader refuses them there.
 Json comm_json(const CommConfig& m) {
+  const bool powersgd = m.compression == Compression::kPowerSgd;
   return {{"backend", m.backend},
           {"bucket_mb", m.bucket_mb},
           {"wire_dtype", comm::dtype_name(m.wire_dtype)},
           {"timeout_s", m.timeout_s},
           {"interface", m.interface},
-          {"host", m.host}};
+          {"host", m.host},
+          {"compression", name_of(m.compression)},
+          {"powersgd_rank", powersgd ? Json(m.powersgd_rank) : Json(nullptr)},
+          {"powersgd_start_step", powersgd ? Json(m.powersgd_start_step) : Json(nullptr)}};
 }
 
 Json data_json(const DataConfig& d) {

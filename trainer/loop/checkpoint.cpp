@@ -15,8 +15,9 @@
 // A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
 // "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
 // "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
-// epoch records; CheckpointMeta). Checkpoints of earlier versions hold SGD's buffers under
-// "momentum".
+// epoch records; CheckpointMeta), and one entry per attached CheckpointState under its own key
+// ("powersgd": PowerSGD's factors and error buffers), absent from checkpoints of runs without
+// it. Checkpoints of earlier versions hold SGD's buffers under "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
@@ -269,9 +270,13 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
     for (std::size_t i = 0; i + 1 < epochs.size(); ++i)
       best = best && epochs.back().test_accuracy > epochs[i].test_accuracy;
   }
+  // Every rank saves its attached state whenever rank 0 might write, which only rank 0 knows
+  // (best): a state's save() may be a collective.
+  std::vector<std::pair<std::string, c10::IValue>> states;
+  for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
   if (env_.rank == 0 && (due || best)) {
     fs::create_directories(dir_);
-    const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs);
+    const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs, states);
     if (due) write_checkpoint(checkpoint_file_name(epoch), at, bytes);
     if (best) write_file_atomically(dir_ + "/best.pt", bytes);
   }
@@ -284,9 +289,12 @@ std::string Checkpointer::save_step(const TrainingPosition& at, const torch::nn:
                                     const std::vector<EpochRecord>& epochs,
                                     comm::Communicator* comm) {
   const std::string name = checkpoint_file_name(at.epoch, at.step);
+  // Every rank: a state's save() may be a collective.
+  std::vector<std::pair<std::string, c10::IValue>> states;
+  for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
   if (env_.rank == 0) {
     fs::create_directories(dir_);
-    write_checkpoint(name, at, checkpoint_bytes(at, model, optimizer, epochs));
+    write_checkpoint(name, at, checkpoint_bytes(at, model, optimizer, epochs, states));
   }
   last_save_ = std::chrono::steady_clock::now();
   if (comm) comm->barrier();
@@ -314,10 +322,10 @@ void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosit
 }
 
 // A whole checkpoint, pickled as torch.save pickles a dict.
-std::string Checkpointer::checkpoint_bytes(const TrainingPosition& at,
-                                           const torch::nn::Module& model,
-                                           const torch::optim::Optimizer& optimizer,
-                                           const std::vector<EpochRecord>& epochs) const {
+std::string Checkpointer::checkpoint_bytes(
+    const TrainingPosition& at, const torch::nn::Module& model,
+    const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
+    const std::vector<std::pair<std::string, c10::IValue>>& states) const {
   CheckpointMeta meta;
   meta.epoch = at.epoch;
   meta.step = at.step;
@@ -336,6 +344,7 @@ std::string Checkpointer::checkpoint_bytes(const TrainingPosition& at,
   top.insert("model", model_state_of(model));
   top.insert("optimizer", optimizer_to_dict(optimizer, model));
   top.insert("meta", meta_to_text(meta));
+  for (const auto& [key, value] : states) top.insert(key, value);
   std::vector<char> pickled = torch::pickle_save(c10::IValue(top));
   return std::string(pickled.begin(), pickled.end());
 }
@@ -370,7 +379,23 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Op
   load_model(model, top, meta, path);
   optimizer_from_dict(optimizer, model, top.at("optimizer").toGenericDict(), path);
   previous_epochs_ = meta.epochs;
+  for (const auto& item : top) {
+    const std::string& key = item.key().toStringRef();
+    if (key != "format" && key != "model" && key != "optimizer" && key != "meta" &&
+        key != "momentum") {
+      resumed_states_[key] = item.value();
+    }
+  }
+  resumed_path_ = path;
   return position_of(meta, path);
+}
+
+void Checkpointer::attach(CheckpointState& state) {
+  states_.push_back(&state);
+  auto it = resumed_states_.find(state.key());
+  if (it == resumed_states_.end()) return;
+  state.load(it->second, resumed_path_);
+  resumed_states_.erase(it);
 }
 
 std::string Checkpointer::choose_checkpoint() const {

@@ -3,14 +3,18 @@
 // test accuracy). See checkpoint.cpp for the layout.
 #pragma once
 
+#include <ATen/core/ivalue.h>
+
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "trainer/config/config.h"
 #include "trainer/loop/checkpoint_format.h"
+#include "trainer/loop/checkpoint_state.h"
 #include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/loop/worker.h"
@@ -49,6 +53,11 @@ class Checkpointer {
   // this run (another model, world size or optimizer).
   TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                           comm::Communicator* comm);
+  // State kept beside the model and the optimizer (PowerSGD's), saved from here on under its
+  // key in every checkpoint; restored now from the resumed checkpoint when it holds that key
+  // (checkpoints without it leave the state as it starts). Call on every rank, after
+  // resume(); `state` must outlive the Checkpointer's saves.
+  void attach(CheckpointState& state);
   // Epoch records of the run up to the resumed checkpoint (for the report).
   const std::vector<EpochRecord>& previous_epochs() const { return previous_epochs_; }
 
@@ -79,9 +88,10 @@ class Checkpointer {
   struct Fetched;
 
   // Saving.
-  std::string checkpoint_bytes(const TrainingPosition& at, const torch::nn::Module& model,
-                               const torch::optim::Optimizer& optimizer,
-                               const std::vector<EpochRecord>& epochs) const;
+  std::string checkpoint_bytes(
+      const TrainingPosition& at, const torch::nn::Module& model,
+      const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
+      const std::vector<std::pair<std::string, c10::IValue>>& states) const;
   void prune_checkpoints() const;
   void write_checkpoint(const std::string& name, const TrainingPosition& at,
                         const std::string& bytes);
@@ -100,6 +110,11 @@ class Checkpointer {
   std::string dir_;
   std::vector<EpochRecord> previous_epochs_;
   std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
+  std::vector<CheckpointState*> states_;
+  // The resumed checkpoint's entries other than its model, optimizer and meta, by key, until
+  // the state they belong to is attached; and the file they came from.
+  std::map<std::string, c10::IValue> resumed_states_;
+  std::string resumed_path_;
 };
 
 }  // namespace partrain

@@ -10,6 +10,7 @@
 #include "comm_backends/communicator.h"
 #include "trainer/device/device_memory.h"
 #include "trainer/report/process_memory.h"
+#include "trainer/parallel/powersgd.h"
 #include "trainer/parallel/tensor_buffer.h"
 #include "trainer/device/torch_info.h"
 
@@ -68,6 +69,15 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
   if (!strategy.dp_devices().empty()) {
     summary.env.devices.clear();
     for (const auto& d : strategy.dp_devices()) summary.env.devices.push_back(d.str());
+  }
+  if (const PowerSgd* powersgd = strategy.powersgd()) {
+    summary.compression =
+        CompressionRecord{"powersgd",
+                          cfg.comm.powersgd_rank,
+                          cfg.comm.powersgd_start_step,
+                          static_cast<std::int64_t>(powersgd->compressed_matrices()),
+                          static_cast<std::int64_t>(powersgd->bytes_per_step()),
+                          static_cast<std::int64_t>(powersgd->uncompressed_bytes_per_step())};
   }
   summary.epochs = epochs;
   double train_seconds = 0, images = 0;

@@ -92,6 +92,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     std::printf("\n");
   }
   strategy.start_gradient_averaging(*model);
+  if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
 
   TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,
                  LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,

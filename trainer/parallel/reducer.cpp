@@ -15,6 +15,10 @@
 // wire while autograd computes the gradients of bucket 1. After backward, finish_backward()
 // waits for the remaining buckets and copies the sums back into .grad.
 //
+// What "allreduces a bucket" means is one pluggable piece, a BucketReduction: a plain
+// allreduce of the flat tensor, or PowerSGD (powersgd.h), which sends low-rank factors of the
+// bucket's matrices instead. It is called at one place, the communication thread's loop.
+//
 // Gradient accumulation: on a micro-step without sync the hooks do nothing and autograd
 // sums into .grad as usual; on the sync step the hook adds what .grad already holds, so the
 // bucket carries the whole accumulated gradient. Parameters that received no gradient this
@@ -53,7 +57,7 @@ namespace partrain {
 
 Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
                  ReducerOptions options)
-    : comm_(comm), options_(options) {
+    : comm_(comm), options_(options), plain_reduction_(comm) {
   for (auto& p : parameters) {
     if (p.requires_grad()) params_.push_back(p);
   }
@@ -124,6 +128,23 @@ Reducer::~Reducer() {
   cv_.notify_all();
   if (comm_thread_.joinable()) comm_thread_.join();
   for (std::size_t k = 0; k < params_.size(); ++k) params_[k].remove_hook(hooks_[k]);
+}
+
+void Reducer::use_reduction(BucketReduction& reduction) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PARTRAIN_CHECK(next_ == buckets_.size(), Error, "Reducer: reduction changed during a step");
+  reduction_ = &reduction;
+}
+
+std::vector<BucketContents> Reducer::bucket_contents() const {
+  std::vector<BucketContents> out(buckets_.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    for (std::size_t k : buckets_[b].params) {
+      out[b].offsets.push_back(static_cast<std::int64_t>(slots_[k].offset));
+      out[b].shapes.push_back(params_[k].sizes().vec());
+    }
+  }
+  return out;
 }
 
 std::vector<std::size_t> Reducer::bucket_sizes() const {
@@ -199,7 +220,7 @@ void Reducer::run_comm_thread() {
       order.staging = staging_.get();
     }
     try {
-      allreduce_tensor(comm_, buckets_[b].flat, comm::ReduceOp::sum, order);
+      reduction_->reduce(b, buckets_[b].flat, scale_, order);
     } catch (const PeerError& e) {
       error =
           std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
@@ -250,6 +271,7 @@ void Reducer::finish_backward() {
     }
     if (error_) std::rethrow_exception(error_);
   }
+  reduction_->end_step();
   for (std::size_t k = 0; k < params_.size(); ++k) {
     const Slot& slot = slots_[k];
     auto view =

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm_backends/cuda_stream.h"
+#include "trainer/parallel/bucket_reduction.h"
 
 namespace partrain {
 
@@ -39,6 +40,11 @@ class Reducer {
   // Call after backward of a sync step: waits for every bucket, then writes the averaged
   // gradients into each parameter's .grad. Rethrows a communication failure.
   void finish_backward();
+
+  // Replaces the plain allreduce of each bucket by `reduction` (PowerSGD), from the next sync
+  // step on. It must outlive the Reducer. The same on every rank.
+  void use_reduction(BucketReduction& reduction);
+  std::vector<BucketContents> bucket_contents() const;  // each bucket's layout, in order
 
   std::size_t bucket_count() const { return buckets_.size(); }
   std::vector<std::size_t> bucket_sizes() const;  // elements per bucket, in launch order
@@ -78,6 +84,8 @@ class Reducer {
   // (see Note [Reducer streams]); and the pinned memory and copy stream of the host backends.
   std::vector<comm::CudaEvent> ready_events_;
   std::unique_ptr<comm::HostStaging> staging_;
+  AllreduceBucket plain_reduction_;
+  BucketReduction* reduction_ = &plain_reduction_;  // the one call site: run_comm_thread()
   std::size_t next_ = 0;  // next bucket the comm thread reduces; == size: idle
   float scale_ = 1.0f;
 

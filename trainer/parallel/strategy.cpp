@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include "trainer/device/rank_device.h"
+#include "trainer/parallel/powersgd.h"
 #include "trainer/parallel/reducer.h"
 
 namespace partrain {
@@ -39,8 +40,20 @@ void Strategy::start_gradient_averaging(TrainModel& model) {
   ReducerOptions ro;
   ro.bucket_mb = config_.comm.bucket_mb;
   ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm.timeout_s * 1000));
-  reducer_ = std::make_unique<Reducer>(model.module().parameters(), *comm_, ro);
+  const std::vector<at::Tensor> parameters = model.module().parameters();
+  reducer_ = std::make_unique<Reducer>(parameters, *comm_, ro);
+  if (config_.comm.compression == Compression::kPowerSgd && !parameters.empty()) {
+    PowerSgdOptions po;
+    po.rank = config_.comm.powersgd_rank;
+    po.start_step = config_.comm.powersgd_start_step;
+    po.seed = config_.seed;
+    powersgd_ = std::make_unique<PowerSgd>(po, *comm_, reducer_->bucket_contents(),
+                                           parameters.front().options());
+    reducer_->use_reduction(*powersgd_);
+  }
 }
+
+CheckpointState* Strategy::checkpoint_state() const { return powersgd_.get(); }
 
 at::Tensor Strategy::forward(TrainModel& model, const at::Tensor& images) const {
   if (dp_devices_.empty()) return model.forward(images);
@@ -59,6 +72,7 @@ void Strategy::share_buffers(TrainModel& model) {
   if (comm_ != nullptr) broadcast_from_rank0(model.module().buffers(), *comm_);
 }
 
+// The PowerSGD state outlives the Reducer: the report still reads its byte counts.
 void Strategy::stop() { reducer_.reset(); }
 
 double Strategy::comm_wait_seconds() const {

@@ -18,6 +18,8 @@ namespace comm {
 class Communicator;
 }
 class Reducer;
+class PowerSgd;
+class CheckpointState;
 
 class Strategy {
  public:
@@ -34,8 +36,9 @@ class Strategy {
   std::unique_ptr<TrainModel> build_model(const ModelShape& shape,
                                           comm::Communicator* batchnorm_comm = nullptr) const;
 
-  // ddp: from here on, backward passes of `model` feed the Reducer. Call once, after the
-  // model holds its final starting state (a resumed checkpoint included).
+  // ddp: from here on, backward passes of `model` feed the Reducer (compressed with PowerSGD
+  // when comm.compression says so). Call once, after the model holds its final starting state
+  // (a resumed checkpoint included).
   void start_gradient_averaging(TrainModel& model);
 
   // dp: the batch split over the GPUs, the outputs gathered on the training device.
@@ -56,6 +59,10 @@ class Strategy {
   double comm_wait_seconds() const;  // blocked in finish_backward
   double comm_busy_seconds();        // the communication thread in allreduce
   const std::vector<c10::Device>& dp_devices() const { return dp_devices_; }
+  // comm.compression powersgd, once gradient averaging started: the compression (its byte
+  // counts), which is also state for the checkpoint. Null otherwise.
+  PowerSgd* powersgd() const { return powersgd_.get(); }
+  CheckpointState* checkpoint_state() const;
   comm::Communicator* comm() const { return comm_; }
 
  private:
@@ -63,6 +70,7 @@ class Strategy {
   c10::Device device_;
   comm::Communicator* comm_;
   std::vector<c10::Device> dp_devices_;
+  std::unique_ptr<PowerSgd> powersgd_;  // before reducer_: the Reducer's thread uses it
   std::unique_ptr<Reducer> reducer_;
 };
 

@@ -206,6 +206,26 @@ RunEnv env_from_json(const JsonAt& j) {
   return env;
 }
 
+Json compression_to_json(const CompressionRecord& c) {
+  return Json{{"method", c.method},
+              {"rank", c.rank},
+              {"start_step", c.start_step},
+              {"compressed_matrices", c.compressed_matrices},
+              {"bytes_per_step", c.bytes_per_step},
+              {"uncompressed_bytes_per_step", c.uncompressed_bytes_per_step}};
+}
+
+CompressionRecord compression_from_json(const JsonAt& j) {
+  CompressionRecord c;
+  c.method = j["method"].string();
+  c.rank = j["rank"].integer();
+  c.start_step = j["start_step"].count();
+  c.compressed_matrices = j["compressed_matrices"].count();
+  c.bytes_per_step = j["bytes_per_step"].count();
+  c.uncompressed_bytes_per_step = j["uncompressed_bytes_per_step"].count();
+  return c;
+}
+
 Json report_to_json(const RunSummary& s) {
   Json report;
   report["schema"] = std::string(kReportSchema);
@@ -219,6 +239,8 @@ Json report_to_json(const RunSummary& s) {
   Json ranks = Json::array();
   for (const auto& r : s.ranks) ranks.push_back(rank_to_json(r));
   report["ranks"] = ranks;
+  // Only with compression, so that the reports of runs without it read as before.
+  if (s.compression) report["compression"] = compression_to_json(*s.compression);
   if (!s.epochs.empty()) {
     report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
                        {"test_loss", s.epochs.back().test_loss},
@@ -245,6 +267,9 @@ RunSummary report_from_json(const JsonAt& j) {
   s.images_per_s = j["images_per_s"].non_negative();
   const JsonAt ranks = j["ranks"];
   for (std::size_t i = 0; i < ranks.size(); ++i) s.ranks.push_back(rank_from_json(ranks.at(i)));
+  if (j.has("compression")) {
+    s.compression = compression_from_json(j["compression"]);
+  }
   j["final"].object();  // derived from the epochs, so only its presence is checked
   return s;
 }

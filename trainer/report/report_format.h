@@ -1,7 +1,8 @@
 // defines: the report.json format, in one place — kReportSchema, the records a run reports
-// (EpochRecord, RankRecord, RunEnv, RunSummary) and, for each, the pair of functions that write
-// it as JSON and read it back (epoch_to_json/epoch_from_json, rank_..., env_..., report_...);
-// JsonAt, a value of a parsed document with its JSON path; os_name(). LibTorch-free.
+// (EpochRecord, RankRecord, RunEnv, CompressionRecord, RunSummary) and, for each, the pair of
+// functions that write it as JSON and read it back (epoch_to_json/epoch_from_json, rank_...,
+// env_..., report_...); JsonAt, a value of a parsed document with its JSON path; os_name().
+// LibTorch-free.
 //
 // The writer (report_writer.h), the reader (report_reader.h), metrics.jsonl, the checkpoints'
 // epoch list and the tests' synthetic reports all go through these functions, so a field named
@@ -95,6 +96,22 @@ struct RunEnv {
   std::optional<std::string> cuda;
 };
 
+// How the gradients travelled, with comm.compression powersgd: the bytes each rank hands to
+// the allreduces of one optimizer step once compressing (after start_step), and what the plain
+// allreduce hands over for the same gradients. Elements of the gradients' dtype; the wire
+// dtype (comm.wire_dtype) then narrows both alike.
+struct CompressionRecord {
+  std::string method;  // "powersgd"
+  int rank = 0;
+  std::int64_t start_step = 0;
+  std::int64_t compressed_matrices = 0;
+  std::int64_t bytes_per_step = 0;
+  std::int64_t uncompressed_bytes_per_step = 0;
+};
+
+nlohmann::ordered_json compression_to_json(const CompressionRecord& record);
+CompressionRecord compression_from_json(const JsonAt& j);
+
 // What report.json holds. Its "final" object is not a field: it repeats the last epoch's
 // figures (null without epochs) for readers that want only those.
 struct RunSummary {
@@ -104,6 +121,8 @@ struct RunSummary {
   double total_seconds = 0;
   double images_per_s = 0;
   std::vector<RankRecord> ranks;
+  // Without compression: absent from the file (and from reports written before it).
+  std::optional<CompressionRecord> compression;
 };
 
 // The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch

@@ -1,0 +1,47 @@
+// defines: BucketReduction — how the Reducer's communication thread reduces one gradient
+// bucket over the ranks — its plain form AllreduceBucket, and BucketContents, the layout of a
+// bucket that a reduction may need (PowerSgd, powersgd.h, compresses each matrix of it).
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "trainer/parallel/tensor_buffer.h"
+
+namespace partrain {
+
+// The parameters of one bucket, in the order they lie in its flat tensor.
+struct BucketContents {
+  std::vector<std::int64_t> offsets;              // elements into the flat tensor
+  std::vector<std::vector<std::int64_t>> shapes;  // each parameter's shape
+};
+
+class BucketReduction {
+ public:
+  virtual ~BucketReduction() = default;
+  // On the communication thread, for every bucket of a sync step in bucket order, the same
+  // order on every rank. `flat` holds this rank's gradients multiplied by `scale`; on return
+  // it holds their sum over the ranks (or, compressed, an approximation of it), the same on
+  // every rank. `order`: how a CUDA bucket meets the compute stream (allreduce_tensor()).
+  virtual void reduce(std::size_t bucket, const at::Tensor& flat, float scale,
+                      const StreamOrder& order) = 0;
+  // On the training thread, once every bucket of a sync step is reduced.
+  virtual void end_step() {}
+};
+
+// The bucket as it is, summed by one allreduce.
+class AllreduceBucket final : public BucketReduction {
+ public:
+  explicit AllreduceBucket(comm::Communicator& comm) : comm_(comm) {}
+  void reduce(std::size_t, const at::Tensor& flat, float, const StreamOrder& order) override {
+    allreduce_tensor(comm_, flat, comm::ReduceOp::sum, order);
+  }
+
+ private:
+  comm::Communicator& comm_;
+};
+
+}  // namespace partrain
