@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   pc::add_validate_command(app, exit_code);
   pc::add_bench_command(app, exit_code);
   pc::add_parity_command(app, exit_code);
+  pc::add_explain_command(app, exit_code);
   pc::add_data_command(app, exit_code);
   pc::add_version_command(app, exit_code);
 

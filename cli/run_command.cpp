@@ -43,6 +43,7 @@ struct RunOptions {
   int master_port = 0;
   std::string output;
   bool with_baseline = false;
+  bool trace = false;  // --trace: observe.trace=true
 };
 
 int run(const RunOptions& o);
@@ -137,6 +138,7 @@ void compare_with_reference(const Config& config) {
 int run(const RunOptions& o) {
   std::vector<std::string> overrides = o.config.overrides;
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
+  if (o.trace) overrides.push_back("observe.trace=true");
   Config config = load_config(o.config.path, overrides);
 
   const int nnodes = o.nnodes > 0 ? o.nnodes : config.launch.nnodes;
@@ -219,6 +221,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--with-baseline", o->with_baseline,
                 "First train the single-device twin (into OUTPUT/baseline), then compare the "
                 "pair with the config's reference");
+  sub->add_flag("--trace", o->trace,
+                "Write OUTPUT/trace.json: the spans of the steps in observe.trace_steps on every "
+                "rank, on one clock (chrome://tracing, Perfetto)");
   sub->callback([o, &exit_code] { exit_code = run(*o); });
 }
 

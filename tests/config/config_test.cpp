@@ -89,6 +89,33 @@ TEST_F(ConfigTest, NprocPerNodeAsAListOfCountsPerNode) {
             std::string::npos);
 }
 
+TEST_F(ConfigTest, ObserveTraceAndItsWindow) {
+  Config d = load_config(write("name: x\n"));
+  EXPECT_FALSE(d.observe.trace);
+  EXPECT_EQ(d.observe.trace_first_step, 10);
+  EXPECT_EQ(d.observe.trace_last_step, 29);
+  Config c = load_config(write("observe: {trace: true, trace_steps: [0, 999]}\n"));
+  EXPECT_TRUE(c.observe.trace);
+  EXPECT_EQ(c.observe.trace_first_step, 0);
+  EXPECT_EQ(c.observe.trace_last_step, 999);
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
+  EXPECT_EQ(load_config(write("name: x\n"), {"observe.trace=true"}).observe.trace, true);
+
+  EXPECT_EQ(error_of("observe: {trace: maybe}\n").substr(0, 30), ":1:18: observe.trace: expected");
+  EXPECT_EQ(error_of("observe: {trace_steps: [3, 1]}\n"),
+            ":1:24: observe.trace_steps: the last step 1 is before the first 3");
+  EXPECT_EQ(error_of("observe: {trace_steps: [0, 1000]}\n"),
+            ":1:24: observe.trace_steps: 1001 steps; a trace holds at most 1000");
+  EXPECT_EQ(error_of("observe: {trace_steps: [10]}\n"),
+            ":1:24: observe.trace_steps: expected two step numbers [first, last], e.g. [10, 29]");
+  EXPECT_EQ(error_of("observe: {trace_steps: [1.5, 3]}\n"),
+            ":1:24: observe.trace_steps: expected whole step numbers, got 1.5");
+  EXPECT_EQ(error_of("observe: {trace_steps: [-1, 3]}\n"),
+            ":1:25: observe.trace_steps: item 0: -1 is out of range [0, 1.09951e+12]");
+  EXPECT_EQ(error_of("observe:\n  trace_step: [1, 3]\n").substr(0, 38),
+            ":2:3: observe.trace_step: unknown key ");
+}
+
 TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
   EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
             ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "

@@ -79,6 +79,19 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(x.compute_seconds, y.compute_seconds) << at;
     EXPECT_EQ(x.comm_wait_seconds, y.comm_wait_seconds) << at;
     EXPECT_EQ(x.comm_busy_seconds, y.comm_busy_seconds) << at;
+    ASSERT_EQ(x.breakdown.has_value(), y.breakdown.has_value()) << at;
+    if (x.breakdown) {
+      for (const auto& [name, part] : kBreakdownParts) {
+        EXPECT_EQ((*x.breakdown).*part, (*y.breakdown).*part) << at << ".breakdown." << name;
+      }
+    }
+  }
+  ASSERT_EQ(a.straggler.has_value(), b.straggler.has_value());
+  if (a.straggler) {
+    EXPECT_EQ(a.straggler->rank, b.straggler->rank);
+    EXPECT_EQ(a.straggler->steps_last, b.straggler->steps_last);
+    EXPECT_EQ(a.straggler->steps, b.straggler->steps);
+    EXPECT_EQ(a.straggler->seconds_cost, b.straggler->seconds_cost);
   }
   ASSERT_EQ(a.compression.has_value(), b.compression.has_value());
   if (a.compression) {
@@ -128,6 +141,13 @@ RunSummary every_field_set(const ScratchDir& dir) {
   s.ranks[0].comm_busy_seconds = 4.75;
   s.ranks[1].comm_busy_seconds = 5.0625;
   s.compression = CompressionRecord{"powersgd", 4, 10, 17, 123456, 4567890};
+  for (std::size_t r = 0; r < 2; ++r) {
+    Breakdown b;
+    double value = 0.125 + static_cast<double>(r);
+    for (const auto& [name, part] : kBreakdownParts) b.*part = (value *= 1.5);
+    s.ranks[r].breakdown = b;
+  }
+  s.straggler = Straggler{1, 180, 196, 3.375};
   return s;
 }
 
@@ -151,6 +171,19 @@ TEST(ReportFormat, WhatTheWriterWritesTheReaderReadsBack) {
   EXPECT_EQ(doc["compression"]["method"], "powersgd");
   EXPECT_EQ(doc["compression"]["bytes_per_step"], 123456);
   EXPECT_EQ(doc["compression"]["uncompressed_bytes_per_step"], 4567890);
+
+  // The breakdown's parts, then their total for readers that want only that.
+  const auto& b = doc["ranks"][1]["breakdown"];
+  EXPECT_EQ(b.size(), kBreakdownParts.size() + 1);
+  EXPECT_EQ(b["total"], read.summary.ranks[1].breakdown->total());
+  EXPECT_EQ(doc["straggler"]["rank"], 1);
+
+  // Without a straggler the key is there, null.
+  RunSummary even = written;
+  even.straggler.reset();
+  write_report(dir / "even", even);
+  EXPECT_TRUE(nlohmann::json::parse(read_text(dir / "even/report.json"))["straggler"].is_null());
+  EXPECT_FALSE(read_run_report(dir / "even/report.json").summary.straggler.has_value());
 }
 
 // Without compression the report has no "compression" key, and reads back without one.
@@ -162,6 +195,29 @@ TEST(ReportFormat, CompressionIsAbsentWithoutIt) {
   const std::string path = dir / "run/report.json";
   EXPECT_FALSE(nlohmann::json::parse(read_text(path)).contains("compression"));
   EXPECT_FALSE(read_run_report(path).summary.compression.has_value());
+}
+
+TEST(ReportFormat, ABadBreakdownOrStragglerIsNamed) {
+  ScratchDir dir;
+  RunSummary s = every_field_set(dir);
+  auto doc = report_to_json(s);
+  doc["ranks"][0]["breakdown"]["forward"] = -1.0;
+  const std::string bad = dir.write("bad.json", doc.dump());
+  try {
+    read_run_report(bad);
+    ADD_FAILURE() << "a negative part was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": ranks[0].breakdown.forward: must not be negative");
+  }
+  doc = report_to_json(s);
+  doc["straggler"]["steps_last"] = 500;
+  const std::string worse = dir.write("worse.json", doc.dump());
+  try {
+    read_run_report(worse);
+    ADD_FAILURE() << "steps_last > steps was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), worse + ": straggler.steps_last: is more than steps");
+  }
 }
 
 // tests/parity/data/report_ddp_cpu.json is the report.json of a real 2-rank CPU run
@@ -186,10 +242,19 @@ TEST(ReportFormat, ACheckedInReportReadsAndIsWrittenAgainByteForByte) {
   EXPECT_FALSE(s.ranks[1].cuda_peak_reserved_mb);
   EXPECT_EQ(read.config_leaves.at("comm.backend"), "asio-ring");
   EXPECT_EQ(read.config_leaves.at("data.batch_size"), "32");
+  // Written before the breakdown and the straggler existed: neither is there.
+  EXPECT_FALSE(s.ranks[0].breakdown.has_value());
+  EXPECT_FALSE(s.straggler.has_value());
 
+  // Written again, it is the same text with the one key every report now has.
   ScratchDir dir;
   write_report(dir.string(), s);
-  EXPECT_EQ(read_text(dir / "report.json"), read_text(fixture));
+  std::string expected = read_text(fixture);
+  const std::string before_final = "  ],\n  \"final\": {";
+  ASSERT_NE(expected.find(before_final), std::string::npos);
+  expected.replace(expected.find(before_final), before_final.size(),
+                   "  ],\n  \"straggler\": null,\n  \"final\": {");
+  EXPECT_EQ(read_text(dir / "report.json"), expected);
 }
 
 TEST(ReportFormat, EpochRecordsFromBeforeTheLaterFieldsReadThemAsZero) {

@@ -147,6 +147,17 @@ struct CheckpointConfig {
   ResumeFrom resume;
 };
 
+// Where a run's time goes (trainer/observe): the breakdown and the straggler verdict are always
+// measured; the trace is written when asked for.
+struct ObserveConfig {
+  bool trace = false;  // trace.json in rank 0's output folder (Chrome trace-event format)
+  // trace_steps: [first, last], the optimizer steps traced, 0-based and inclusive; at most
+  // kMaxTraceSteps of them. The default skips the first steps, which warm up.
+  std::int64_t trace_first_step = 10;
+  std::int64_t trace_last_step = 29;
+};
+inline constexpr std::int64_t kMaxTraceSteps = 1000;
+
 struct Config {
   std::string source;                         // the file it was loaded from
   std::string name = "run";                   // any UTF-8 text; names the default output.dir
@@ -161,6 +172,7 @@ struct Config {
   ModelConfig model;
   TrainConfig train;
   CheckpointConfig checkpoint;
+  ObserveConfig observe;
   std::string output_dir = "runs/run";  // output.dir; unset: runs/NAME
   std::string reference;  // an existing parity reference file (docs/parity.md); empty: none
 };

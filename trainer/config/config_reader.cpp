@@ -362,6 +362,37 @@ void read_checkpoint(Section ckpt, CheckpointConfig& k) {
   ckpt.finish();
 }
 
+// observe.trace_steps: [first, last], two whole step numbers, a window of at most
+// kMaxTraceSteps steps.
+void read_observe(Section observe, ObserveConfig& o) {
+  observe.read_bool("trace", o.trace);
+  std::vector<double> steps;
+  const YAML::Node n =
+      observe.read_double_list("trace_steps", steps, 0, static_cast<double>(kMaxCount), 2);
+  if (n.IsDefined() && !n.IsNull()) {
+    auto reject = [&](const std::string& why) {
+      fail(observe.origins(), observe.full("trace_steps"), n.Mark(), why);
+    };
+    if (steps.size() != 2) reject("expected two step numbers [first, last], e.g. [10, 29]");
+    for (const double step : steps) {
+      if (step != std::floor(step)) {
+        reject(detail::concat("expected whole step numbers, got ", step));
+      }
+    }
+    o.trace_first_step = static_cast<std::int64_t>(steps[0]);
+    o.trace_last_step = static_cast<std::int64_t>(steps[1]);
+    if (o.trace_last_step < o.trace_first_step) {
+      reject(detail::concat("the last step ", o.trace_last_step, " is before the first ",
+                            o.trace_first_step));
+    }
+    if (o.trace_last_step - o.trace_first_step + 1 > kMaxTraceSteps) {
+      reject(detail::concat(o.trace_last_step - o.trace_first_step + 1,
+                            " steps; a trace holds at most ", kMaxTraceSteps));
+    }
+  }
+  observe.finish();
+}
+
 // The keys of the top level that are no section (name, seed, device, strategy, reference)
 // around the sections, in the order the errors report them.
 void read_config(Section& top, Config& c) {
@@ -375,6 +406,7 @@ void read_config(Section& top, Config& c) {
   read_model(top.section("model"), c.model, c.strategy);
   read_train(top.section("train"), c.train, c.device, c.comm.compression);
   read_checkpoint(top.section("checkpoint"), c.checkpoint);
+  read_observe(top.section("observe"), c.observe);
   Section output = top.section("output");
   output.read("dir", c.output_dir);
   output.finish();

@@ -170,6 +170,8 @@ std::string config_to_json(const Config& c) {
                      {"every_seconds", c.checkpoint.every_seconds},
                      {"keep", c.checkpoint.keep},
                      {"resume", resume_text(c.checkpoint.resume)}};
+  j["observe"] = {{"trace", c.observe.trace},
+                  {"trace_steps", {c.observe.trace_first_step, c.observe.trace_last_step}}};
   j["output"] = {{"dir", c.output_dir}};
   j["reference"] = or_null(c.reference);
   return j.dump();

@@ -28,7 +28,9 @@ std::string format(const char* fmt, auto... args) {
 }  // namespace
 
 EpochLoop::EpochLoop(const Config& config, const WorkerEnv& env, EpochLoopParts parts)
-    : config_(config), env_(env), parts_(parts) {}
+    : config_(config), env_(env), parts_(parts) {
+  parts_.step.time_phases(parts_.observer.times());
+}
 
 bool EpochLoop::reached_max_steps() const {
   return config_.train.max_steps > 0 && step_ >= config_.train.max_steps;
@@ -61,6 +63,9 @@ void EpochLoop::run(const TrainingPosition& start) {
   step_ = start.step;
   parts_.step.precision().restore(start.loss_scaler);
   if (!epochs_.empty()) parts_.step.set_skipped_steps(epochs_.back().skipped_steps);
+  RunObserver& observer = parts_.observer;
+  PhaseTimes& times = observer.times();
+  observer.start();
 
   const MidEpoch& mid = start.mid_epoch;
   if (mid.any()) parts_.step.set_skipped_steps(mid.skipped_steps);
@@ -82,11 +87,14 @@ void EpochLoop::run(const TrainingPosition& start) {
     if (stopped_) return;  // saved at the step it stopped; the epoch goes on when resumed
     const double train_seconds = seconds_since(epoch_start) + totals.seconds;
 
+    times.set_step(step_);
+    Clock::time_point mark = Clock::now();
     parts_.strategy.share_buffers(parts_.model);
     EvalResult eval = evaluate(parts_.model, parts_.strategy, parts_.test, parts_.device,
                                config_.train.precision);
     std::vector<double> sums{totals.loss_sum, totals.images};
     sum_over_ranks(parts_.strategy.comm(), sums, parts_.device);
+    mark = times.mark(Phase::kEvaluation, mark);
 
     EpochRecord record;
     record.epoch = epoch;
@@ -101,8 +109,19 @@ void EpochLoop::run(const TrainingPosition& start) {
     record.test_accuracy_top5 = eval.accuracy_top5;
     record.skipped_steps = parts_.step.skipped_steps();
     epochs_.push_back(record);
+    TrainingPosition position;
+    position.epoch = epoch;
+    position.step = step_;
+    position.loss_scaler = parts_.step.precision().state();
+    mark = Clock::now();
+    parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
+                                   parts_.strategy.comm());
+    times.mark(Phase::kCheckpoint, mark);
+    // Logged after the checkpoint, so that the epoch's breakdown includes it.
+    const std::vector<Breakdown> breakdown =
+        observer.end_epoch(parts_.strategy.comm(), parts_.device);
     if (is_rank0) {
-      metrics->log_epoch(record);
+      metrics->log_epoch(record, breakdown);
       progress.finish(
           format_epoch_line(epoch, config_.train.epochs) +
           format(
@@ -110,13 +129,8 @@ void EpochLoop::run(const TrainingPosition& start) {
               record.seconds, record.train_loss, record.test_loss, 100.0 * record.test_accuracy,
               record.train_images_per_s));
     }
-    TrainingPosition position;
-    position.epoch = epoch;
-    position.step = step_;
-    position.loss_scaler = parts_.step.precision().state();
-    parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
-                                   parts_.strategy.comm());
   }
+  observer.finish();
 }
 
 EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batch,
@@ -137,19 +151,26 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   auto window_start = Clock::now();
   int64_t window_images = 0;
   int64_t batch_index = first_batch;
+  RunObserver& observer = parts_.observer;
+  PhaseTimes& times = observer.times();
+  times.set_step(step_);
+  Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
   while (!reached_max_steps()) {
     auto batch = loader.next();
     if (!batch) break;
     const auto step_start = Clock::now();
     const double wait_before = parts_.strategy.comm_wait_seconds();
+    observer.inject_step_delay();
     auto images = batch->images.to(parts_.device, true);
     auto labels = batch->labels.to(parts_.device, true);
+    times.mark(Phase::kDataWait, mark);
     const bool sync = (batch_index + 1) % accumulate == 0 || batch_index + 1 == batches;
     // The gradient of a step is the mean over its group of batches; the last group of an
     // epoch may hold fewer than accumulate_steps of them.
     const int64_t group_start = batch_index - batch_index % accumulate;
     const int64_t group_size = std::min<int64_t>(accumulate, batches - group_start);
     at::Tensor loss = parts_.step.run(parts_.model, images, labels, sync, group_size, step_);
+    observer.after_batch(sync, step_, parts_.strategy.bucket_timings());
     if (sync) ++step_;
     running_loss += loss.to(torch::kFloat64) * static_cast<double>(batch->count);
     totals.images += static_cast<double>(batch->count);
@@ -178,6 +199,8 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
       so_far.seconds = before.seconds + seconds_since(epoch_start);
       if (after_step(epoch, batch_index, running_loss, so_far)) break;
     }
+    times.set_step(step_);
+    mark = Clock::now();
   }
   totals.loss_sum = running_loss.item<double>();
   return totals;

@@ -15,6 +15,7 @@
 #include "trainer/config/config.h"
 #include "trainer/data/loader.h"
 #include "trainer/loop/checkpoint.h"
+#include "trainer/loop/observer.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/loop/worker.h"
@@ -39,6 +40,7 @@ struct EpochLoopParts {
   data::Loader& train;
   data::Loader& test;
   Checkpointer& checkpointer;
+  RunObserver& observer;  // the loop and the step mark its phase timers
   c10::Device device;
 };
 

@@ -18,7 +18,8 @@ namespace partrain {
 
 void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10::Device& device,
                              Strategy& strategy, double compute_seconds,
-                             const std::vector<EpochRecord>& epochs, Clock::time_point run_start) {
+                             const std::vector<EpochRecord>& epochs, Clock::time_point run_start,
+                             const RunObserver& observer) {
   DeviceMemory mem = read_device_memory(device.is_cuda() ? device.index() : -1);
   const double kNone = std::nan("");
   std::vector<double> mine{peak_rss_mb(),
@@ -29,6 +30,9 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
                            strategy.comm_wait_seconds(),
                            strategy.comm_busy_seconds(),
                            device.is_cuda() ? static_cast<double>(device.index()) : -1.0};
+  const std::size_t kBreakdownAt = mine.size();
+  const Breakdown breakdown = observer.breakdown();
+  for (const auto& [name, part] : kBreakdownParts) mine.push_back(breakdown.*part);
   const std::size_t kFields = mine.size();
   std::vector<double> all = mine;
   if (comm::Communicator* comm = strategy.comm()) {
@@ -63,6 +67,11 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
     rr.compute_seconds = f[4];
     rr.comm_wait_seconds = f[5];
     rr.comm_busy_seconds = f[6];
+    Breakdown b;
+    for (std::size_t p = 0; p < kBreakdownParts.size(); ++p) {
+      b.*kBreakdownParts[p].second = f[kBreakdownAt + p];
+    }
+    rr.breakdown = b;
     summary.env.devices.push_back(rr.device);
     summary.ranks.push_back(rr);
   }
@@ -80,6 +89,7 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
                           static_cast<std::int64_t>(powersgd->uncompressed_bytes_per_step())};
   }
   summary.epochs = epochs;
+  summary.straggler = observer.straggler();
   double train_seconds = 0, images = 0;
   for (const auto& e : epochs) {
     train_seconds += e.train_seconds;

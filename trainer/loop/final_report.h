@@ -1,5 +1,6 @@
 // defines: gather_and_write_report() — the end of a run: every rank's figures (memory,
-// compute and communication time, device) gathered to rank 0, which writes report.json.
+// compute and communication time, device, breakdown) gathered to rank 0, which writes
+// report.json with the run's straggler verdict.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -10,6 +11,7 @@
 #include "trainer/config/config.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/parallel/strategy.h"
+#include "trainer/loop/observer.h"
 #include "trainer/loop/worker.h"
 
 namespace partrain {
@@ -18,6 +20,7 @@ namespace partrain {
 // and prints where it is.
 void gather_and_write_report(const Config& config, const WorkerEnv& env, const c10::Device& device,
                              Strategy& strategy, double compute_seconds,
-                             const std::vector<EpochRecord>& epochs, Clock::time_point run_start);
+                             const std::vector<EpochRecord>& epochs, Clock::time_point run_start,
+                             const RunObserver& observer);
 
 }  // namespace partrain

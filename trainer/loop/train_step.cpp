@@ -32,22 +32,26 @@ TrainStep::TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strate
 
 at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at::Tensor& labels,
                           bool sync, std::int64_t group_size, std::int64_t step) {
+  Clock::time_point t = times_ ? Clock::now() : Clock::time_point();
   at::Tensor out;
   {
     const AutocastScope autocast = precision_.forward_context();
     out = strategy_.forward(model, images);
   }
   at::Tensor loss = classification_loss(out, labels, options_.label_smoothing);
+  t = mark(Phase::kForward, t);
   strategy_.prepare_for_backward(sync);
   precision_.scale_loss(group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();
-  if (sync) update(model, step);
+  t = mark(Phase::kBackward, t);
+  if (sync) update(model, step, t);
   return loss.detach();
 }
 
 // Order matters: clipping and the finiteness check see the gradients averaged over the ranks
 // (identical everywhere), so every rank clips by the same factor and skips the same steps.
-void TrainStep::update(TrainModel& model, std::int64_t step) {
+void TrainStep::update(TrainModel& model, std::int64_t step, Clock::time_point since) {
   strategy_.finish_backward();
+  since = mark(Phase::kCommExposed, since);
   const std::vector<at::Tensor> parameters = model.module().parameters();
   const bool finite = precision_.unscale_and_check(parameters, strategy_.comm());
   if (finite && options_.clip_grad_norm > 0) {
@@ -62,6 +66,7 @@ void TrainStep::update(TrainModel& model, std::int64_t step) {
   }
   precision_.update(finite);
   optimizer_.zero_grad();
+  mark(Phase::kOptimizer, since);
 }
 
 }  // namespace partrain

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "trainer/config/config.h"
+#include "trainer/observe/phase_times.h"
 #include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/strategy.h"
@@ -53,9 +54,15 @@ class TrainStep {
   std::int64_t skipped_steps() const { return skipped_; }
   void set_skipped_steps(std::int64_t n) { skipped_ = n; }
   PrecisionPlugin& precision() { return precision_; }
+  // From here on, run() marks forward, backward, comm_exposed and optimizer in `times`.
+  void time_phases(PhaseTimes& times) { times_ = &times; }
 
  private:
-  void update(TrainModel& model, std::int64_t step);
+  void update(TrainModel& model, std::int64_t step, Clock::time_point since);
+  // The end of `phase` (begun at `since`) in times_, if any; returns the phase's end.
+  Clock::time_point mark(Phase phase, Clock::time_point since) {
+    return times_ ? times_->mark(phase, since) : since;
+  }
 
   TrainStepOptions options_;
   Strategy& strategy_;
@@ -64,6 +71,7 @@ class TrainStep {
   PrecisionPlugin precision_;
   double lr_ = 0;
   std::int64_t skipped_ = 0;
+  PhaseTimes* times_ = nullptr;
 };
 
 }  // namespace partrain

@@ -4,6 +4,7 @@
 //
 //   pick the device, set it before any other device work       [rank_device]
 //   -> rendezvous: store and communicator                       [rendezvous]
+//   -> each rank's clock offset to rank 0, through the store     [observer]
 //   -> load this rank's data and loaders                        [rank_data]
 //   -> build the model, the same on every rank                  [strategy, train_model]
 //   -> optimizer, learning-rate schedule, precision             [optimizer, lr_schedule,
@@ -14,6 +15,7 @@
 //      rank's shard of the test set, log, checkpoint; after
 //      each step the ranks agree whether to stop (a signal)
 //      or to take a mid-epoch checkpoint
+//   -> the trace to rank 0 (observe.trace)                      [observer]
 //   -> gather per-rank figures, report                          [final_report]
 //      or, stopped at a signal: say where, exit kExitStopped
 #include "trainer/loop/worker.h"
@@ -30,6 +32,7 @@
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/epoch_loop.h"
 #include "trainer/loop/final_report.h"
+#include "trainer/loop/observer.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/loop/rank_data.h"
@@ -70,6 +73,8 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   const std::string note = precision_note(cfg.train.precision, device);
   if (!note.empty() && env.rank == 0) std::printf("%s\n", note.c_str());
   RankGroup group = join_rank_group(cfg, env, device);
+  RunObserver observer(cfg, env);
+  observer.sync_clocks(group.store());
   RankData data = load_rank_data(cfg, env, group.store(), group.timeout);
 
   Strategy strategy(cfg, device, group.comm.get());
@@ -99,15 +104,16 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
                             total_optimizer_steps(cfg.train, data.train->num_batches())));
   EpochLoop loop(cfg, env,
                  EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
-                                checkpointer, device});
+                                checkpointer, observer, device});
   loop.run(position);
   if (loop.stopped()) {
     say_stopped(*loop.stopped(), checkpointer, env.rank);
     return kExitStopped;
   }
 
+  observer.write_trace(strategy.comm() ? strategy.comm()->name() : "none");
   gather_and_write_report(cfg, env, device, strategy, loop.compute_seconds(), loop.epochs(),
-                          run_start);
+                          run_start, observer);
   if (group.comm) group.comm->barrier();
   return 0;
 }

@@ -93,6 +93,10 @@ void Reducer::make_buckets() {
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(buckets_.size(), false);
+  timings_.resize(buckets_.size());
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    timings_[b].bytes = static_cast<std::size_t>(buckets_[b].flat.numel()) * element_bytes;
+  }
 }
 
 void Reducer::register_hooks() {
@@ -220,7 +224,7 @@ void Reducer::run_comm_thread() {
       order.staging = staging_.get();
     }
     try {
-      reduction_->reduce(b, buckets_[b].flat, scale_, order);
+      reduce_bucket(b, order);
     } catch (const PeerError& e) {
       error =
           std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
@@ -239,6 +243,16 @@ void Reducer::run_comm_thread() {
     }
     cv_.notify_all();
   }
+}
+
+// The start is the rank's arrival at this bucket's collective (trainer/observe): the others'
+// waits for the last arrival show up as longer spans on their side. The end is when the sum is
+// in the bucket (on CUDA, allreduce_tensor has seen the collective's event complete), so no
+// device synchronisation is added here.
+void Reducer::reduce_bucket(std::size_t b, const StreamOrder& order) {
+  timings_[b].start = Clock::now();
+  reduction_->reduce(b, buckets_[b].flat, scale_, order);
+  timings_[b].end = Clock::now();
 }
 
 void Reducer::finish_backward() {

@@ -15,12 +15,14 @@
 
 #include "comm_backends/cuda_stream.h"
 #include "trainer/parallel/bucket_reduction.h"
+#include "trainer/observe/phase_times.h"
 
 namespace partrain {
 
 namespace comm {
 class Communicator;
 }
+struct StreamOrder;
 
 struct ReducerOptions {
   double bucket_mb = 25.0;
@@ -50,6 +52,10 @@ class Reducer {
   std::vector<std::size_t> bucket_sizes() const;  // elements per bucket, in launch order
   double comm_wait_seconds() const { return comm_wait_seconds_; }  // blocked after backward
   double comm_busy_seconds();  // time the communication thread spent in allreduce
+  // Per bucket, when its collective of the last sync step started and ended on the
+  // communication thread. Read it after finish_backward() (which has seen every bucket done)
+  // and before the next prepare_for_backward().
+  const std::vector<BucketTiming>& bucket_timings() const { return timings_; }
 
  private:
   struct Slot {
@@ -71,6 +77,7 @@ class Reducer {
   void on_gradient(std::size_t param, const at::Tensor& grad);
   void mark_bucket_ready(std::size_t bucket);  // caller holds mutex_
   void run_comm_thread();
+  void reduce_bucket(std::size_t bucket, const StreamOrder& order);  // the one collective, timed
   std::string describe_bucket(std::size_t bucket) const;
 
   std::vector<at::Tensor> params_;
@@ -78,8 +85,9 @@ class Reducer {
   ReducerOptions options_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
-  std::vector<unsigned> hooks_;  // hook handles, removed on destruction
-  std::vector<bool> ready_;      // per bucket: all its gradients are in
+  std::vector<unsigned> hooks_;        // hook handles, removed on destruction
+  std::vector<bool> ready_;            // per bucket: all its gradients are in
+  std::vector<BucketTiming> timings_;  // per bucket; written by the communication thread
   // CUDA only: per bucket, the point on the compute stream where its gradients are written
   // (see Note [Reducer streams]); and the pinned memory and copy stream of the host backends.
   std::vector<comm::CudaEvent> ready_events_;

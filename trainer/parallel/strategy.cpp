@@ -81,4 +81,9 @@ double Strategy::comm_wait_seconds() const {
 
 double Strategy::comm_busy_seconds() { return reducer_ ? reducer_->comm_busy_seconds() : 0.0; }
 
+const std::vector<BucketTiming>& Strategy::bucket_timings() const {
+  static const std::vector<BucketTiming> kNone;
+  return reducer_ ? reducer_->bucket_timings() : kNone;
+}
+
 }  // namespace partrain

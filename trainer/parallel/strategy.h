@@ -11,6 +11,7 @@
 
 #include "trainer/config/config.h"
 #include "trainer/model/train_model.h"
+#include "trainer/observe/phase_times.h"
 
 namespace partrain {
 
@@ -58,6 +59,9 @@ class Strategy {
 
   double comm_wait_seconds() const;  // blocked in finish_backward
   double comm_busy_seconds();        // the communication thread in allreduce
+  // ddp: the Reducer's bucket collectives of the last sync step (see Reducer::bucket_timings);
+  // empty otherwise.
+  const std::vector<BucketTiming>& bucket_timings() const;
   const std::vector<c10::Device>& dp_devices() const { return dp_devices_; }
   // comm.compression powersgd, once gradient averaging started: the compression (its byte
   // counts), which is also state for the checkpoint. Null otherwise.

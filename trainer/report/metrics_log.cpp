@@ -76,9 +76,14 @@ void MetricsLog::log_step(int epoch, std::int64_t step, double loss, double imag
   jsonl_.flush();
 }
 
-void MetricsLog::log_epoch(const EpochRecord& record) {
+void MetricsLog::log_epoch(const EpochRecord& record, const std::vector<Breakdown>& breakdown) {
   Json line = epoch_to_json(record);
   line["type"] = "epoch";
+  if (!breakdown.empty()) {
+    Json ranks = Json::array();
+    for (const Breakdown& b : breakdown) ranks.push_back(breakdown_to_json(b));
+    line["breakdown"] = ranks;
+  }
   jsonl_ << line.dump() << "\n";
   jsonl_.flush();
   PARTRAIN_CHECK(jsonl_.good(), UsageError, "writing ", dir_, "/metrics.jsonl failed (disk full?)");

@@ -24,7 +24,9 @@ class MetricsLog {
   MetricsLog(const std::string& output_dir, const std::vector<EpochRecord>& resumed,
              std::int64_t resumed_step = 0);
   void log_step(int epoch, std::int64_t step, double loss, double images_per_s, double lr);
-  void log_epoch(const EpochRecord& record);
+  // breakdown: each rank's (in rank order) over the epoch, from the end of the one before to
+  // after this one's checkpoint; written as the line's "breakdown" array when not empty.
+  void log_epoch(const EpochRecord& record, const std::vector<Breakdown>& breakdown = {});
 
  private:
   std::string dir_;

@@ -157,16 +157,59 @@ EpochRecord epoch_from_json(const nlohmann::json& j) {
   return epoch_from_json(JsonAt(ordered, "epoch record"));
 }
 
+double Breakdown::total() const {
+  double sum = 0;
+  for (const auto& [name, part] : kBreakdownParts) sum += this->*part;
+  return sum;
+}
+
+Json breakdown_to_json(const Breakdown& b) {
+  Json j = Json::object();
+  for (const auto& [name, part] : kBreakdownParts) j[std::string(name)] = b.*part;
+  j["total"] = b.total();
+  return j;
+}
+
+Breakdown breakdown_from_json(const JsonAt& j) {
+  Breakdown b;
+  for (const auto& [name, part] : kBreakdownParts) {
+    b.*part = j[std::string(name).c_str()].non_negative();
+  }
+  return b;
+}
+
+Json straggler_to_json(const std::optional<Straggler>& s) {
+  if (!s) return Json(nullptr);
+  return Json{{"rank", s->rank},
+              {"steps_last", s->steps_last},
+              {"steps", s->steps},
+              {"seconds_cost", s->seconds_cost}};
+}
+
+std::optional<Straggler> straggler_from_json(const JsonAt& j) {
+  if (j.json().is_null()) return std::nullopt;
+  Straggler s;
+  s.rank = j["rank"].integer();
+  if (s.rank < 0) j["rank"].fail("must not be negative");
+  s.steps_last = j["steps_last"].count();
+  s.steps = j["steps"].count();
+  if (s.steps_last > s.steps) j["steps_last"].fail("is more than steps");
+  s.seconds_cost = j["seconds_cost"].non_negative();
+  return s;
+}
+
 Json rank_to_json(const RankRecord& r) {
-  return Json{{"rank", r.rank},
-              {"device", r.device},
-              {"peak_rss_mb", r.peak_rss_mb},
-              {"cuda_peak_allocated_mb", number_or_null(r.cuda_peak_allocated_mb)},
-              {"cuda_peak_reserved_mb", number_or_null(r.cuda_peak_reserved_mb)},
-              {"cuda_driver_used_mb", number_or_null(r.cuda_driver_used_mb)},
-              {"compute_seconds", r.compute_seconds},
-              {"comm_wait_seconds", r.comm_wait_seconds},
-              {"comm_busy_seconds", r.comm_busy_seconds}};
+  Json j{{"rank", r.rank},
+         {"device", r.device},
+         {"peak_rss_mb", r.peak_rss_mb},
+         {"cuda_peak_allocated_mb", number_or_null(r.cuda_peak_allocated_mb)},
+         {"cuda_peak_reserved_mb", number_or_null(r.cuda_peak_reserved_mb)},
+         {"cuda_driver_used_mb", number_or_null(r.cuda_driver_used_mb)},
+         {"compute_seconds", r.compute_seconds},
+         {"comm_wait_seconds", r.comm_wait_seconds},
+         {"comm_busy_seconds", r.comm_busy_seconds}};
+  if (r.breakdown) j["breakdown"] = breakdown_to_json(*r.breakdown);
+  return j;
 }
 
 RankRecord rank_from_json(const JsonAt& j) {
@@ -180,6 +223,7 @@ RankRecord rank_from_json(const JsonAt& j) {
   r.compute_seconds = j["compute_seconds"].non_negative();
   r.comm_wait_seconds = j["comm_wait_seconds"].non_negative();
   r.comm_busy_seconds = j["comm_busy_seconds"].non_negative();
+  if (j.has("breakdown")) r.breakdown = breakdown_from_json(j["breakdown"]);
   return r;
 }
 
@@ -241,6 +285,7 @@ Json report_to_json(const RunSummary& s) {
   report["ranks"] = ranks;
   // Only with compression, so that the reports of runs without it read as before.
   if (s.compression) report["compression"] = compression_to_json(*s.compression);
+  report["straggler"] = straggler_to_json(s.straggler);
   if (!s.epochs.empty()) {
     report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
                        {"test_loss", s.epochs.back().test_loss},
@@ -270,6 +315,7 @@ RunSummary report_from_json(const JsonAt& j) {
   if (j.has("compression")) {
     s.compression = compression_from_json(j["compression"]);
   }
+  if (j.has("straggler")) s.straggler = straggler_from_json(j["straggler"]);
   j["final"].object();  // derived from the epochs, so only its presence is checked
   return s;
 }

@@ -1,5 +1,6 @@
 // defines: the report.json format, in one place — kReportSchema, the records a run reports
-// (EpochRecord, RankRecord, RunEnv, CompressionRecord, RunSummary) and, for each, the pair of
+// (EpochRecord, Breakdown, RankRecord, Straggler, RunEnv, CompressionRecord, RunSummary) and,
+// for each, the pair of
 // functions that write it as JSON and read it back (epoch_to_json/epoch_from_json, rank_...,
 // env_..., report_...); JsonAt, a value of a parsed document with its JSON path; os_name().
 // LibTorch-free.
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -72,6 +74,34 @@ struct EpochRecord {
   std::int64_t skipped_steps = 0;  // f16: steps so far skipped for gradients that overflowed
 };
 
+// Where one rank's training time went, in seconds. The parts are disjoint intervals of the
+// rank's wall time from its first epoch to its last checkpoint; `other` is that time minus the
+// rest (logging, the epoch's sums, clock reads), so the parts add up to total(). comm_exposed
+// is the wait in finish_backward for the gradient allreduce that backward did not hide.
+struct Breakdown {
+  double data_wait = 0;  // the loader's next batch and its copy to the device
+  double forward = 0;    // forward and loss
+  double backward = 0;
+  double comm_exposed = 0;
+  double optimizer = 0;   // unscale, clip, step, zero_grad
+  double evaluation = 0;  // BatchNorm sharing, the test set, the epoch's sums
+  double checkpoint = 0;
+  double other = 0;
+  double total() const;
+};
+
+// The parts by their JSON names, in the order report.json lists them.
+inline constexpr std::array<std::pair<std::string_view, double Breakdown::*>, 8> kBreakdownParts{{
+    {"data_wait", &Breakdown::data_wait},
+    {"forward", &Breakdown::forward},
+    {"backward", &Breakdown::backward},
+    {"comm_exposed", &Breakdown::comm_exposed},
+    {"optimizer", &Breakdown::optimizer},
+    {"evaluation", &Breakdown::evaluation},
+    {"checkpoint", &Breakdown::checkpoint},
+    {"other", &Breakdown::other},
+}};
+
 struct RankRecord {
   int rank = 0;
   std::string device;
@@ -82,6 +112,18 @@ struct RankRecord {
   double compute_seconds = 0;
   double comm_wait_seconds = 0;
   double comm_busy_seconds = 0;
+  std::optional<Breakdown> breakdown;  // absent in reports written before it existed
+};
+
+// The rank that arrived last at the steps' first gradient allreduce most often, when it held
+// the others up enough to matter (see straggler.h for the rule). seconds_cost: over the steps
+// it was last, how much later it arrived than the rank before it, i.e. the wall time the run
+// lost waiting for it.
+struct Straggler {
+  int rank = 0;
+  std::int64_t steps_last = 0;
+  std::int64_t steps = 0;  // steps with an arrival from every rank
+  double seconds_cost = 0;
 };
 
 std::string os_name();  // "linux", "windows", "macos": what this binary was built for
@@ -123,6 +165,7 @@ struct RunSummary {
   std::vector<RankRecord> ranks;
   // Without compression: absent from the file (and from reports written before it).
   std::optional<CompressionRecord> compression;
+  std::optional<Straggler> straggler;  // null: the ranks were even, or one rank only
 };
 
 // The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch
@@ -132,13 +175,22 @@ nlohmann::ordered_json epoch_to_json(const EpochRecord& record);
 EpochRecord epoch_from_json(const JsonAt& j);
 EpochRecord epoch_from_json(const nlohmann::json& j);  // errors name "epoch record"
 
+// {"data_wait": s, ..., "other": s, "total": s}; "total" is derived, so only written.
+nlohmann::ordered_json breakdown_to_json(const Breakdown& breakdown);
+Breakdown breakdown_from_json(const JsonAt& j);
+
+nlohmann::ordered_json straggler_to_json(const std::optional<Straggler>& straggler);
+std::optional<Straggler> straggler_from_json(const JsonAt& j);
+
+// "breakdown" came later than the rest: absent, it reads as nullopt.
 nlohmann::ordered_json rank_to_json(const RankRecord& record);
 RankRecord rank_from_json(const JsonAt& j);
 
 nlohmann::ordered_json env_to_json(const RunEnv& env);
 RunEnv env_from_json(const JsonAt& j);
 
-// The whole document, "schema" first; report_from_json() refuses any other schema.
+// The whole document, "schema" first; report_from_json() refuses any other schema. A report
+// without "straggler" (written before it existed) reads as null.
 nlohmann::ordered_json report_to_json(const RunSummary& summary);
 RunSummary report_from_json(const JsonAt& j);
 

@@ -1,0 +1,38 @@
+// defines: `partrain explain REPORT [--trace TRACE]`: where a run's time went (each rank's
+// breakdown), who the others waited for, and what would help — read from its report.json
+// (and trace.json), each claim with the figure it rests on. Bad input: exit 2, one line.
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "trainer/observe/explain.h"
+#include "trainer/observe/trace_format.h"
+#include "trainer/report/report_reader.h"
+
+namespace partrain::cli {
+
+void add_explain_command(CLI::App& app, int& exit_code) {
+  struct Options {
+    std::string report;
+    std::string trace;
+  };
+  auto options = std::make_shared<Options>();
+  auto* sub = app.add_subcommand(
+      "explain",
+      "Explain a run from its report.json: each rank's time by part (data wait, forward, "
+      "backward, exposed communication, optimizer, evaluation, checkpoint, other), the "
+      "straggler if any, and what would help");
+  sub->add_option("report", options->report, "report.json of the run")->required();
+  sub->add_option("--trace", options->trace, "the run's trace.json (partrain run --trace)");
+  sub->callback([options, &exit_code] {
+    const RunReport report = read_run_report(options->report);
+    TraceSummary trace;
+    if (!options->trace.empty()) trace = read_trace_summary(options->trace);
+    std::cout << explain_run(report, options->trace.empty() ? nullptr : &trace) << std::flush;
+    exit_code = 0;
+  });
+}
+
+}  // namespace partrain::cli

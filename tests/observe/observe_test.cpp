@@ -1,0 +1,284 @@
+// trainer/observe without LibTorch: the breakdown adds up, the trace window holds only its
+// steps, the clock estimate recovers a known skew through a file store, the straggler rule
+// names a rank that is late and only then, trace.json loads in Python and reads back, and
+// explain's sentences carry the figures they rest on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "comm_backends/store/store.h"
+#include "common/errors.h"
+#include "tests/support/rank_threads.h"
+#include "tests/support/scratch_dir.h"
+#include "trainer/observe/clock_sync.h"
+#include "trainer/observe/explain.h"
+#include "trainer/observe/phase_times.h"
+#include "trainer/observe/straggler.h"
+#include "trainer/observe/trace_format.h"
+
+namespace partrain {
+namespace {
+
+using std::chrono::milliseconds;
+
+void busy(milliseconds d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+  }
+}
+
+TEST(PhaseTimes, PartsAddUpToTheWallTime) {
+  PhaseTimes times(Clock::now());
+  const auto from = times.snapshot();
+  Clock::time_point t = Clock::now();
+  busy(milliseconds(3));
+  t = times.mark(Phase::kForward, t);
+  busy(milliseconds(2));
+  t = times.mark(Phase::kBackward, t);
+  busy(milliseconds(4));  // unmarked: other
+  t = Clock::now();
+  busy(milliseconds(1));
+  times.mark(Phase::kOptimizer, t);
+  const auto to = times.snapshot();
+  const Breakdown b = breakdown_between(from, to);
+  EXPECT_GE(b.forward, 0.003);
+  EXPECT_GE(b.backward, 0.002);
+  EXPECT_GE(b.optimizer, 0.001);
+  EXPECT_GE(b.other, 0.004);
+  EXPECT_EQ(b.data_wait, 0.0);
+  EXPECT_NEAR(b.total(), std::chrono::duration<double>(to.at - from.at).count(), 1e-9);
+}
+
+TEST(PhaseTimes, TraceKeepsOnlyItsStepsAndItsBound) {
+  PhaseTimes times;
+  times.trace_steps(2, 3, 5);
+  for (std::int64_t step = 0; step < 6; ++step) {
+    times.set_step(step);
+    const auto t = Clock::now();
+    times.mark(Phase::kForward, t);
+    times.add_collectives(step, {BucketTiming{64, t, t}, BucketTiming{128, t, t}});
+  }
+  // Steps 2 and 3: 3 spans each, 6 in all, one over the bound of 5.
+  ASSERT_EQ(times.spans().size(), 5u);
+  EXPECT_EQ(times.dropped_spans(), 1u);
+  for (const TimedSpan& s : times.spans()) {
+    EXPECT_GE(s.step, 2);
+    EXPECT_LE(s.step, 3);
+  }
+  EXPECT_EQ(times.spans()[1].collective, 0);
+  EXPECT_EQ(times.spans()[2].bytes, 128u);
+}
+
+TEST(ClockSync, OffsetOfOneRoundTrip) {
+  // Rank r's clock reads 10 s more than rank 0's; each leg takes 1 ms.
+  ClockProbe p{100.0, 90.001, 90.002, 100.003};
+  EXPECT_NEAR(clock_offset_of(p), 10.0, 1e-12);
+  EXPECT_NEAR(p.round_trip(), 0.002, 1e-12);
+}
+
+TEST(ClockSync, RecoversASkewThroughAFileStore) {
+  constexpr int kWorld = 3;
+  const double skew[kWorld] = {0.0, 5.0, -2.5};
+  testing::ScratchDir dir;
+  ClockEstimate estimate[kWorld];
+  testing::run_ranks(kWorld, [&](int rank) {
+    comm::StoreOptions options;
+    options.token = "clock-test";
+    options.timeout = milliseconds(20000);
+    options.rank = rank;
+    options.world_size = kWorld;
+    auto store = comm::open_store(dir.url(), options);
+    estimate[rank] = estimate_clock_offset(*store, rank, kWorld, 8, [&] {
+      return std::chrono::duration<double>(Clock::now().time_since_epoch()).count() + skew[rank];
+    });
+  });
+  EXPECT_EQ(estimate[0].offset_s, 0.0);
+  for (int r = 1; r < kWorld; ++r) {
+    EXPECT_NEAR(estimate[r].offset_s, skew[r], 0.003) << "rank " << r;
+    EXPECT_GT(estimate[r].round_trip_s, 0.0);
+    EXPECT_LT(estimate[r].round_trip_s, 0.05);
+  }
+}
+
+TEST(Straggler, NamesTheRankThatIsLate) {
+  StragglerCount count(3);
+  for (int step = 0; step < 50; ++step) {
+    const double t = step;
+    // Rank 2 is 10 ms behind rank 1, which is 1 ms behind rank 0; every 10th step rank 0 is last.
+    if (step % 10 == 0) {
+      count.add_step(std::vector<double>{t + 0.020, t + 0.001, t + 0.011});
+    } else {
+      count.add_step(std::vector<double>{t, t + 0.001, t + 0.011});
+    }
+  }
+  EXPECT_EQ(count.steps(), 50);
+  EXPECT_EQ(count.steps_last(2), 45);
+  EXPECT_EQ(count.steps_last(0), 5);
+  EXPECT_NEAR(count.seconds_cost(2), 45 * 0.010, 1e-9);
+  EXPECT_NEAR(count.seconds_cost(0), 5 * 0.009, 1e-9);
+  const std::optional<Straggler> s = count.verdict(10.0);  // cost 0.45 s of 10 s: 4.5%
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->rank, 2);
+  EXPECT_EQ(s->steps_last, 45);
+  EXPECT_EQ(s->steps, 50);
+  // The same lateness in a run 100 times longer costs too little to matter.
+  EXPECT_FALSE(count.verdict(1000.0).has_value());
+}
+
+TEST(Straggler, EvenRanksHaveNone) {
+  StragglerCount count(2);
+  for (int step = 0; step < 40; ++step) {
+    const double late = 0.005;
+    // Turn about: each rank last in half of the steps.
+    count.add_step(step % 2 ? std::vector<double>{step + late, double(step)}
+                            : std::vector<double>{double(step), step + late});
+  }
+  EXPECT_EQ(count.steps_last(0), 20);
+  EXPECT_FALSE(count.verdict(1.0).has_value());  // cost 0.1 s of 1 s, but only 50% of steps
+  StragglerCount one(1);
+  one.add_step(std::vector<double>{1.0});
+  EXPECT_FALSE(one.verdict(1.0).has_value());
+  EXPECT_THROW(count.add_step(std::vector<double>{1.0}), Error);
+}
+
+std::vector<std::vector<TraceRecord>> two_rank_trace() {
+  std::vector<std::vector<TraceRecord>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    const double late = r == 1 ? 0.004 : 0.0;
+    ranks[r].push_back({static_cast<int>(Phase::kDataWait), -1, 7, 0, 10.000, 10.001});
+    ranks[r].push_back({static_cast<int>(Phase::kForward), -1, 7, 0, 10.001, 10.003 + late});
+    ranks[r].push_back({TraceRecord::kAllreduce, 0, 7, 4096, 10.003 + late, 10.008});
+    ranks[r].push_back({TraceRecord::kAllreduce, 1, 7, 8192, 10.008, 10.010});
+  }
+  return ranks;
+}
+
+TEST(Trace, LoadsInPythonAndReadsBack) {
+  // Packing for the gather keeps every field.
+  const auto ranks = two_rank_trace();
+  const std::vector<double> packed = pack_trace_records(ranks[1]);
+  ASSERT_EQ(packed.size(), ranks[1].size() * kTraceRecordValues);
+  const auto back = unpack_trace_records(packed.data(), ranks[1].size());
+  EXPECT_EQ(back[2].kind, TraceRecord::kAllreduce);
+  EXPECT_EQ(back[2].bucket, 0);
+  EXPECT_EQ(back[2].step, 7);
+  EXPECT_EQ(back[2].bytes, 4096);
+  EXPECT_EQ(back[2].start_s, ranks[1][2].start_s);
+
+  TraceInfo info;
+  info.backend = "gloo";
+  info.origin_s = 10.0;
+  info.clock_offset_s = {0.0, 5.0};
+  info.round_trip_s = {0.0, 0.0004};
+  info.first_step = 7;
+  info.last_step = 7;
+  info.dropped = {0, 0};
+  testing::ScratchDir dir;
+  const std::string path = dir.write("trace.json", trace_to_json(ranks, info));
+  const std::string check =
+      "python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); ev=d['traceEvents'];"
+      "x=[e for e in ev if e['ph']=='X'];"
+      "assert len(x)==8 and all(k in e for e in x for k in ('name','ts','dur','pid','tid'));"
+      "f=[e for e in x if e['pid']==1 and e['name']=='forward'][0];"
+      "assert abs(f['ts']-1000)<1e-6 and abs(f['dur']-6000)<1e-6, f;"
+      "a=[e for e in x if e['name']=='allreduce bucket 1'][0];"
+      "assert a['args']=={'step':7,'bucket':1,'bytes':8192,'backend':'gloo'} and a['tid']==2;"
+      "assert {e['args']['name'] for e in ev if e['ph']=='M' and e['name']=='process_name'}"
+      "=={'rank 0','rank 1'}\" " +
+      path;
+  ASSERT_EQ(std::system(check.c_str()), 0);
+
+  const TraceSummary s = read_trace_summary(path);
+  EXPECT_EQ(s.ranks, 2);
+  EXPECT_EQ(s.first_step, 7);
+  EXPECT_EQ(s.allreduces, 4u);
+  EXPECT_EQ(s.matched, 2u);
+  EXPECT_NEAR(s.arrival_spread_us, 2000.0, 1e-6);  // bucket 0: 4 ms apart, bucket 1: 0
+  EXPECT_NEAR(s.allreduce_us, 5000 + 1000 + 2000 + 2000, 1e-6);
+  EXPECT_EQ(s.allreduce_bytes, 4096 + 8192);
+
+  const std::string bad = dir.write("bad.json", "{\"traceEvents\": [{\"ph\": \"X\", \"pid\": 0}]}");
+  try {
+    read_trace_summary(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("traceEvents[0].name: missing"), std::string::npos)
+        << e.what();
+  }
+}
+
+RunReport report_with(const std::vector<Breakdown>& ranks, std::optional<Straggler> straggler) {
+  RunReport report;
+  report.path = "runs/x/report.json";
+  report.summary.env.backend = "gloo";
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    RankRecord rr;
+    rr.rank = static_cast<int>(r);
+    rr.breakdown = ranks[r];
+    report.summary.ranks.push_back(rr);
+  }
+  report.summary.straggler = straggler;
+  report.config_leaves = {
+      {"comm.wire_dtype", "f32"}, {"comm.bucket_mb", "25.0"}, {"data.num_workers", "1"}};
+  return report;
+}
+
+TEST(Explain, CommunicationBoundRun) {
+  Breakdown b;
+  b.forward = 2;
+  b.backward = 3;
+  b.comm_exposed = 4;
+  b.optimizer = 0.5;
+  b.other = 0.5;  // total 10 s
+  const std::string text = explain_run(report_with({b, b}, std::nullopt), nullptr);
+  EXPECT_NE(text.find("   0    10.00"), std::string::npos) << text;
+  EXPECT_NE(text.find("exposed communication 40.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("The largest part is comm_exposed: 40.0% (4.00 s)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("comm.wire_dtype bf16"), std::string::npos) << text;
+  EXPECT_NE(text.find("comm.bucket_mb is 25.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("No straggler"), std::string::npos) << text;
+  EXPECT_EQ(text.find("loader threads"), std::string::npos) << text;
+}
+
+TEST(Explain, DataBoundRunWithAStraggler) {
+  Breakdown fast, slow;
+  fast.forward = fast.backward = 4;
+  fast.comm_exposed = 1.5;
+  fast.other = 0.5;
+  slow.forward = slow.backward = 4;
+  slow.data_wait = 2;  // 20% of 10 s
+  const std::string text =
+      explain_run(report_with({fast, slow}, Straggler{1, 90, 100, 1.5}), nullptr);
+  EXPECT_NE(text.find("Rank 1 waited for data 20.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("data.num_workers is 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("Rank 1 was the straggler: it arrived last at the gradient allreduce in 90 "
+                      "of 100 steps (90%), and the others waited 1.50 s for it (15.0% of "
+                      "training)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("comm.wire_dtype"), std::string::npos) << text;  // 7.5%: not called out
+
+  // Rank 0 spends 4 s of 10 in finish_backward, all of it waiting for rank 1 (cost 8 s over
+  // 2 ranks: 4 s on the mean rank): the wire is not the problem.
+  Breakdown waiting = fast;
+  waiting.forward = waiting.backward = 2;
+  waiting.comm_exposed = 5.5;  // mean 2.75 s of the mean total
+  const std::string waited =
+      explain_run(report_with({waiting, slow}, Straggler{1, 90, 100, 5.0}), nullptr);
+  EXPECT_NE(waited.find("Exposed communication is 27.5% of training, but 25.0% of it is the "
+                        "wait for rank 1: the transfer itself is 2.5%"),
+            std::string::npos)
+      << waited;
+  EXPECT_EQ(waited.find("comm.wire_dtype"), std::string::npos) << waited;
+
+  RunReport old = report_with({fast}, std::nullopt);
+  old.summary.ranks[0].breakdown.reset();
+  EXPECT_THROW(explain_run(old, nullptr), UsageError);
+}
+
+}  // namespace
+}  // namespace partrain

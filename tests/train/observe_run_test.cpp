@@ -1,0 +1,199 @@
+// Where a run's time goes, end to end on 2 CPU ranks: the breakdown in report.json and
+// metrics.jsonl, trace.json on one clock (with rank 1's clock skewed on purpose), the
+// straggler verdict (with rank 1 slowed on purpose), and `partrain explain` on the result.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/train/run_harness.h"
+
+namespace partrain_test {
+namespace {
+
+const char* const kParts[] = {"data_wait", "forward",    "backward",   "comm_exposed",
+                              "optimizer", "evaluation", "checkpoint", "other"};
+
+// An environment variable for the runs started while it lives.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+std::string two_rank_config() {
+  return "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
+         "train: {epochs: 2, threads: 1}\n";
+}
+
+// Each rank's parts are >= 0 and add up to its total; the total is the training's wall time,
+// so it lies between the epochs' own times and the whole run's.
+void expect_breakdown_adds_up(const Json& report) {
+  double epochs_seconds = 0;
+  for (const auto& e : report["epochs"]) epochs_seconds += e["seconds"].get<double>();
+  ASSERT_EQ(report["ranks"].size(), 2u);
+  for (const auto& rank : report["ranks"]) {
+    ASSERT_TRUE(rank.contains("breakdown")) << rank.dump();
+    const Json& b = rank["breakdown"];
+    double sum = 0;
+    for (const char* part : kParts) {
+      ASSERT_TRUE(b.contains(part)) << part;
+      EXPECT_GE(b[part].get<double>(), 0.0) << part;
+      sum += b[part].get<double>();
+    }
+    const double total = b["total"].get<double>();
+    EXPECT_NEAR(sum, total, 0.01 * total);
+    EXPECT_GE(total, 0.99 * epochs_seconds);
+    EXPECT_LE(total, report["total_seconds"].get<double>());
+    // A training run spends real time computing: both passes were measured.
+    EXPECT_GT(b["forward"].get<double>(), 0.0);
+    EXPECT_GT(b["backward"].get<double>(), 0.0);
+    EXPECT_GT(b["evaluation"].get<double>(), 0.0);
+  }
+}
+
+TEST(Observe, BreakdownAndTraceOnOneClock) {
+  auto dir = scratch("observe_trace");
+  auto cfg = write_config(dir, two_rank_config() + "observe: {trace_steps: [5, 24]}\n");
+  constexpr double kSkew = 5.0;
+  Result r;
+  {
+    ScopedEnv skew("PARTRAIN_TEST_CLOCK_SKEW", "1:5.0");
+    r = partrain("run " + cfg.string() + " --trace", dir);
+  }
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Json report = read_report(dir);
+  expect_breakdown_adds_up(report);
+  EXPECT_TRUE(report.contains("straggler"));
+
+  // metrics.jsonl: each epoch line holds both ranks' breakdowns of that epoch.
+  std::ifstream metrics(dir / "out" / "metrics.jsonl");
+  std::string line;
+  int epoch_lines = 0;
+  while (std::getline(metrics, line)) {
+    const Json j = Json::parse(line);
+    if (j["type"] != "epoch") continue;
+    ++epoch_lines;
+    ASSERT_EQ(j["breakdown"].size(), 2u) << line;
+    for (const auto& b : j["breakdown"]) {
+      for (const char* part : kParts) EXPECT_GE(b[part].get<double>(), 0.0) << line;
+      EXPECT_GT(b["total"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(epoch_lines, 2);
+
+  // trace.json loads in Python, with the fields a viewer needs.
+  const fs::path trace = dir / "out" / "trace.json";
+  const std::string check =
+      "python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); ev=d['traceEvents'];"
+      "x=[e for e in ev if e['ph']=='X']; m=[e for e in ev if e['ph']=='M'];"
+      "assert x and all(isinstance(e[k],(int,float)) for e in x for k in ('ts','dur','pid','tid'));"
+      "assert all(e['dur']>=0 and isinstance(e['name'],str) for e in x);"
+      "names={e['args']['name'] for e in m if e['name']=='process_name'};"
+      "assert names=={'rank 0','rank 1'}, names;"
+      "threads={e['args']['name'] for e in m if e['name']=='thread_name'};"
+      "assert threads=={'compute','communication','data'}, threads;"
+      "a=[e for e in x if e['name'].startswith('allreduce')];"
+      "assert a and all({'bytes','backend','bucket','step'}<=set(e['args']) for e in a)\" " +
+      trace.string();
+  ASSERT_EQ(std::system(check.c_str()), 0) << "trace.json failed the Python check";
+
+  std::ifstream in(trace);
+  const Json doc = Json::parse(in);
+  // The estimate recovers the skew (both ranks share this machine's clock otherwise).
+  const double offset = doc["otherData"]["clock_offset_s"][1].get<double>();
+  EXPECT_NEAR(offset, kSkew, 0.005);
+  // The same allreduce ends at nearly the same moment on both ranks (it cannot end on one
+  // before the other has sent its part): on the common clock their ends line up, whereas
+  // an uncorrected 5 s skew would put them 5 s apart.
+  std::map<std::pair<long, long>, std::map<int, double>> ends;
+  std::map<std::string, int> names;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    ++names[e["name"].get<std::string>()];
+    EXPECT_GE(e["args"]["step"].get<long>(), 5);
+    EXPECT_LE(e["args"]["step"].get<long>(), 24);
+    if (e["name"].get<std::string>().rfind("allreduce", 0) != 0) continue;
+    ends[{e["args"]["step"].get<long>(), e["args"]["bucket"].get<long>()}][e["pid"].get<int>()] =
+        e["ts"].get<double>() + e["dur"].get<double>();
+  }
+  for (const char* name : {"data wait", "forward", "backward", "wait for gradients", "optimizer"}) {
+    EXPECT_GT(names[name], 0) << name;
+  }
+  std::vector<double> gaps_us;
+  for (const auto& [key, by_rank] : ends) {
+    if (by_rank.size() == 2) gaps_us.push_back(std::abs(by_rank.at(0) - by_rank.at(1)));
+  }
+  ASSERT_GE(gaps_us.size(), 20u);  // 20 steps, every bucket on both ranks
+  std::sort(gaps_us.begin(), gaps_us.end());
+  EXPECT_LT(gaps_us[gaps_us.size() / 2], 5000.0) << "median gap of allreduce ends (us)";
+
+  // explain reads the report and the trace.
+  Result e = partrain(
+      "explain " + (dir / "out" / "report.json").string() + " --trace " + trace.string(), dir);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("Where the time went"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("Trace (steps 5..24, 2 ranks)"), std::string::npos) << e.output;
+}
+
+TEST(Observe, SlowRankIsNamedStraggler) {
+  auto dir = scratch("observe_straggler");
+  auto cfg = write_config(dir, two_rank_config());
+  Result r;
+  {
+    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "1:0.03");
+    r = partrain("run " + cfg.string(), dir);
+  }
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Json report = read_report(dir);
+  expect_breakdown_adds_up(report);
+  ASSERT_TRUE(report["straggler"].is_object()) << report["straggler"].dump();
+  const Json& s = report["straggler"];
+  EXPECT_EQ(s["rank"], 1);
+  EXPECT_GT(s["steps_last"].get<double>(), 0.6 * s["steps"].get<double>());
+  // Every step rank 1 is about 30 ms late: the others waited roughly that per step.
+  const double steps = s["steps"].get<double>();
+  EXPECT_GT(s["seconds_cost"].get<double>(), 0.5 * 0.03 * steps);
+  EXPECT_LT(s["seconds_cost"].get<double>(), 2.0 * 0.03 * steps);
+  // Rank 1's injected wait is data wait: it shows there, not on rank 0.
+  EXPECT_GT(report["ranks"][1]["breakdown"]["data_wait"].get<double>(), 0.9 * 0.03 * steps);
+
+  Result e = partrain("explain " + (dir / "out" / "report.json").string(), dir);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("Rank 1 was the straggler"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("Balance the ranks' work"), std::string::npos) << e.output;
+}
+
+TEST(Observe, ExplainRefusesBadInput) {
+  auto dir = scratch("observe_explain_bad");
+  Result missing = partrain("explain " + (dir / "nope.json").string(), dir);
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;
+  EXPECT_NE(missing.output.find("cannot open the report"), std::string::npos) << missing.output;
+
+  std::ofstream(dir / "bad.json") << "{\"schema\": \"partrain.report/1\", ";
+  Result bad = partrain("explain " + (dir / "bad.json").string(), dir);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("not valid JSON"), std::string::npos) << bad.output;
+
+  // A report from before the breakdown existed (checked in with the parity tests) still
+  // reads, but has nothing to explain.
+  const fs::path old_report =
+      fs::path(PARTRAIN_SOURCE_DIR) / "tests/parity/data/report_ddp_cpu.json";
+  Result o = partrain("explain " + old_report.string(), dir);
+  EXPECT_EQ(o.code, 2) << o.output;
+  EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
+  EXPECT_NE(o.output.find("ranks[0] has no breakdown"), std::string::npos) << o.output;
+}
+
+}  // namespace
+}  // namespace partrain_test
