@@ -3,6 +3,7 @@
 // mpirun (the rules: cli/engine_env.h; for users: docs/clusters.md).
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -11,14 +12,28 @@
 #include "cli/engine_env.h"
 #include "common/errors.h"
 #include "common/heartbeat.h"
+#include "common/output_lock.h"
 #include "trainer/config/config.h"
 #include "trainer/loop/worker.h"
 
 namespace partrain::cli {
 namespace {
 
-WorkerEnv read_worker_env(const Config& config) {
-  const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
+// Started by torchrun, srun or mpirun (no partrain run, which holds the lock itself): the
+// first rank of each node takes OUTPUT/partrain.lock for the run. Its token without the
+// restart suffix, so that the run's next start after an engine restart is the same run.
+std::unique_ptr<OutputLock> lock_output_for_engine(const Config& config, const EngineRank& engine) {
+  if (engine.engine == Engine::partrain || engine.local_rank != 0) return nullptr;
+  std::string token = engine.token;
+  if (const auto restart = token.rfind(".restart"); restart != std::string::npos) {
+    token.erase(restart);
+  }
+  return std::make_unique<OutputLock>(config.output_dir, token, [](const std::string& line) {
+    std::fprintf(stderr, "partrain: %s\n", line.c_str());
+  });
+}
+
+WorkerEnv read_worker_env(const Config& config, const EngineRank& engine) {
   const WorkerEnv w = engine;
   PARTRAIN_CHECK(w.world_size == 1 || !w.rendezvous.empty(), UsageError, "no rendezvous for ",
                  w.world_size, " ranks started by ", engine_name(engine.engine),
@@ -50,7 +65,9 @@ void add_worker_command(CLI::App& app, int& exit_code) {
     const std::optional<double> interval = heartbeat_interval(process_environment());
     if (interval) heartbeat = std::make_unique<Heartbeat>(*interval);
     Config config = load_config(args->path, args->overrides);
-    exit_code = run_worker(config, read_worker_env(config));
+    const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
+    const std::unique_ptr<OutputLock> lock = lock_output_for_engine(config, engine);
+    exit_code = run_worker(config, read_worker_env(config, engine));
   });
 }
 

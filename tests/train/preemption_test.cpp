@@ -147,6 +147,12 @@ TEST(Preemption, ASecondRunIsRefusedTheFolderAndAStaleLockIsTakenOver) {
             std::string::npos)
       << refused.output;
   EXPECT_FALSE(fs::exists(dir / "out" / "report.json"));
+  // A worker started by an engine (here by hand, as torchrun would) takes the lock too.
+  const Result worker = partrain("worker " + cfg.string(), dir);
+  EXPECT_EQ(worker.code, 2) << worker.output;
+  EXPECT_NE(worker.output.find("is in use by another run: pid " + std::to_string(getpid())),
+            std::string::npos)
+      << worker.output;
 
   // Held by a process that is gone: taken over, said so, released at the end.
   const pid_t child = fork();
