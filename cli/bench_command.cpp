@@ -212,11 +212,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   // Opened as training opens its ranks; they listen on --host, else where training would (the
   // route to the master, PARTRAIN_SOCKET_IFNAME, loopback when every rank is here).
   comm::RankGroupOptions group_options;
-  group_options.rendezvous = me.rendezvous;
-  group_options.token = me.token;
-  group_options.rank = me.rank;
-  group_options.world_size = me.world_size;
-  group_options.local_world_size = me.local_world_size;
+  static_cast<RankPlace&>(group_options) = me;
   group_options.timeout = timeout;
   group_options.host = args.host;
   const auto group = comm::open_rank_group(group_options);

@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rank_place.h"
+
 namespace partrain::cli {
 
 enum class Engine { none, partrain, torchrun, env, mpirun, slurm };
@@ -47,16 +49,9 @@ std::string engine_name(Engine engine);
 inline constexpr int kSlurmPortBase = 10000;
 inline constexpr int kSlurmPortSpan = 20000;
 
-struct EngineRank {
+struct EngineRank : RankPlace {
   Engine engine = Engine::none;
-  int rank = 0;
-  int local_rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-  int restart = 0;              // how many times the engine restarted the group
-  std::string rendezvous;       // store url; "" when nothing names one
   std::string rendezvous_from;  // where the url came from, for messages
-  std::string token;            // run token shared by every rank, fresh per restart
 };
 
 // Looks a variable up; nullopt when unset or empty. Tests pass a map.

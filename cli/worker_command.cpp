@@ -14,14 +14,7 @@ namespace {
 
 WorkerEnv read_worker_env(const Config& config) {
   const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
-  WorkerEnv w;
-  w.rank = engine.rank;
-  w.local_rank = engine.local_rank;
-  w.world_size = engine.world_size;
-  w.local_world_size = engine.local_world_size;
-  w.rendezvous = engine.rendezvous;
-  w.token = engine.token;
-  w.restart = engine.restart;
+  const WorkerEnv w = engine;
   PARTRAIN_CHECK(w.world_size == 1 || !w.rendezvous.empty(), UsageError, "no rendezvous for ",
                  w.world_size, " ranks started by ", engine_name(engine.engine),
                  ": set launch.rendezvous, MASTER_ADDR and MASTER_PORT, or PARTRAIN_RENDEZVOUS");

@@ -27,7 +27,7 @@ class Store;
 struct CommOptions {
   std::string backend = "auto";  // gloo | asio-ring | shm | hierarchical | nccl | auto
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
-  DType wire_dtype = DType::f32;        // asio-ring, hierarchical (across hosts): f32 | f16 | bf16
+  DType wire_dtype = DType::f32;  // asio-ring, shm, hierarchical (across hosts): f32 | f16 | bf16
   DeviceKind device = DeviceKind::cpu;  // where the caller's buffers live (for auto)
   int device_index = 0;
   std::string token;                    // run token for the ring handshake

@@ -11,18 +11,15 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/placement.h"
 #include "comm_backends/store/store.h"
+#include "common/rank_place.h"
 #include "common/temp_dir.h"
 
 namespace partrain::comm {
 
-struct RankGroupOptions {
-  // Store url (store.h). Empty with one rank: a file store of its own, in a temporary
-  // directory; empty with more is a UsageError (the callers say where a url comes from).
-  std::string rendezvous;
-  std::string token;  // run token: stores and rings refuse a peer without it
-  int rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;  // ranks on this host, as the launcher counts them
+// The rendezvous (a store url) may be empty with one rank: a file store of its own, in a
+// temporary directory; empty with more is a UsageError (the callers say where a url comes
+// from). Stores and rings refuse a peer without the run token.
+struct RankGroupOptions : RankPlace {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // bound on every wait
   // The address to listen on and publish (net/local_address.h): comm.host, comm.interface.
   std::string host;

@@ -42,19 +42,11 @@ want() { [[ "$steps" == *" $1 "* ]]; }
 [ "$(id -u)" -eq 0 ] || { echo "docker-check: needs root (rootful podman)" >&2; exit 2; }
 
 # --- tools ------------------------------------------------------------------------------
+# shellcheck source=scripts/apt-sources.sh
+. scripts/apt-sources.sh
 packages=(podman runc conmon catatonit containernetworking-plugins debootstrap
           debian-archive-keyring tar)
-if [ "${SKIP_APT:-0}" != 1 ]; then
-  missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-fi
+[ "${SKIP_APT:-0}" = 1 ] || apt_install_missing "${packages[@]}"
 
 mkdir -p "$state"
 export CONTAINERS_CONF="$state/containers.conf"
@@ -76,8 +68,6 @@ log "podman $(podman version --format '{{.Client.Version}}'), runtime $(podman i
 # --- base image: debootstrap + import ---------------------------------------------------
 # The mirror and suites apt already uses for bookworm (main, updates, security), so the image
 # sees what this machine sees.
-# shellcheck source=scripts/apt-sources.sh
-. scripts/apt-sources.sh
 
 if want base; then
   if podman image exists "$base_image"; then

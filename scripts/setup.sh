@@ -33,18 +33,9 @@ packages=(
   iproute2                          # ip netns / veth / tc: the multi-host tests and benchmarks
 )
 
-if [ "${SKIP_APT:-0}" != 1 ]; then
-  missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    SUDO=""
-    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  fi
-fi
+# shellcheck source=scripts/apt-sources.sh
+. scripts/apt-sources.sh
+[ "${SKIP_APT:-0}" = 1 ] || apt_install_missing "${packages[@]}"
 
 [ "${SKIP_BUILD:-0}" = 1 ] && { echo "setup: packages installed, build skipped (SKIP_BUILD=1)"; exit 0; }
 

@@ -377,7 +377,7 @@ TEST_F(ConfigTest, RecipeKeys) {
   EXPECT_DOUBLE_EQ(c.train.label_smoothing, 0.1);
   EXPECT_DOUBLE_EQ(c.train.clip_grad_norm, 2.5);
   EXPECT_EQ(c.train.precision, Precision::kBf16);
-  // DESIGN.md's example line as it stands.
+  // An adamw line that also says nesterov: false, as a config may.
   Config a = load_config(
       write("train:\n  optimizer: {name: adamw, lr: 1.0e-3, weight_decay: 0.05, nesterov: false}\n"
             "  schedule: {name: cosine, warmup_steps: 100, min_lr: 0.0}\n"));

@@ -1,4 +1,4 @@
-// Model shapes and structure: DigitalNet exactly as DESIGN.md draws it.
+// Model shapes and structure: DigitalNet exactly as docs/architecture.md draws it.
 #include "trainer/model/models.h"
 
 #include <gtest/gtest.h>

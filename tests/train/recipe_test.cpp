@@ -11,8 +11,9 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "trainer/loop/evaluation.h"
-#include "trainer/precision/loss_scaler.h"
+#include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/optim/optimizer.h"
 #include "trainer/parallel/strategy.h"
@@ -111,20 +112,31 @@ TEST(TopK, CountsTheLabelAmongTheLargestLogits) {
 TEST(LossScaler, GrowsAfterTheIntervalAndBacksOffOnOverflow) {
   LossScalerOptions o;
   o.growth_interval = 3;
-  LossScaler s(true, o);
-  EXPECT_DOUBLE_EQ(s.state().scale, 65536.0);
+  PrecisionPlugin s(Precision::kF32, /*loss_scaling=*/true, torch::kCPU, o);
+  EXPECT_DOUBLE_EQ(s.state()->scale, 65536.0);
   s.update(true);
   s.update(true);
-  EXPECT_DOUBLE_EQ(s.state().scale, 65536.0);
+  EXPECT_DOUBLE_EQ(s.state()->scale, 65536.0);
   s.update(true);
-  EXPECT_DOUBLE_EQ(s.state().scale, 131072.0);
-  EXPECT_EQ(s.state().good_steps, 0);
+  EXPECT_DOUBLE_EQ(s.state()->scale, 131072.0);
+  EXPECT_EQ(s.state()->good_steps, 0);
   s.update(true);
   s.update(false);
-  EXPECT_DOUBLE_EQ(s.state().scale, 65536.0);
-  EXPECT_EQ(s.state().good_steps, 0);
-  LossScaler off(false);
-  EXPECT_DOUBLE_EQ(off.scale(torch::ones({})).item<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(s.state()->scale, 65536.0);
+  EXPECT_EQ(s.state()->good_steps, 0);
+  EXPECT_DOUBLE_EQ(s.scale_loss(torch::ones({})).item<double>(), 65536.0);
+  PrecisionPlugin off(Precision::kF32, /*loss_scaling=*/false, torch::kCPU);
+  EXPECT_DOUBLE_EQ(off.scale_loss(torch::ones({})).item<double>(), 1.0);
+  EXPECT_FALSE(off.state().has_value());
+}
+
+// train.precision picks both parts at once; f16 cannot run on the CPU and says so.
+TEST(PrecisionPlugin, ForTrainingTiesAutocastAndTheLossScale) {
+  const auto bf16 = PrecisionPlugin::for_training(Precision::kBf16, torch::kCPU);
+  EXPECT_EQ(bf16.autocast(), Precision::kBf16);
+  EXPECT_FALSE(bf16.loss_scaling());
+  EXPECT_FALSE(PrecisionPlugin::for_training(Precision::kF32, torch::kCPU).loss_scaling());
+  EXPECT_THROW(PrecisionPlugin::for_training(Precision::kF16, torch::kCPU), UsageError);
 }
 
 // Two ranks over asio-ring, each with its own model copy and a TrainStep with loss scaling.
@@ -169,10 +181,9 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
     OptimizerConfig oc;
     oc.lr = 0.1;
     auto optimizer = make_optimizer(oc, model.module().parameters());
-    TrainStepOptions options;
-    options.loss_scaling = true;
-    TrainStep step(options, strategy, *optimizer, LrSchedule(ScheduleConfig{}, 0.1, 10),
-                   torch::kCPU);
+    TrainStep step(TrainStepOptions{},
+                   PrecisionPlugin(Precision::kF32, /*loss_scaling=*/true, torch::kCPU), strategy,
+                   *optimizer, LrSchedule(ScheduleConfig{}, 0.1, 10));
     auto snapshot = [&] {
       std::vector<torch::Tensor> copy;
       for (const auto& p : model.module().parameters()) copy.push_back(p.detach().clone());
@@ -186,11 +197,11 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
     if (rank == 1) poisoned[0][0][0][0] = std::numeric_limits<float>::infinity();
     step.run(model, poisoned, labels, /*sync=*/true, 1, /*step=*/0);
     seen[rank].after_skip = snapshot();
-    seen[rank].after_skip_state = step.loss_scaler().state();
+    seen[rank].after_skip_state = *step.precision().state();
     seen[rank].skipped = step.skipped_steps();
     step.run(model, images, labels, true, 1, 1);
     seen[rank].after_step = snapshot();
-    seen[rank].after_step_state = step.loss_scaler().state();
+    seen[rank].after_step_state = *step.precision().state();
     strategy.stop();
     comm->barrier();
   };

@@ -1,5 +1,6 @@
 // defines: Config and its sections — the one validated description of a run
-// (DESIGN.md "Config"); load_config(), config_to_yaml(), config_to_json().
+// (docs/architecture.md, "Config keys"); load_config(), config_to_yaml(),
+// config_to_json().
 //
 // Loaded once at the edge (YAML -> Config), checked there, then trusted everywhere else. Each
 // field's comment gives the values the reader accepts; a value outside them is a UsageError
@@ -35,7 +36,7 @@ struct CommConfig {
   // backend list; auto: see communicator.h).
   std::string backend = "auto";
   double bucket_mb = 25.0;  // 0.001..4096 MiB of gradients per allreduce bucket (ddp)
-  // f32 | f16 | bf16: the element type asio-ring and hierarchical (across hosts) send.
+  // f32 | f16 | bf16: the element type asio-ring, shm and hierarchical (across hosts) send.
   comm::DType wire_dtype = comm::DType::f32;
   double timeout_s = 300.0;  // 0.1..604800 s: a collective or rendezvous waiting longer fails
   // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.

@@ -271,7 +271,7 @@ void read_optimizer(Section opt, OptimizerConfig& o) {
     }
   } else {
     refuse(opt, "momentum", "applies to optimizer sgd only (adamw has betas)");
-    // DESIGN.md's example writes nesterov: false beside adamw; only true means something.
+    // A config may say nesterov: false beside adamw; only true means something.
     bool nesterov = false;
     opt.read_bool("nesterov", nesterov);
     if (nesterov) refuse(opt, "nesterov", "applies to optimizer sgd only");

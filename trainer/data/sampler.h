@@ -1,5 +1,5 @@
 // defines: DistributedSampler — which samples each rank visits in an epoch, and in which
-// order (DESIGN.md "Data", after PyTorch's torch.utils.data.DistributedSampler).
+// order (after PyTorch's torch.utils.data.DistributedSampler).
 //
 // Shape of one epoch, n samples, W ranks:
 //   perm = permutation of 0..n-1 drawn from (seed, epoch)   — the same for every W

@@ -13,7 +13,7 @@
 
 #include "trainer/config/config.h"
 #include "trainer/loop/checkpoint_state.h"
-#include "trainer/precision/loss_scaler.h"
+#include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/loop/worker.h"
 

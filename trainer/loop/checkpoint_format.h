@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/precision/loss_scaler.h"
+#include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
 
 namespace partrain {

@@ -39,8 +39,7 @@ void EpochLoop::run(const TrainingPosition& start) {
   if (is_rank0) metrics = std::make_unique<MetricsLog>(config_.output_dir, epochs_);
   Progress progress(is_rank0);
   step_ = start.step;
-  if (start.loss_scaler && parts_.step.loss_scaler().enabled())
-    parts_.step.loss_scaler().restore(*start.loss_scaler);
+  parts_.step.precision().restore(start.loss_scaler);
   if (!epochs_.empty()) parts_.step.set_skipped_steps(epochs_.back().skipped_steps);
 
   for (int epoch = start.epoch + 1; epoch <= config_.train.epochs && !reached_max_steps();
@@ -84,8 +83,7 @@ void EpochLoop::run(const TrainingPosition& start) {
     TrainingPosition position;
     position.epoch = epoch;
     position.step = step_;
-    if (parts_.step.loss_scaler().enabled())
-      position.loss_scaler = parts_.step.loss_scaler().state();
+    position.loss_scaler = parts_.step.precision().state();
     parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
                                    parts_.strategy.comm());
   }

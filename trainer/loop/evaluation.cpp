@@ -6,19 +6,19 @@
 #include <algorithm>
 #include <vector>
 
-#include "trainer/precision/autocast_scope.h"
+#include "trainer/precision/precision.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 
-// Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
-// last round with repeats, which are cut off here so every test sample counts exactly once.
 std::int64_t top_k_correct(const at::Tensor& logits, const at::Tensor& labels, std::int64_t k) {
   const std::int64_t kept = std::min<std::int64_t>(k, logits.size(1));
   const at::Tensor top = std::get<1>(logits.topk(kept, /*dim=*/1));
   return top.eq(labels.unsqueeze(1)).any(1).sum().item<std::int64_t>();
 }
 
+// Each rank evaluates positions r, r+W, ... of the unshuffled test set; the sampler pads the
+// last round with repeats, which are cut off here so every test sample counts exactly once.
 EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& loader,
                     const c10::Device& device, Precision precision) {
   torch::NoGradGuard no_grad;
@@ -37,7 +37,7 @@ EvalResult evaluate(TrainModel& model, const Strategy& strategy, data::Loader& l
     auto labels = batch->labels.narrow(0, 0, valid).to(device, true);
     at::Tensor out;
     {
-      AutocastScope autocast(precision, device);
+      const AutocastScope autocast(precision, device);
       out = strategy.forward(model, images);
     }
     out = out.to(at::kFloat);

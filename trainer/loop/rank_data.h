@@ -1,5 +1,5 @@
 // defines: RankData and load_rank_data() — the data sets one rank reads and its loaders: its
-// shard of the shuffled training set and of the test set (DESIGN.md "Data").
+// shard of the shuffled training set and of the test set.
 #pragma once
 
 #include <chrono>

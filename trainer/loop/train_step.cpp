@@ -5,14 +5,10 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
-#include "trainer/precision/autocast_scope.h"
-
 namespace partrain {
 
 TrainStepOptions train_step_options(const TrainConfig& train) {
   TrainStepOptions o;
-  o.autocast = train.precision;
-  o.loss_scaling = train.precision == Precision::kF16;
   o.label_smoothing = train.label_smoothing;
   o.clip_grad_norm = train.clip_grad_norm;
   return o;
@@ -25,27 +21,25 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
       torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(label_smoothing));
 }
 
-TrainStep::TrainStep(TrainStepOptions options, Strategy& strategy,
-                     torch::optim::Optimizer& optimizer, LrSchedule schedule,
-                     const c10::Device& device)
+TrainStep::TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strategy& strategy,
+                     torch::optim::Optimizer& optimizer, LrSchedule schedule)
     : options_(std::move(options)),
       strategy_(strategy),
       optimizer_(optimizer),
       schedule_(schedule),
-      device_(device),
-      scaler_(options_.loss_scaling, options_.scaler),
+      precision_(std::move(precision)),
       lr_(schedule.lr_at(0)) {}
 
 at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at::Tensor& labels,
                           bool sync, std::int64_t group_size, std::int64_t step) {
   at::Tensor out;
   {
-    AutocastScope autocast(options_.autocast, device_);
+    const AutocastScope autocast = precision_.forward_context();
     out = strategy_.forward(model, images);
   }
   at::Tensor loss = classification_loss(out, labels, options_.label_smoothing);
   strategy_.prepare_for_backward(sync);
-  scaler_.scale(group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();
+  precision_.scale_loss(group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();
   if (sync) update(model, step);
   return loss.detach();
 }
@@ -55,7 +49,7 @@ at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at:
 void TrainStep::update(TrainModel& model, std::int64_t step) {
   strategy_.finish_backward();
   const std::vector<at::Tensor> parameters = model.module().parameters();
-  const bool finite = scaler_.unscale_and_check(parameters, strategy_.comm(), device_);
+  const bool finite = precision_.unscale_and_check(parameters, strategy_.comm());
   if (finite && options_.clip_grad_norm > 0) {
     torch::nn::utils::clip_grad_norm_(parameters, options_.clip_grad_norm);
   }
@@ -66,7 +60,7 @@ void TrainStep::update(TrainModel& model, std::int64_t step) {
   } else {
     ++skipped_;
   }
-  scaler_.update(finite);
+  precision_.update(finite);
   optimizer_.zero_grad();
 }
 

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "trainer/config/config.h"
-#include "trainer/precision/loss_scaler.h"
+#include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/model/train_model.h"
@@ -24,14 +24,11 @@ class Optimizer;
 namespace partrain {
 
 struct TrainStepOptions {
-  Precision autocast = Precision::kF32;  // the precision of the forward
-  bool loss_scaling = false;             // f16's dynamic loss scale
-  LossScalerOptions scaler;
   double label_smoothing = 0.0;
   double clip_grad_norm = 0.0;  // 0: off
 };
 
-// What train.precision, train.label_smoothing and train.clip_grad_norm ask for.
+// What train.label_smoothing and train.clip_grad_norm ask for.
 TrainStepOptions train_step_options(const TrainConfig& train);
 
 // Mean cross-entropy of `logits` [N, K] against `labels` [N], computed in f32. With label
@@ -42,8 +39,8 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
 
 class TrainStep {
  public:
-  TrainStep(TrainStepOptions options, Strategy& strategy, torch::optim::Optimizer& optimizer,
-            LrSchedule schedule, const c10::Device& device);
+  TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strategy& strategy,
+            torch::optim::Optimizer& optimizer, LrSchedule schedule);
 
   // `step`: the optimizer steps taken before this batch (the schedule's position). sync: this
   // batch ends its accumulation group of `group_size` batches, whose gradient is the mean
@@ -55,7 +52,7 @@ class TrainStep {
   // Updates skipped because the f16 gradients were not finite (they count as steps).
   std::int64_t skipped_steps() const { return skipped_; }
   void set_skipped_steps(std::int64_t n) { skipped_ = n; }
-  LossScaler& loss_scaler() { return scaler_; }
+  PrecisionPlugin& precision() { return precision_; }
 
  private:
   void update(TrainModel& model, std::int64_t step);
@@ -64,8 +61,7 @@ class TrainStep {
   Strategy& strategy_;
   torch::optim::Optimizer& optimizer_;
   LrSchedule schedule_;
-  c10::Device device_;
-  LossScaler scaler_;
+  PrecisionPlugin precision_;
   double lr_ = 0;
   std::int64_t skipped_ = 0;
 };

@@ -7,7 +7,7 @@
 //   -> load this rank's data and loaders                        [rank_data]
 //   -> build the model, the same on every rank                  [strategy, train_model]
 //   -> optimizer, learning-rate schedule, precision             [optimizer, lr_schedule,
-//                                                                autocast_scope, loss_scaler]
+//                                                                precision]
 //   -> resume from a checkpoint, if any                         [checkpoint]
 //   -> for each epoch: train steps (the Reducer overlaps the    [epoch_loop, train_step,
 //      gradient allreduce with backward), evaluate on this       evaluation]
@@ -21,7 +21,7 @@
 #include <cstdio>
 
 #include "common/stopwatch.h"
-#include "trainer/precision/autocast_scope.h"
+#include "trainer/precision/precision.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/epoch_loop.h"
 #include "trainer/loop/final_report.h"
@@ -39,7 +39,7 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
   set_intra_op_threads(cfg, env);
   const c10::Device device = pick_device(cfg, env);
-  check_precision_supported(cfg.train.precision, device);
+  PrecisionPlugin precision = PrecisionPlugin::for_training(cfg.train.precision, device);
   const std::string note = precision_note(cfg.train.precision, device);
   if (!note.empty() && env.rank == 0) std::printf("%s\n", note.c_str());
   RankGroup group = join_rank_group(cfg, env, device);
@@ -62,10 +62,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   strategy.start_gradient_averaging(*model);
   if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
 
-  TrainStep step(train_step_options(cfg.train), strategy, *optimizer,
+  TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,
                  LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,
-                            total_optimizer_steps(cfg.train, data.train->num_batches())),
-                 device);
+                            total_optimizer_steps(cfg.train, data.train->num_batches())));
   EpochLoop loop(cfg, env,
                  EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
                                 checkpointer, device});

@@ -4,19 +4,13 @@
 
 #include <string>
 
+#include "common/rank_place.h"
 #include "trainer/config/config.h"
 
 namespace partrain {
 
-struct WorkerEnv {
-  int rank = 0;
-  int local_rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-  std::string rendezvous;  // store url; empty with world_size 1
-  std::string token;       // run token shared by every rank
-  int restart = 0;         // how many times the launcher restarted the group
-};
+// The rendezvous may be empty with world_size 1.
+using WorkerEnv = RankPlace;
 
 // Returns the exit code; throws UsageError (bad config or data) and Error (run failed).
 int run_worker(const Config& config, const WorkerEnv& env);

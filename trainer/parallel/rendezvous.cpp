@@ -15,11 +15,7 @@ RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::De
   PARTRAIN_CHECK(!env.rendezvous.empty() || env.world_size == 1, UsageError,
                  "no rendezvous: set launch.rendezvous or start ranks with partrain run");
   comm::RankGroupOptions options;
-  options.rendezvous = env.rendezvous;
-  options.token = env.token;
-  options.rank = env.rank;
-  options.world_size = env.world_size;
-  options.local_world_size = env.local_world_size;
+  static_cast<RankPlace&>(options) = env;
   options.timeout = group.timeout;
   options.host = cfg.comm.host;
   options.interface = cfg.comm.interface;

@@ -1,8 +1,11 @@
-#include "trainer/precision/autocast_scope.h"
+#include "trainer/precision/precision.h"
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
+#include "comm_backends/communicator.h"
 #include "common/errors.h"
+#include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 
@@ -61,6 +64,66 @@ AutocastScope::~AutocastScope() {
     at::autocast::set_cpu_enabled(was_enabled_);
     at::autocast::set_autocast_cpu_dtype(previous_dtype_);
   }
+}
+
+PrecisionPlugin PrecisionPlugin::for_training(Precision precision, const c10::Device& device) {
+  check_precision_supported(precision, device);
+  return PrecisionPlugin(precision, precision == Precision::kF16, device);
+}
+
+PrecisionPlugin::PrecisionPlugin(Precision autocast, bool loss_scaling, const c10::Device& device,
+                                 LossScalerOptions scaler)
+    : autocast_(autocast), loss_scaling_(loss_scaling), device_(device), options_(scaler) {
+  state_.scale = loss_scaling ? options_.init_scale : 1.0;
+}
+
+at::Tensor PrecisionPlugin::scale_loss(const at::Tensor& loss) const {
+  return loss_scaling_ ? loss * state_.scale : loss;
+}
+
+bool PrecisionPlugin::unscale_and_check(const std::vector<at::Tensor>& parameters,
+                                        comm::Communicator* comm) {
+  if (!loss_scaling_) return true;
+  at::NoGradGuard no_grad;
+  const double inverse = 1.0 / state_.scale;
+  std::vector<at::Tensor> finite;
+  for (const auto& p : parameters) {
+    at::Tensor g = p.grad();
+    if (!g.defined()) continue;
+    g.mul_(inverse);
+    finite.push_back(at::isfinite(g).all());
+  }
+  // One flag, one device-to-host copy: 1 where some gradient is not finite.
+  at::Tensor found_inf =
+      finite.empty()
+          ? at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_))
+          : at::logical_not(at::stack(finite).all()).to(at::kFloat).reshape({1}).to(device_);
+  if (comm != nullptr && comm->size() > 1) {
+    allreduce_tensor(*comm, found_inf, comm::ReduceOp::max);
+  }
+  return found_inf.cpu().item<float>() == 0.0f;
+}
+
+void PrecisionPlugin::update(bool finite) {
+  if (!loss_scaling_) return;
+  if (!finite) {
+    state_.scale *= options_.backoff_factor;
+    state_.good_steps = 0;
+    return;
+  }
+  if (++state_.good_steps == options_.growth_interval) {
+    state_.scale *= options_.growth_factor;
+    state_.good_steps = 0;
+  }
+}
+
+std::optional<LossScalerState> PrecisionPlugin::state() const {
+  if (!loss_scaling_) return std::nullopt;
+  return state_;
+}
+
+void PrecisionPlugin::restore(const std::optional<LossScalerState>& state) {
+  if (loss_scaling_ && state) state_ = *state;
 }
 
 }  // namespace partrain
