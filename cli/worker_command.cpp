@@ -33,7 +33,7 @@ std::unique_ptr<OutputLock> lock_output_for_engine(const Config& config, const E
   });
 }
 
-WorkerEnv read_worker_env(const Config& config, const EngineRank& engine) {
+WorkerEnv read_worker_env(const EngineRank& engine) {
   const WorkerEnv w = engine;
   PARTRAIN_CHECK(w.world_size == 1 || !w.rendezvous.empty(), UsageError, "no rendezvous for ",
                  w.world_size, " ranks started by ", engine_name(engine.engine),
@@ -67,7 +67,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
     Config config = load_config(args->path, args->overrides);
     const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
     const std::unique_ptr<OutputLock> lock = lock_output_for_engine(config, engine);
-    exit_code = run_worker(config, read_worker_env(config, engine));
+    exit_code = run_worker(config, read_worker_env(engine));
   });
 }
 
