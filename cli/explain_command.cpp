@@ -1,5 +1,6 @@
-// defines: `partrain explain REPORT [--trace TRACE]`: where a run's time went (each rank's
-// breakdown), who the others waited for, and what would help — read from its report.json
+// defines: `partrain explain REPORT [--trace TRACE] [--bench BENCH]`: where a run's time went
+// (each rank's breakdown), who the others waited for, how fast the gradients travelled (against
+// a `partrain bench allreduce --json` report), and what would help — read from its report.json
 // (and trace.json), each claim with the figure it rests on. Bad input: exit 2, one line.
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -17,6 +18,7 @@ void add_explain_command(CLI::App& app, int& exit_code) {
   struct Options {
     std::string report;
     std::string trace;
+    std::string bench;
   };
   auto options = std::make_shared<Options>();
   auto* sub = app.add_subcommand(
@@ -26,11 +28,18 @@ void add_explain_command(CLI::App& app, int& exit_code) {
       "straggler if any, and what would help");
   sub->add_option("report", options->report, "report.json of the run")->required();
   sub->add_option("--trace", options->trace, "the run's trace.json (partrain run --trace)");
+  sub->add_option("--bench", options->bench,
+                  "a partrain bench allreduce --json report of the same hosts, to hold the "
+                  "gradients' busbw against");
   sub->callback([options, &exit_code] {
     const RunReport report = read_run_report(options->report);
     TraceSummary trace;
     if (!options->trace.empty()) trace = read_trace_summary(options->trace);
-    std::cout << explain_run(report, options->trace.empty() ? nullptr : &trace) << std::flush;
+    BenchReport bench;
+    if (!options->bench.empty()) bench = read_bench_report(options->bench);
+    std::cout << explain_run(report, options->trace.empty() ? nullptr : &trace,
+                             options->bench.empty() ? nullptr : &bench)
+              << std::flush;
     exit_code = 0;
   });
 }

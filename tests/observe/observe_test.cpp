@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -144,6 +145,21 @@ TEST(Straggler, EvenRanksHaveNone) {
   EXPECT_THROW(count.add_step(std::vector<double>{1.0}), Error);
 }
 
+// The live line: printed when the epoch's straggler changes, silent while it stays.
+TEST(Straggler, ALineOnlyWhenTheStragglerChanges) {
+  const std::optional<Straggler> none;
+  const Straggler one{1, 18, 20, 2.126};
+  const Straggler zero{0, 15, 20, 0.5};
+  EXPECT_FALSE(straggler_change(none, none).has_value());
+  EXPECT_EQ(straggler_change(none, one),
+            "straggler: rank 1 was last at 18 of 20 steps this epoch; the others waited 2.13 s "
+            "for it");
+  EXPECT_FALSE(straggler_change(one, Straggler{1, 20, 20, 9.0}).has_value());
+  EXPECT_EQ(straggler_change(one, zero).value_or("").rfind("straggler: rank 0 was last", 0), 0u);
+  EXPECT_EQ(straggler_change(one, none),
+            "straggler: none this epoch (rank 1 no longer holds the others up)");
+}
+
 std::vector<std::vector<TraceRecord>> two_rank_trace() {
   std::vector<std::vector<TraceRecord>> ranks(2);
   for (int r = 0; r < 2; ++r) {
@@ -278,6 +294,45 @@ TEST(Explain, DataBoundRunWithAStraggler) {
   RunReport old = report_with({fast}, std::nullopt);
   old.summary.ranks[0].breakdown.reset();
   EXPECT_THROW(explain_run(old, nullptr), UsageError);
+}
+
+// The gradients' busbw from the ranks' bytes and busy time, held against bench allreduce.
+TEST(Explain, BusbwAgainstTheBench) {
+  Breakdown b;
+  b.forward = b.backward = 4;
+  b.other = 2;
+  RunReport report = report_with({b, b}, std::nullopt);
+  for (RankRecord& r : report.summary.ranks) {
+    r.comm_bytes = 400'000'000;  // 40 buckets of 10 MB
+    r.comm_buckets = 40;
+    r.comm_busy_seconds = 2.0;
+  }
+  // 2(W-1)/W = 1 for two ranks: 0.4 GB in 2 s.
+  EXPECT_DOUBLE_EQ(achieved_busbw_gbps(report.summary.ranks[0], 2), 0.2);
+  const std::string alone = explain_run(report, nullptr);
+  EXPECT_NE(alone.find("moved 400.0 MB per rank in 40 bucket collectives of 10.00 MB on "
+                       "average; busbw achieved 0.200 GB/s"),
+            std::string::npos)
+      << alone;
+
+  testing::ScratchDir dir;
+  const std::string path = dir / "bench.json";
+  std::ofstream(path) << R"({"schema": "partrain.bench/1", "collective": "allreduce", "world": 2,
+    "dtype": "f32", "wire_dtype": "f32", "results": [
+    {"backend": "gloo", "bytes": 1048576, "busbw_gbps": 0.1},
+    {"backend": "gloo", "bytes": 16777216, "busbw_gbps": 0.25},
+    {"backend": "asio-ring", "bytes": 10000000, "busbw_gbps": 9.0}]})";
+  const BenchReport bench = read_bench_report(path);
+  const std::string held = explain_run(report, nullptr, &bench);
+  // The nearest gloo size to 10 MB is 16 MiB: 0.2 of 0.25 GB/s.
+  EXPECT_NE(held.find("measured 0.250 GB/s for gloo at 16.78 MB with 2 ranks: the training "
+                      "reached 80% of it."),
+            std::string::npos)
+      << held;
+  EXPECT_EQ(held.find("not quite the same"), std::string::npos) << held;
+
+  std::ofstream(path) << R"({"schema": "partrain.report/1"})";
+  EXPECT_THROW(read_bench_report(path), UsageError);
 }
 
 }  // namespace

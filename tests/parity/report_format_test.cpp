@@ -79,6 +79,8 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(x.compute_seconds, y.compute_seconds) << at;
     EXPECT_EQ(x.comm_wait_seconds, y.comm_wait_seconds) << at;
     EXPECT_EQ(x.comm_busy_seconds, y.comm_busy_seconds) << at;
+    EXPECT_EQ(x.comm_bytes, y.comm_bytes) << at;
+    EXPECT_EQ(x.comm_buckets, y.comm_buckets) << at;
     ASSERT_EQ(x.breakdown.has_value(), y.breakdown.has_value()) << at;
     if (x.breakdown) {
       for (const auto& [name, part] : kBreakdownParts) {
@@ -140,6 +142,10 @@ RunSummary every_field_set(const ScratchDir& dir) {
   s.ranks[1].comm_wait_seconds = 2.5;
   s.ranks[0].comm_busy_seconds = 4.75;
   s.ranks[1].comm_busy_seconds = 5.0625;
+  s.ranks[0].comm_bytes = 6'410'000'123;
+  s.ranks[1].comm_bytes = 6'410'000'124;
+  s.ranks[0].comm_buckets = 40;
+  s.ranks[1].comm_buckets = 41;
   s.compression = CompressionRecord{"powersgd", 4, 10, 17, 123456, 4567890};
   for (std::size_t r = 0; r < 2; ++r) {
     Breakdown b;

@@ -128,6 +128,7 @@ void EpochLoop::run(const TrainingPosition& start) {
               " done in %.1f s: train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.0f img/s",
               record.seconds, record.train_loss, record.test_loss, 100.0 * record.test_accuracy,
               record.train_images_per_s));
+      if (observer.straggler_news()) progress.finish(*observer.straggler_news());
     }
   }
   observer.finish();

@@ -29,7 +29,9 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
                            compute_seconds,
                            strategy.comm_wait_seconds(),
                            strategy.comm_busy_seconds(),
-                           device.is_cuda() ? static_cast<double>(device.index()) : -1.0};
+                           device.is_cuda() ? static_cast<double>(device.index()) : -1.0,
+                           static_cast<double>(strategy.comm_bytes()),
+                           static_cast<double>(strategy.comm_buckets())};
   const std::size_t kBreakdownAt = mine.size();
   const Breakdown breakdown = observer.breakdown();
   for (const auto& [name, part] : kBreakdownParts) mine.push_back(breakdown.*part);
@@ -67,6 +69,8 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
     rr.compute_seconds = f[4];
     rr.comm_wait_seconds = f[5];
     rr.comm_busy_seconds = f[6];
+    rr.comm_bytes = static_cast<std::int64_t>(f[8]);
+    rr.comm_buckets = static_cast<std::int64_t>(f[9]);
     Breakdown b;
     for (std::size_t p = 0; p < kBreakdownParts.size(); ++p) {
       b.*kBreakdownParts[p].second = f[kBreakdownAt + p];

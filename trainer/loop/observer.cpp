@@ -93,11 +93,17 @@ std::vector<Breakdown> RunObserver::end_epoch(comm::Communicator* comm, const c1
                    " sync steps this epoch, rank ", env_.rank, " took ", n);
   }
   std::vector<double> step(static_cast<std::size_t>(world));
+  StragglerCount epoch_count(world);
   for (std::size_t k = 0; k < n && world > 1; ++k) {
     for (int r = 0; r < world; ++r)
       step[r] = values[slot * static_cast<std::size_t>(r) + kParts + 1 + k];
     straggler_.add_step(step);
+    epoch_count.add_step(step);
   }
+  // Rank 0's training time this epoch: the same figure on every rank after the sum above.
+  const std::optional<Straggler> verdict = epoch_count.verdict(all[0].total());
+  straggler_news_ = straggler_change(epoch_straggler_, verdict);
+  epoch_straggler_ = verdict;
   return all;
 }
 

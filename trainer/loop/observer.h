@@ -59,6 +59,9 @@ class RunObserver {
   Breakdown breakdown() const { return breakdown_between(times_.start(), end_); }
   // The run's straggler, held against this rank's training time.
   std::optional<Straggler> straggler() const;
+  // After end_epoch: a line for the person watching when the epoch's straggler differs from
+  // the previous epoch's (straggler_change); every rank computes the same.
+  const std::optional<std::string>& straggler_news() const { return straggler_news_; }
 
   // Every rank, when observe.trace is on: the spans go to rank 0, which writes
   // OUTPUT/trace.json. backend: the communicator's name, for the allreduce spans.
@@ -78,6 +81,8 @@ class RunObserver {
   PhaseTimes::Snapshot end_;
   std::vector<double> arrivals_;  // this epoch's, on rank 0's clock
   StragglerCount straggler_;
+  std::optional<Straggler> epoch_straggler_;  // the previous epoch's, for straggler_news
+  std::optional<std::string> straggler_news_;
 };
 
 }  // namespace partrain

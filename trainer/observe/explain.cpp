@@ -1,9 +1,14 @@
 #include "trainer/observe/explain.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "common/errors.h"
 
@@ -23,9 +28,102 @@ std::string leaf(const RunReport& report, const std::string& key) {
 
 double share(double part, double total) { return total > 0 ? part / total : 0.0; }
 
+// The bench figure of `backend` whose size is nearest (by ratio) to `bytes`, or null.
+const BenchFigure* nearest_figure(const BenchReport& bench, const std::string& backend,
+                                  double bytes) {
+  const BenchFigure* best = nullptr;
+  double best_distance = 0;
+  for (const BenchFigure& f : bench.results) {
+    if (f.backend != backend || f.bytes <= 0) continue;
+    const double distance = std::fabs(std::log(static_cast<double>(f.bytes) / bytes));
+    if (!best || distance < best_distance) {
+      best = &f;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// How fast the gradients travelled: the busbw each rank achieved, and against the bench's
+// figure for the same backend at the size of one bucket collective, if a bench report is given.
+std::string describe_traffic(const RunReport& report, const BenchReport* bench) {
+  const RunSummary& s = report.summary;
+  const int world = static_cast<int>(s.ranks.size());
+  double bytes = 0, buckets = 0, busbw = 0;
+  for (const RankRecord& r : s.ranks) {
+    if (r.comm_bytes <= 0 || r.comm_buckets <= 0 || r.comm_busy_seconds <= 0) return "";
+    bytes += static_cast<double>(r.comm_bytes) / world;
+    buckets += static_cast<double>(r.comm_buckets) / world;
+    busbw += achieved_busbw_gbps(r, world) / world;
+  }
+  if (world < 2) return "";
+  const double per_bucket = bytes / buckets;
+  std::string out = format(
+      "The gradient collectives moved %.1f MB per rank in %.0f bucket collectives of %.2f MB on "
+      "average; busbw achieved %.3f GB/s (mean over ranks: 2(W-1)/W of the bytes over the time "
+      "the communication thread spent in them, waits for late ranks included)",
+      bytes / 1e6, buckets, per_bucket / 1e6, busbw);
+  if (s.compression) out += "; with PowerSGD that time includes the compression's arithmetic";
+  out += ".\n";
+  if (!bench) return out;
+  const BenchFigure* f = nearest_figure(*bench, s.env.backend, per_bucket);
+  if (!f) {
+    return out +
+           format("%s has no figure for backend %s.\n", bench->path.c_str(), s.env.backend.c_str());
+  }
+  out += format(
+      "bench allreduce (%s) measured %.3f GB/s for %s at %.2f MB with %d ranks: the "
+      "training reached %.0f%% of it.",
+      bench->path.c_str(), f->busbw_gbps, s.env.backend.c_str(),
+      static_cast<double>(f->bytes) / 1e6, bench->world, 100.0 * share(busbw, f->busbw_gbps));
+  const std::string wire = leaf(report, "comm.wire_dtype");
+  if (bench->world != world || (!wire.empty() && bench->wire_dtype != wire)) {
+    out += format(
+        " (the bench ran %d ranks with the %s wire, the training %d with %s: not "
+        "quite the same measurement)",
+        bench->world, bench->wire_dtype.c_str(), world, wire.c_str());
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
-std::string explain_run(const RunReport& report, const TraceSummary* trace) {
+BenchReport read_bench_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PARTRAIN_CHECK(in, UsageError, path, ": cannot open the bench report");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::ordered_json doc;
+  try {
+    doc = nlohmann::ordered_json::parse(text.str());
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    throw UsageError(detail::concat(path, ": not valid JSON (", e.what(), ")"));
+  }
+  const JsonAt root(doc, path);
+  if (root["schema"].string() != "partrain.bench/1") {
+    root["schema"].fail("is not partrain.bench/1 (write it with partrain bench allreduce --json)");
+  }
+  BenchReport bench;
+  bench.path = path;
+  bench.world = root["world"].integer();
+  bench.wire_dtype = root["wire_dtype"].string();
+  const JsonAt results = root["results"];
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const JsonAt r = results.at(i);
+    bench.results.push_back(
+        BenchFigure{r["backend"].string(), r["bytes"].count(), r["busbw_gbps"].non_negative()});
+  }
+  return bench;
+}
+
+double achieved_busbw_gbps(const RankRecord& rank, int world_size) {
+  if (rank.comm_bytes <= 0 || rank.comm_busy_seconds <= 0 || world_size < 2) return 0;
+  return 2.0 * (world_size - 1) / world_size * static_cast<double>(rank.comm_bytes) /
+         rank.comm_busy_seconds / 1e9;
+}
+
+std::string explain_run(const RunReport& report, const TraceSummary* trace,
+                        const BenchReport* bench) {
   const RunSummary& s = report.summary;
   std::string out;
   // The table: one row per rank, each part as a share of that rank's total.
@@ -82,6 +180,8 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace) {
         "of training or more.\n";
   }
 
+  out += describe_traffic(report, bench);
+
   // What would help, each from the figure above it.
   std::vector<std::string> advice;
   // The others' wait for a straggler is spent in finish_backward too; what is left of the
@@ -92,6 +192,11 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace) {
   if (share(transfer, total) >= kCommExposedNotable) {
     const std::string wire = leaf(report, "comm.wire_dtype");
     std::string tips;
+    if (!s.compression) {
+      tips +=
+          "comm.compression powersgd (low-rank factors instead of the gradients, for slow "
+          "links), ";
+    }
     if (wire == "f32") tips += "comm.wire_dtype bf16 (half the bytes on the wire), ";
     tips += "larger buckets (comm.bucket_mb is " + leaf(report, "comm.bucket_mb") +
             ", fewer and larger allreduces), or a faster backend than " + s.env.backend;

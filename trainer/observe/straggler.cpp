@@ -1,5 +1,7 @@
 #include "trainer/observe/straggler.h"
 
+#include <cstdio>
+
 #include "common/errors.h"
 
 namespace partrain {
@@ -40,6 +42,24 @@ std::optional<Straggler> StragglerCount::verdict(double training_seconds) const 
   const bool costly = cost_[w] >= kStragglerCost * training_seconds;
   if (!often || !costly) return std::nullopt;
   return Straggler{worst, last_[w], steps_, cost_[w]};
+}
+
+std::optional<std::string> straggler_change(const std::optional<Straggler>& before,
+                                            const std::optional<Straggler>& now) {
+  if (before.has_value() == now.has_value() && (!now || before->rank == now->rank)) {
+    return std::nullopt;
+  }
+  if (!now) {
+    return "straggler: none this epoch (rank " + std::to_string(before->rank) +
+           " no longer holds the others up)";
+  }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "straggler: rank %d was last at %lld of %lld steps this epoch; the others waited "
+                "%.2f s for it",
+                now->rank, static_cast<long long>(now->steps_last),
+                static_cast<long long>(now->steps), now->seconds_cost);
+  return std::string(line);
 }
 
 }  // namespace partrain

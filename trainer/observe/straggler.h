@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "trainer/report/report_format.h"
@@ -42,5 +43,11 @@ class StragglerCount {
   std::vector<std::int64_t> last_;
   std::vector<double> cost_;
 };
+
+// What a person watching the run is told at the end of an epoch: a line when the epoch's
+// straggler is another rank than the previous epoch's (or there is one where there was none,
+// or none where there was one); nothing while it stays the same, so an even run prints none.
+std::optional<std::string> straggler_change(const std::optional<Straggler>& before,
+                                            const std::optional<Straggler>& now);
 
 }  // namespace partrain

@@ -26,8 +26,10 @@ class BucketReduction {
   // order on every rank. `flat` holds this rank's gradients multiplied by `scale`; on return
   // it holds their sum over the ranks (or, compressed, an approximation of it), the same on
   // every rank. `order`: how a CUDA bucket meets the compute stream (allreduce_tensor()).
-  virtual void reduce(std::size_t bucket, const at::Tensor& flat, float scale,
-                      const StreamOrder& order) = 0;
+  // Returns the bytes this rank handed to its collectives for the bucket (report.json's
+  // comm_bytes, from which `partrain explain` gives the achieved busbw).
+  virtual std::int64_t reduce(std::size_t bucket, const at::Tensor& flat, float scale,
+                              const StreamOrder& order) = 0;
   // On the training thread, once every bucket of a sync step is reduced.
   virtual void end_step() {}
 };
@@ -36,8 +38,10 @@ class BucketReduction {
 class AllreduceBucket final : public BucketReduction {
  public:
   explicit AllreduceBucket(comm::Communicator& comm) : comm_(comm) {}
-  void reduce(std::size_t, const at::Tensor& flat, float, const StreamOrder& order) override {
+  std::int64_t reduce(std::size_t, const at::Tensor& flat, float,
+                      const StreamOrder& order) override {
     allreduce_tensor(comm_, flat, comm::ReduceOp::sum, order);
+    return flat.numel() * static_cast<std::int64_t>(flat.element_size());
   }
 
  private:

@@ -90,17 +90,17 @@ PowerSgd::PowerSgd(PowerSgdOptions options, comm::Communicator& comm,
 
 PowerSgd::~PowerSgd() = default;
 
-void PowerSgd::reduce(std::size_t bucket, const at::Tensor& flat, float scale,
-                      const StreamOrder& order) {
+std::int64_t PowerSgd::reduce(std::size_t bucket, const at::Tensor& flat, float scale,
+                              const StreamOrder& order) {
   BucketPlan& plan = plans_.at(bucket);
   if (steps_ < options_.start_step || plan.matrices.empty()) {
     allreduce_tensor(comm_, flat, comm::ReduceOp::sum, order);
-    return;
+    return flat.numel() * static_cast<std::int64_t>(flat.element_size());
   }
-  compress(plan, flat, scale);
+  return compress(plan, flat, scale);
 }
 
-void PowerSgd::compress(BucketPlan& plan, const at::Tensor& flat, float scale) {
+std::int64_t PowerSgd::compress(BucketPlan& plan, const at::Tensor& flat, float scale) {
   at::NoGradGuard no_grad;
   // The uncompressed parameters, then each matrix's P: one buffer, one collective.
   at::Tensor first = at::empty({plan.plain_elements + plan.p_elements}, flat.options());
@@ -149,6 +149,7 @@ void PowerSgd::compress(BucketPlan& plan, const at::Tensor& flat, float scale) {
     ms[i].copy_(approx);
     x.q = at::where(q.norm(2, {0}, /*keepdim=*/true) > 0, q, x.q);
   }
+  return (first.numel() + second.numel()) * static_cast<std::int64_t>(flat.element_size());
 }
 
 std::size_t PowerSgd::compressed_matrices() const {

@@ -39,8 +39,8 @@ class PowerSgd final : public BucketReduction, public CheckpointState {
            const std::vector<BucketContents>& buckets, const c10::TensorOptions& tensor_options);
   ~PowerSgd() override;
 
-  void reduce(std::size_t bucket, const at::Tensor& flat, float scale,
-              const StreamOrder& order) override;
+  std::int64_t reduce(std::size_t bucket, const at::Tensor& flat, float scale,
+                      const StreamOrder& order) override;
   void end_step() override { ++steps_; }
 
   std::string key() const override { return "powersgd"; }
@@ -71,7 +71,8 @@ class PowerSgd final : public BucketReduction, public CheckpointState {
     std::int64_t q_elements = 0;                               // sum of cols x rank
   };
 
-  void compress(BucketPlan& plan, const at::Tensor& flat, float scale);
+  // Returns the bytes handed to the two allreduces.
+  std::int64_t compress(BucketPlan& plan, const at::Tensor& flat, float scale);
   std::int64_t error_elements() const;
   std::int64_t q_elements() const;
 

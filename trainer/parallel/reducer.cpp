@@ -162,6 +162,16 @@ double Reducer::comm_busy_seconds() {
   return comm_busy_seconds_;
 }
 
+std::int64_t Reducer::comm_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comm_bytes_;
+}
+
+std::int64_t Reducer::comm_buckets() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comm_buckets_;
+}
+
 void Reducer::prepare_for_backward(bool sync) {
   std::lock_guard<std::mutex> lock(mutex_);
   PARTRAIN_CHECK(next_ == buckets_.size(), Error, "Reducer: previous step did not finish");
@@ -218,13 +228,14 @@ void Reducer::run_comm_thread() {
     lock.unlock();
     auto start = Clock::now();
     std::exception_ptr error;
+    std::int64_t bytes = 0;
     StreamOrder order;
     if (!ready_events_.empty()) {
       order.ready = &ready_events_[b];
       order.staging = staging_.get();
     }
     try {
-      reduce_bucket(b, order);
+      bytes = reduce_bucket(b, order);
     } catch (const PeerError& e) {
       error =
           std::make_exception_ptr(PeerError(e.peer_rank(), describe_bucket(b) + ": " + e.what()));
@@ -239,6 +250,8 @@ void Reducer::run_comm_thread() {
       error_ = error;
       next_ = buckets_.size();  // abandon the step; finish_backward() rethrows
     } else {
+      comm_bytes_ += bytes;
+      ++comm_buckets_;
       ++next_;
     }
     cv_.notify_all();
@@ -249,10 +262,11 @@ void Reducer::run_comm_thread() {
 // waits for the last arrival show up as longer spans on their side. The end is when the sum is
 // in the bucket (on CUDA, allreduce_tensor has seen the collective's event complete), so no
 // device synchronisation is added here.
-void Reducer::reduce_bucket(std::size_t b, const StreamOrder& order) {
+std::int64_t Reducer::reduce_bucket(std::size_t b, const StreamOrder& order) {
   timings_[b].start = Clock::now();
-  reduction_->reduce(b, buckets_[b].flat, scale_, order);
+  const std::int64_t bytes = reduction_->reduce(b, buckets_[b].flat, scale_, order);
   timings_[b].end = Clock::now();
+  return bytes;
 }
 
 void Reducer::finish_backward() {

@@ -52,6 +52,9 @@ class Reducer {
   std::vector<std::size_t> bucket_sizes() const;  // elements per bucket, in launch order
   double comm_wait_seconds() const { return comm_wait_seconds_; }  // blocked after backward
   double comm_busy_seconds();  // time the communication thread spent in allreduce
+  // Bytes this rank handed to its gradient collectives so far, and how many buckets they were.
+  std::int64_t comm_bytes();
+  std::int64_t comm_buckets();
   // Per bucket, when its collective of the last sync step started and ended on the
   // communication thread. Read it after finish_backward() (which has seen every bucket done)
   // and before the next prepare_for_backward().
@@ -77,7 +80,8 @@ class Reducer {
   void on_gradient(std::size_t param, const at::Tensor& grad);
   void mark_bucket_ready(std::size_t bucket);  // caller holds mutex_
   void run_comm_thread();
-  void reduce_bucket(std::size_t bucket, const StreamOrder& order);  // the one collective, timed
+  // The one collective, timed; returns the bytes handed to it.
+  std::int64_t reduce_bucket(std::size_t bucket, const StreamOrder& order);
   std::string describe_bucket(std::size_t bucket) const;
 
   std::vector<at::Tensor> params_;
@@ -104,6 +108,8 @@ class Reducer {
   std::exception_ptr error_;
   double comm_busy_seconds_ = 0;
   double comm_wait_seconds_ = 0;
+  std::int64_t comm_bytes_ = 0;
+  std::int64_t comm_buckets_ = 0;
   std::thread comm_thread_;
 };
 

@@ -81,6 +81,10 @@ double Strategy::comm_wait_seconds() const {
 
 double Strategy::comm_busy_seconds() { return reducer_ ? reducer_->comm_busy_seconds() : 0.0; }
 
+std::int64_t Strategy::comm_bytes() { return reducer_ ? reducer_->comm_bytes() : 0; }
+
+std::int64_t Strategy::comm_buckets() { return reducer_ ? reducer_->comm_buckets() : 0; }
+
 const std::vector<BucketTiming>& Strategy::bucket_timings() const {
   static const std::vector<BucketTiming> kNone;
   return reducer_ ? reducer_->bucket_timings() : kNone;

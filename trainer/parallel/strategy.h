@@ -59,6 +59,8 @@ class Strategy {
 
   double comm_wait_seconds() const;  // blocked in finish_backward
   double comm_busy_seconds();        // the communication thread in allreduce
+  std::int64_t comm_bytes();         // handed to the gradient collectives (Reducer::comm_bytes)
+  std::int64_t comm_buckets();       // bucket collectives so far
   // ddp: the Reducer's bucket collectives of the last sync step (see Reducer::bucket_timings);
   // empty otherwise.
   const std::vector<BucketTiming>& bucket_timings() const;

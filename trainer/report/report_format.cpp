@@ -208,6 +208,12 @@ Json rank_to_json(const RankRecord& r) {
          {"compute_seconds", r.compute_seconds},
          {"comm_wait_seconds", r.comm_wait_seconds},
          {"comm_busy_seconds", r.comm_busy_seconds}};
+  // Only for a rank that took part in gradient collectives, so that other reports (and those
+  // written before these fields) read and write back as they were.
+  if (r.comm_buckets > 0) {
+    j["comm_bytes"] = r.comm_bytes;
+    j["comm_buckets"] = r.comm_buckets;
+  }
   if (r.breakdown) j["breakdown"] = breakdown_to_json(*r.breakdown);
   return j;
 }
@@ -223,6 +229,8 @@ RankRecord rank_from_json(const JsonAt& j) {
   r.compute_seconds = j["compute_seconds"].non_negative();
   r.comm_wait_seconds = j["comm_wait_seconds"].non_negative();
   r.comm_busy_seconds = j["comm_busy_seconds"].non_negative();
+  if (j.has("comm_bytes")) r.comm_bytes = j["comm_bytes"].count();
+  if (j.has("comm_buckets")) r.comm_buckets = j["comm_buckets"].count();
   if (j.has("breakdown")) r.breakdown = breakdown_from_json(j["breakdown"]);
   return r;
 }

@@ -112,6 +112,10 @@ struct RankRecord {
   double compute_seconds = 0;
   double comm_wait_seconds = 0;
   double comm_busy_seconds = 0;
+  // Bytes handed to the gradient collectives (with PowerSGD: the factors) in comm_busy_seconds,
+  // over comm_buckets bucket collectives. Absent (reports written before them): 0.
+  std::int64_t comm_bytes = 0;
+  std::int64_t comm_buckets = 0;
   std::optional<Breakdown> breakdown;  // absent in reports written before it existed
 };
 
