@@ -263,17 +263,16 @@ void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Modul
   const int epoch = at.epoch;
   const int every = config_.checkpoint.every_epochs;
   const bool due = every > 0 && (epoch % every == 0 || epoch == config_.train.epochs);
-  // Decided on rank 0 alone: the others need not agree, since best.pt has no barrier.
-  bool best = false;
-  if (env_.rank == 0 && !epochs.empty()) {
-    best = true;
-    for (std::size_t i = 0; i + 1 < epochs.size(); ++i)
-      best = best && epochs.back().test_accuracy > epochs[i].test_accuracy;
-  }
-  // Every rank saves its attached state whenever rank 0 might write, which only rank 0 knows
-  // (best): a state's save() may be a collective.
+  // Every rank decides the same: the test accuracies are sums over the ranks (evaluate()),
+  // the same bits on every rank. That matters where a state is attached, whose save() may be
+  // a collective that every rank enters only when something is written.
+  bool best = !epochs.empty();
+  for (std::size_t i = 0; i + 1 < epochs.size(); ++i)
+    best = best && epochs.back().test_accuracy > epochs[i].test_accuracy;
   std::vector<std::pair<std::string, c10::IValue>> states;
-  for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
+  if (due || best) {
+    for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
+  }
   if (env_.rank == 0 && (due || best)) {
     fs::create_directories(dir_);
     const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs, states);
