@@ -4,11 +4,13 @@
 #   * `partrain bench allreduce` across the two hosts (RANKS_PER_HOST ranks each, default 1),
 #     busbw against the line rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it), and the bytes that
 #     cross the link per direction against the line rate;
-#   * DDP training of DigitalNet width 64 on synthetic CIFAR-shaped data (TRAIN_SAMPLES,
-#     default 1280) with RANKS_PER_HOST ranks per host, the images/s rank 0 reports and the
-#     wait for gradients after backward (TRAIN=0 skips it). A variant BACKEND:WIRE:powersgdR
-#     trains with PowerSGD gradient compression at rank R (training only), and the table gives
-#     the gradient bytes a rank sends per step, from report.json.
+#   * DDP training of MODEL (default digitalnet; resnet18 too) width WIDTH (default 64) on
+#     synthetic CIFAR-shaped data (TRAIN_SAMPLES, default 1280) with RANKS_PER_HOST ranks per
+#     host, the images/s rank 0 reports and the wait for gradients after backward (TRAIN=0
+#     skips it). A variant BACKEND:WIRE:powersgdR trains with PowerSGD gradient compression at
+#     rank R from step POWERSGD_START (default 10) on (training only), and the table gives the
+#     gradient bytes a rank sends per step, from report.json. With EXPLAIN_DIR set, what
+#     `partrain explain` says of each training run goes to EXPLAIN_DIR/RATE-VARIANT.txt.
 # Needs root and iproute2.
 #
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
@@ -49,7 +51,7 @@ strategy: ddp
 launch: {nproc_per_node: 1}
 comm: {timeout_s: 120, bucket_mb: 25}
 data: {dataset: synthetic, synthetic_train: ${TRAIN_SAMPLES:-1280}, synthetic_test: 64, batch_size: 64, num_workers: 1}
-model: {name: digitalnet, width: 64, norm: batch}
+model: {name: ${MODEL:-digitalnet}, width: ${WIDTH:-64}, norm: batch}
 train: {epochs: 2, threads: 1, log_every: 10}
 checkpoint: {every_epochs: 0, resume: never}
 YAML
@@ -130,7 +132,8 @@ for rate in $rates; do
     port=$((port + 1))
     compression=()
     if [ "$compress" != none ]; then
-      compression=(--set comm.compression=powersgd --set "comm.powersgd_rank=${compress#powersgd}")
+      compression=(--set comm.compression=powersgd --set "comm.powersgd_rank=${compress#powersgd}"
+                   --set "comm.powersgd_start_step=${POWERSGD_START:-10}")
     fi
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
           "${compression[@]}" --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
@@ -153,5 +156,9 @@ print(f"| {sys.argv[2]} | 2 x {sys.argv[5]} | {sys.argv[3]}{'' if used == sys.ar
       f"{sys.argv[4]} | {sys.argv[6]} | {sent} | "
       f"{last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} | {wait:.0f} |")
 PY
+    if [ -n "${EXPLAIN_DIR:-}" ]; then
+      mkdir -p "$EXPLAIN_DIR"
+      "$exe" explain "$work/out0/report.json" > "$EXPLAIN_DIR/$rate-${variant//:/-}.txt"
+    fi
   done
 done

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# One rank slowed from outside: the 2-rank CPU run (cifar100_synth_w16.yaml) once as it is and
+# once with rank 1's worker stopped for half of every period (SIGSTOP, then SIGCONT after
+# SLOW_MS of every 2 x SLOW_MS), as a GPU shared with another job or a throttled laptop would
+# be. Prints per contender training images/s, the final train loss and report.json's
+# straggler record, and what `partrain explain` says of each run.
+#
+# A contender is NAME or NAME+slow; NAME is what the run sets with EXTRA_NAME (an
+# environment variable holding `--set` arguments; none for "even"), "+slow" throttles rank 1.
+#
+#   OUT=/tmp/bench-slow bench/ddp/slow_rank.sh
+#   CONTENDERS="even even+slow" SLOW_MS=50 EPOCHS=3 bench/ddp/slow_rank.sh
+set -euo pipefail
+# shellcheck source=bench/ddp/common.sh
+. "$(dirname "$0")/common.sh"
+prepare slow_rank
+CONTENDERS=${CONTENDERS:-even even+slow}
+SLOW_MS=${SLOW_MS:-50}
+EPOCHS=${EPOCHS:-3}
+read -ra contenders <<< "$CONTENDERS"
+echo "benchmark: slow rank, rank 1 stopped ${SLOW_MS} ms of every $((2 * SLOW_MS)) ms, epochs=$EPOCHS" >> "$OUT/machine.txt"
+
+# worker_of LAUNCHER RANK: the pid of the launcher's child that runs RANK (its environment
+# holds RANK=N), or nothing yet.
+worker_of() {
+  local launcher=$1 rank=$2 child
+  for child in $(pgrep -P "$launcher"); do
+    if tr '\0' '\n' < "/proc/$child/environ" 2>/dev/null | grep -qx "RANK=$rank"; then
+      echo "$child"; return
+    fi
+  done
+}
+
+# throttle LAUNCHER: stops and continues rank 1 in a duty cycle while the launcher lives; at
+# most 20 minutes (the bound of the loop), and it leaves the worker running.
+throttle() {
+  local launcher=$1 worker="" half cycles=0 max_cycles
+  half=$(awk "BEGIN { print $SLOW_MS / 1000 }")
+  max_cycles=$((1200 * 1000 / (2 * SLOW_MS)))
+  while kill -0 "$launcher" 2>/dev/null && (( cycles++ < max_cycles )); do
+    [[ -n $worker ]] || worker=$(worker_of "$launcher" 1)
+    if [[ -n $worker ]]; then
+      kill -STOP "$worker" 2>/dev/null || true
+      sleep "$half"
+      kill -CONT "$worker" 2>/dev/null || true
+    fi
+    sleep "$half"
+  done
+}
+
+for contender in "${contenders[@]}"; do
+  name=${contender%+slow}
+  extra=()
+  if [[ $name != even ]]; then
+    var=EXTRA_${name//[^A-Za-z0-9]/_}
+    read -ra extra <<< "${!var:-}"
+  fi
+  rm -rf "${OUT:?}/$contender"
+  echo "== $contender ${extra[*]}" >&2
+  OMP_NUM_THREADS=1 "$EXE" run "$CONFIG" --output "$OUT/$contender" --set "data.root=$DATA" \
+    --set train.epochs="$EPOCHS" "${extra[@]}" > "$OUT/$contender.log" 2>&1 &
+  launcher=$!
+  [[ $contender == *+slow ]] && throttle "$launcher" &
+  thrott=$!
+  wait "$launcher" || { tail -20 "$OUT/$contender.log" >&2; exit 1; }
+  wait "$thrott" || true
+  tail -1 "$OUT/$contender.log" >&2
+done
+finish
+
+"$PY" - "$OUT" "${contenders[@]}" <<'PY' | tee "$OUT/summary.md"
+import json, sys
+out, contenders = sys.argv[1], sys.argv[2:]
+print(open(f"{out}/machine.txt").read().strip())
+print()
+print("| contender | train images/s | vs first | final train loss | straggler |")
+print("|---|--:|--:|--:|---|")
+first = None
+for c in contenders:
+    rep = json.load(open(f"{out}/{c}/report.json"))
+    rate = rep["images_per_s"]
+    first = first or rate
+    s = rep.get("straggler")
+    who = "none" if not s else (f"rank {s['rank']}, last at {s['steps_last']} of {s['steps']} steps, "
+                                f"cost {s['seconds_cost']:.1f} s")
+    print(f"| {c} | {rate:.0f} | {rate / first:.2f}x | {rep['epochs'][-1]['train_loss']:.4f} | {who} |")
+PY
+for contender in "${contenders[@]}"; do
+  echo
+  echo "\$ partrain explain $contender/report.json"
+  "$EXE" explain "$OUT/$contender/report.json"
+done
