@@ -77,7 +77,7 @@ void commit_file(const std::string& temp_path, const std::string& path) {
   sync_directory(std::filesystem::path(path).parent_path().string());
 }
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
+std::string write_temp_file(const std::string& path, std::string_view bytes) {
   const std::string temp = temp_path_for(path);
   std::FILE* out = std::fopen(temp.c_str(), "wb");
   PARTRAIN_CHECK(out != nullptr, UsageError, path, ": cannot write (", temp, " did not open)");
@@ -93,7 +93,11 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     remove_quietly(temp);
     throw;
   }
-  commit_file(temp, path);
+  return temp;
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+  commit_file(write_temp_file(path, bytes), path);
 }
 
 }  // namespace partrain

@@ -1,5 +1,5 @@
-// defines: temp_path_for(), sync_file(), sync_directory(), commit_file() and
-// write_file_atomically() — files are written under a temp name next to their final path,
+// defines: temp_path_for(), sync_file(), sync_directory(), commit_file(), write_temp_file()
+// and write_file_atomically() — files are written under a temp name next to their final path,
 // flushed to disk, and renamed into place, so a reader (or a machine that lost power) never
 // sees half a file.
 #pragma once
@@ -25,8 +25,11 @@ void sync_directory(const std::string& dir);
 // the rename itself survives a crash. On failure removes temp_path and throws UsageError.
 void commit_file(const std::string& temp_path, const std::string& path);
 
-// Writes `bytes` to a temp name, syncs it and commits it over `path`; on failure removes the
-// temp file and throws UsageError naming the path.
+// Writes `bytes` to a temp name beside `path` and syncs it; returns the temp name, for
+// commit_file. On failure removes the temp file and throws UsageError naming the path.
+std::string write_temp_file(const std::string& path, std::string_view bytes);
+
+// write_temp_file, then commit_file over `path`.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
 }  // namespace partrain

@@ -18,9 +18,29 @@ stop_pidfile() {
   kill -9 "$pid" 2> /dev/null || true
 }
 
-# start_slurm_cluster DIR FIRST_JOB_ID
+# first_job_id_with_free_port: a job id whose port as partrain derives it from the id (10000 +
+# id % 20000) was free a moment ago, with the port above it; jobs numbered from there find it.
+first_job_id_with_free_port() {
+  "${python:-python3}" - <<'PY'
+import random, socket
+for _ in range(100):
+    port = random.randrange(10000, 30000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port)); s.close()
+        t = socket.socket(); t.bind(("127.0.0.1", port + 1)); t.close()
+    except OSError:
+        continue
+    print(port - 10000 + 20000)
+    break
+PY
+}
+
+# start_slurm_cluster DIR FIRST_JOB_ID [CRED_EXPIRE]
+# CRED_EXPIRE: AuthInfo's cred_expire in seconds (Slurm's default 120), which is also how long
+# a requeued job waits before it may start again.
 start_slurm_cluster() {
-  local dir=$1 first_job=$2 node ports
+  local dir=$1 first_job=$2 cred_expire=${3:-120} node ports
   for tool in munged mungekey slurmctld slurmd srun sbatch sinfo; do
     command -v "$tool" > /dev/null || skip "no $tool (Debian: munge, slurmctld, slurmd, slurm-client)"
   done
@@ -46,7 +66,7 @@ SlurmctldPort=$ports
 SlurmdPort=$((ports + 1))
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/socket
+AuthInfo=socket=$dir/munge/socket,cred_expire=$cred_expire
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$dir/state
@@ -60,6 +80,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 MpiDefault=none
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none

@@ -8,23 +8,8 @@
 # shellcheck source=tests/engines/slurm_cluster.sh
 . "$here/slurm_cluster.sh"
 
-# The port partrain derives from the job id (10000 + id % 20000) must be free: start the
-# job ids where the derived port is one that was free a moment ago.
-port=$("$python" - <<'PY'
-import random, socket
-for _ in range(100):
-    port = random.randrange(10000, 30000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port)); s.close()
-        t = socket.socket(); t.bind(("127.0.0.1", port + 1)); t.close()
-    except OSError:
-        continue
-    print(port)
-    break
-PY
-)
-start_slurm_cluster "$work/slurm" $((port - 10000 + 20000))
+# The port partrain derives from the job id must be free.
+start_slurm_cluster "$work/slurm" "$(first_job_id_with_free_port)"
 
 reference_run "$work/ref"
 

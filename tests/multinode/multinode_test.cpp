@@ -3,8 +3,10 @@
 // differ, real TCP between 10.x addresses. What a user of two machines would do, and what
 // must hold: one run forms, DDP across hosts equals one process at the global batch, a
 // resume agrees without a shared filesystem, strangers on the store port are refused, and
-// a pulled cable or a killed launcher stops every survivor, naming whom it lost.
+// a pulled cable, a killed launcher or a frozen rank stops every launcher, naming whom it lost.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include "tests/multinode/netns.h"
 #include "tests/train/run_harness.h"
@@ -354,6 +356,81 @@ TEST(TwoHostsFailures, KilledRankBehindALeaderIsNamedOnTheOtherHost) {
   expect_no_process_left(hosts, 0);
   expect_no_process_left(hosts, 1);
 }
+
+// A rank frozen with SIGSTOP (a stalled host, a debugger left attached) neither fails nor
+// exits: only its own launcher can tell, by its silence. It kills the rank once nothing, not
+// even a heartbeat, came for comm.timeout_s + the silence grace (10 s, cli/run_command.cpp);
+// the rank on the other host fails its collective after comm.timeout_s (one more reaching the
+// store). So both launchers exit 1 within comm.timeout_s + 10 s, here with 5 s more for the
+// kill, the reap and a busy machine, both naming the frozen rank, and no process is left.
+// Freezing rank 0 also freezes the store it hosts.
+constexpr int kSilenceGraceS = 10;
+constexpr auto kFrozenBound = std::chrono::seconds(kFailTimeoutS + kSilenceGraceS + 5);
+
+class TwoHostsFrozen : public ::testing::TestWithParam<int> {};
+
+TEST_P(TwoHostsFrozen, BothLaunchersExitInBoundNamingTheFrozenRank) {
+  const int frozen = GetParam();  // one rank per host: host h runs rank h
+  const int other = 1 - frozen;
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_frozen_rank" + std::to_string(frozen));
+  auto runs = start_long_run(hosts, dir, "asio-ring", kPortBase + 60 + frozen);
+  ASSERT_TRUE(wait_for_text(runs[0].log, "step", std::chrono::seconds(120))) << logs(runs);
+  const pid_t victim = worker_of_rank(hosts, frozen, frozen);
+  ASSERT_GT(victim, 0) << "no worker of rank " << frozen << "\n" << logs(runs);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const auto frozen_at = std::chrono::steady_clock::now();
+
+  // Both launchers at once, each timed from the freeze.
+  std::vector<std::optional<int>> status(runs.size());
+  std::vector<double> took(runs.size(), -1);
+  for (auto end = frozen_at + kFrozenBound; std::chrono::steady_clock::now() < end;) {
+    bool all = true;
+    for (std::size_t h = 0; h < runs.size(); ++h) {
+      int raw = 0;
+      if (!status[h] && ::waitpid(runs[h].pid, &raw, WNOHANG) == runs[h].pid) {
+        status[h] = raw;
+        took[h] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count();
+      }
+      all = all && status[h].has_value();
+    }
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (std::size_t h = 0; h < runs.size(); ++h) {
+    EXPECT_TRUE(status[h].has_value())
+        << "the launcher on host " << h << " still runs " << kFrozenBound.count()
+        << " s after rank " << frozen << " froze\n"
+        << logs(runs);
+    if (!status[h]) {
+      ::kill(runs[h].pid, SIGKILL);
+      ::waitpid(runs[h].pid, nullptr, 0);
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(*status[h]) && WEXITSTATUS(*status[h]) == 1)
+        << "host " << h << " status " << *status[h] << "\n"
+        << logs(runs);
+    std::printf("host %zu's launcher exited %.1f s after the freeze\n", h, took[h]);
+  }
+  const std::string frozen_log = read_text(runs[frozen].log);
+  EXPECT_NE(frozen_log.find("rank " + std::to_string(frozen) + " (pid " + std::to_string(victim) +
+                            ") wrote nothing for"),
+            std::string::npos)
+      << logs(runs);
+  EXPECT_NE(frozen_log.find("it was frozen"), std::string::npos) << logs(runs);
+  EXPECT_NE(read_text(runs[other].log).find("it lost rank " + std::to_string(frozen)),
+            std::string::npos)
+      << logs(runs);
+  expect_no_process_left(hosts, 0);
+  expect_no_process_left(hosts, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(RankOnHost, TwoHostsFrozen, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "host" + std::to_string(info.param);
+                         });
 
 }  // namespace
 }  // namespace partrain_test

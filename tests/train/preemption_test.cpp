@@ -1,6 +1,9 @@
 // Preemption on whole runs of the built executable: a stop signal mid-epoch saves that step
 // and the same command continues to exactly the uninterrupted run's losses; step checkpoints
-// survive a SIGKILL of a rank; one run per output folder; a frozen worker is killed.
+// survive a SIGKILL of a rank; a second signal during the stop's save ends the process and
+// leaves the checkpoint before whole; one run per output folder; a frozen worker is killed.
+#include <cstdio>
+
 #include "tests/train/run_harness.h"
 
 namespace {
@@ -198,6 +201,72 @@ TEST(Preemption, AFrozenWorkerIsKilledAndNamed) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("it was frozen"), std::string::npos) << out;
+}
+
+// The newest entry of OUT/checkpoints whose name holds `part`, or "".
+std::string checkpoint_file_with(const fs::path& dir, const std::string& part) {
+  std::string found;
+  for (const auto& entry : fs::directory_iterator(dir / "out" / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(part) != std::string::npos && name > found) found = name;
+  }
+  return found;
+}
+
+// A second signal while the stop's checkpoint is written ends the process at once, by that
+// signal (the first one only asks for the save). The save is held open between its temp file
+// and the rename (PARTRAIN_TEST_STOP_SAVE_DELAY, 20 s) so that the second signal lands in it:
+// without the "now" rule the process would finish the save and exit 75 after the delay. The
+// checkpoint before stays named in latest.json, whole, and the same command continues from it
+// to the uninterrupted run's losses.
+TEST(Preemption, ASecondSignalDuringTheStopSaveEndsAtOnceAndKeepsThePreviousCheckpoint) {
+  const std::string body = "strategy: single\ntrain: {epochs: 2, threads: 1, log_every: 2}\n";
+  auto straight = scratch("second_signal_straight");
+  ASSERT_EQ(partrain(joined(run_args(write_config(straight, body))), straight).code, 0);
+  auto dir = scratch("second_signal");
+  const auto args = run_args(write_config(dir, body), {"--set", "checkpoint.every_steps=20"});
+  const fs::path log = dir / "first.txt";
+  ::setenv("PARTRAIN_TEST_STOP_SAVE_DELAY", "0:20", 1);
+  const pid_t run = start_partrain(args, log);
+  ::unsetenv("PARTRAIN_TEST_STOP_SAVE_DELAY");
+  // 150 batches an epoch: batch 12 of epoch 2 is step 162, past the step-160 checkpoint.
+  ASSERT_TRUE(wait_for_text(log, "epoch 2/2 step 12/", std::chrono::seconds(120)))
+      << read_text(log);
+  kill(run, SIGUSR1);
+  const auto first_signal = Clock::now();
+  // The stop's save has written its temp file and waits before the rename.
+  const fs::path checkpoints = dir / "out" / "checkpoints";
+  std::string temp;
+  for (auto end = Clock::now() + std::chrono::seconds(30); temp.empty() && Clock::now() < end;) {
+    temp = checkpoint_file_with(dir, ".tmp-");
+    if (temp.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(temp.empty()) << "the stop's save never started\n" << read_text(log);
+  const std::string manifest_before = read_text(checkpoints / "latest.json");
+  kill(run, SIGUSR1);
+  const auto second_after = std::chrono::duration<double>(Clock::now() - first_signal).count();
+  const auto status = wait_exit(run, std::chrono::seconds(5));
+  ASSERT_TRUE(status.has_value()) << "still saving 5 s after the second signal (sent "
+                                  << second_after << " s after the first)\n"
+                                  << read_text(log);
+  // Within StopRequest's 2 s window the "now" comes from set_saving alone.
+  std::printf("second signal %.2f s after the first\n", second_after);
+  ASSERT_TRUE(WIFSIGNALED(*status)) << "status " << *status << "\n" << read_text(log);
+  EXPECT_EQ(WTERMSIG(*status), SIGUSR1);
+  // The half-written one never got its name; latest.json still names the one before.
+  const std::string stopped_at = temp.substr(0, temp.find(".tmp-"));
+  EXPECT_FALSE(fs::exists(checkpoints / stopped_at)) << stopped_at;
+  EXPECT_EQ(read_text(checkpoints / "latest.json"), manifest_before);
+  EXPECT_NE(manifest_before.find("epoch-0001.step-"), std::string::npos) << manifest_before;
+  EXPECT_EQ(manifest_before.find(stopped_at), std::string::npos) << manifest_before;
+
+  const Result second = partrain(joined(args), dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("batches into epoch 2"), std::string::npos) << second.output;
+  EXPECT_EQ(checkpoint_file_with(dir, ".tmp-"), "");  // the leftover went with the next save
+  EXPECT_EQ(epoch_losses(dir), epoch_losses(straight));
+  EXPECT_EQ(step_losses(dir), step_losses(straight));
 }
 
 }  // namespace

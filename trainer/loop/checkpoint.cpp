@@ -34,10 +34,13 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "comm_backends/communicator.h"
 #include "common/atomic_file.h"
 #include "common/errors.h"
+#include "common/stop_request.h"
+#include "trainer/observe/test_injection.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
@@ -315,7 +318,14 @@ bool Checkpointer::timed_checkpoint_due() const {
 // Rank 0: the file, then the manifest that names it, then the oldest beyond keep go.
 void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosition& at,
                                     const std::string& bytes) {
-  write_file_atomically(dir_ + "/" + name, bytes);
+  const std::string path = dir_ + "/" + name;
+  const std::string temp = write_temp_file(path, bytes);
+  // Tests only (PARTRAIN_TEST_STOP_SAVE_DELAY): the stop's save held open, half done.
+  if (StopRequest::requested()) {
+    const double delay_s = injected_faults(env_.rank).stop_save_delay_s;
+    if (delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  }
+  commit_file(temp, path);
   write_manifest(dir_, {name, at.epoch, at.step, bytes.size()});
   prune_checkpoints();
 }

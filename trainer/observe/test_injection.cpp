@@ -38,6 +38,9 @@ InjectedFaults injected_faults(int rank) {
   f.step_delay_s = seconds_for("PARTRAIN_TEST_STEP_DELAY", rank);
   PARTRAIN_CHECK(f.step_delay_s >= 0.0 && f.step_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STEP_DELAY: the delay must be within 0..60 seconds");
+  f.stop_save_delay_s = seconds_for("PARTRAIN_TEST_STOP_SAVE_DELAY", rank);
+  PARTRAIN_CHECK(f.stop_save_delay_s >= 0.0 && f.stop_save_delay_s <= 60.0, UsageError,
+                 "PARTRAIN_TEST_STOP_SAVE_DELAY: the delay must be within 0..60 seconds");
   return f;
 }
 
