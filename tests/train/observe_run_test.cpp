@@ -1,11 +1,13 @@
 // Where a run's time goes, end to end on 2 CPU ranks: the breakdown in report.json and
 // metrics.jsonl, trace.json on one clock (with rank 1's clock skewed on purpose), the
-// straggler verdict (with rank 1 slowed on purpose), and `partrain explain` on the result.
+// straggler verdict (with rank 1 slowed on purpose), `partrain explain` on the result, and
+// TensorBoard's event file read back without partrain's code (tests/observe/check_tfevents.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -145,15 +147,42 @@ TEST(Observe, BreakdownAndTraceOnOneClock) {
   EXPECT_NE(e.output.find("Trace (steps 5..24, 2 ranks)"), std::string::npos) << e.output;
 }
 
+// Every optimizer step's loss and learning rate, each epoch's test figures, throughput and
+// rank 0's breakdown shares: the event file says what metrics.jsonl says.
+TEST(Observe, TensorBoardEventsMatchMetrics) {
+  auto dir = scratch("observe_tensorboard");
+  auto cfg = write_config(dir,
+                          "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
+                          "train: {epochs: 2, threads: 1, log_every: 3}\n");
+  Result r = partrain("run " + cfg.string(), dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string check = "PROTOC=" PARTRAIN_PROTOC " python3 " PARTRAIN_SOURCE_DIR
+                            "/tests/observe/check_tfevents.py " +
+                            (dir / "out").string() + " --every-step > " +
+                            (dir / "check.txt").string() + " 2>&1";
+  const int status = std::system(check.c_str());
+  std::ifstream in(dir / "check.txt");
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, 0) << said;
+  // Two epochs of 19 steps (600 images a rank, 32 a batch): the version record, 38 steps and
+  // 2 epochs; 2 step tags, 4 epoch tags and 8 breakdown parts.
+  EXPECT_NE(said.find("41 records, 38 steps, 2 epochs, 14 tags"), std::string::npos) << said;
+}
+
 TEST(Observe, SlowRankIsNamedStraggler) {
   auto dir = scratch("observe_straggler");
-  auto cfg = write_config(dir, two_rank_config());
+  // Without observe.tensorboard there is no event file.
+  auto cfg = write_config(dir, two_rank_config() + "observe: {tensorboard: false}\n");
   Result r;
   {
     ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "1:0.03");
     r = partrain("run " + cfg.string(), dir);
   }
   ASSERT_EQ(r.code, 0) << r.output;
+  for (const auto& entry : fs::directory_iterator(dir / "out")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents", 0), std::string::npos)
+        << entry.path();
+  }
   const Json report = read_report(dir);
   expect_breakdown_adds_up(report);
   ASSERT_TRUE(report["straggler"].is_object()) << report["straggler"].dump();
