@@ -13,6 +13,7 @@
 #include "common/worker_lines.h"
 #include "trainer/loop/evaluation.h"
 #include "trainer/loop/step_exchange.h"
+#include "trainer/observe/flight_recorder.h"
 #include "trainer/observe/tensorboard_log.h"
 #include "trainer/parallel/tensor_buffer.h"
 #include "trainer/report/metrics_log.h"
@@ -166,6 +167,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   RunObserver& observer = parts_.observer;
   PhaseTimes& times = observer.times();
   times.set_step(step_);
+  flight_recorder().set_step(step_);
   Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
   while (!reached_max_steps()) {
     auto batch = loader.next();
@@ -217,6 +219,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
       if (after_step(epoch, batch_index, running_loss, so_far)) break;
     }
     times.set_step(step_);
+    flight_recorder().set_step(step_);
     mark = Clock::now();
   }
   if (tensorboard) write_held_steps(*tensorboard);
