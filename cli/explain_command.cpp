@@ -1,14 +1,18 @@
 // defines: `partrain explain REPORT [--trace TRACE] [--bench BENCH]`: where a run's time went
 // (each rank's breakdown), who the others waited for, how fast the gradients travelled (against
 // a `partrain bench allreduce --json` report), and what would help — read from its report.json
-// (and trace.json), each claim with the figure it rests on. Bad input: exit 2, one line.
+// (and trace.json), each claim with the figure it rests on; `partrain explain OUTPUT` of a
+// failed run: where each rank stood among its last collectives (OUTPUT/flight). Bad input:
+// exit 2, one line.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "trainer/observe/explain.h"
+#include "trainer/observe/flight_recorder.h"
 #include "trainer/observe/trace_format.h"
 #include "trainer/report/report_reader.h"
 
@@ -26,12 +30,25 @@ void add_explain_command(CLI::App& app, int& exit_code) {
       "Explain a run from its report.json: each rank's time by part (data wait, forward, "
       "backward, exposed communication, optimizer, evaluation, checkpoint, other), the "
       "straggler if any, and what would help");
-  sub->add_option("report", options->report, "report.json of the run")->required();
+  sub->add_option("report", options->report,
+                  "report.json of the run, or the flight records of a failed one (OUTPUT or "
+                  "OUTPUT/flight)")
+      ->required();
   sub->add_option("--trace", options->trace, "the run's trace.json (partrain run --trace)");
   sub->add_option("--bench", options->bench,
                   "a partrain bench allreduce --json report of the same hosts, to hold the "
                   "gradients' busbw against");
   sub->callback([options, &exit_code] {
+    // A failed run has no report: its flight records say where each rank stood.
+    std::error_code ec;
+    if (std::filesystem::is_directory(options->report, ec)) {
+      const std::filesystem::path flight = std::filesystem::path(options->report) / "flight";
+      std::cout << explain_flight(std::filesystem::is_directory(flight, ec) ? flight.string()
+                                                                            : options->report)
+                << std::flush;
+      exit_code = 0;
+      return;
+    }
     const RunReport report = read_run_report(options->report);
     TraceSummary trace;
     if (!options->trace.empty()) trace = read_trace_summary(options->trace);

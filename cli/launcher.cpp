@@ -116,6 +116,7 @@ struct Worker {
   std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
   std::atomic<std::int64_t> stopped_step{-1};  // from its "partrain: stopped at step N" line
+  std::string flight;  // from its "partrain: at failure, WHERE" line; read once output ended
   // When it last wrote a line (a heartbeat included), in Clock's nanoseconds.
   std::atomic<std::int64_t> last_heard_ns{0};
   bool running = false;  // spawned and not reaped yet
@@ -148,6 +149,8 @@ struct GroupOutcome {
   std::vector<int> stopped;
   std::vector<int> killed;
   std::vector<int> killed_at_once;
+  // Where each worker that dumped a flight record stood among its collectives, by rank.
+  std::vector<std::pair<int, std::string>> flights;
 };
 
 // One start of the group; see the top of the file.
@@ -255,6 +258,7 @@ class GroupRun {
         outcome.failed_lost_rank = w->lost_rank.load();
       }
       outcome.stopped_step = std::max(outcome.stopped_step, w->stopped_step.load());
+      if (!w->flight.empty()) outcome.flights.emplace_back(w->rank, w->flight);
       const bool exited_stopped = !w->status.killed() && w->status.code == kExitStopped;
       outcome.all_exited_stopped = outcome.all_exited_stopped && exited_stopped;
       outcome.all_succeeded = outcome.all_succeeded && w->status.success();
@@ -402,6 +406,7 @@ class GroupRun {
       if (is_heartbeat_line(line)) return;  // for the launcher alone
       if (const int lost = parse_lost_rank_line(line); lost >= 0) w.lost_rank = lost;
       if (const std::int64_t step = parse_stopped_line(line); step >= 0) w.stopped_step = step;
+      if (std::string where = parse_flight_line(line); !where.empty()) w.flight = std::move(where);
     }
     sink_.worker_line(w.rank, p.to_err, line);
   }
@@ -499,6 +504,11 @@ std::string describe_failure(const GroupOutcome& o) {
          << static_cast<int>(o.failed_silent_s) << " s)";
   } else if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
     text << ": it lost rank " << o.failed_lost_rank;
+  }
+  // From the flight records: "rank 1 in allreduce #135 ..., rank 0 in allreduce #136 ...".
+  for (std::size_t i = 0; i < o.flights.size(); ++i) {
+    text << (i == 0 ? "; where the ranks stood: " : ", ") << "rank " << o.flights[i].first << " "
+         << o.flights[i].second;
   }
   return text.str();
 }

@@ -6,6 +6,7 @@ namespace {
 constexpr std::string_view kEpochPrefix = "epoch ";
 constexpr std::string_view kLostRankPrefix = "partrain: lost rank ";
 constexpr std::string_view kStoppedPrefix = "partrain: stopped at step ";
+constexpr std::string_view kFlightPrefix = "partrain: at failure, ";
 
 // The decimal number of at most `max_digits` digits that `text` starts with, when
 // `terminator` follows it.
@@ -48,6 +49,18 @@ int parse_lost_rank_line(std::string_view line) {
   const auto rest = after_prefix(line, kLostRankPrefix);
   if (!rest) return -1;
   return parse_number_before(*rest, ':').value_or(-1);
+}
+
+std::string format_flight_line(std::string_view where, std::string_view path) {
+  return std::string(kFlightPrefix) + std::string(where) + " [" + std::string(path) + "]";
+}
+
+std::string parse_flight_line(std::string_view line) {
+  const auto rest = after_prefix(line, kFlightPrefix);
+  if (!rest) return "";
+  const auto bracket = rest->rfind(" [");
+  if (bracket == std::string_view::npos || rest->back() != ']') return "";
+  return std::string(rest->substr(0, bracket));
 }
 
 std::string format_stopped_line(std::int64_t step, std::string_view signal) {

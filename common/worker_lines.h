@@ -1,8 +1,8 @@
 // defines: the lines a worker prints that the launcher reads back — format_epoch_line() and
 // parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(),
-// format_stopped_line() and parse_stopped_line(), kHeartbeatLine and is_heartbeat_line() —
-// and parse_number_before() / parse_count_before(), the number parsers they share. No
-// LibTorch, no Boost.
+// format_stopped_line() and parse_stopped_line(), format_flight_line() and parse_flight_line(),
+// kHeartbeatLine and is_heartbeat_line() — and parse_number_before() / parse_count_before(), the
+// number parsers they share. No LibTorch, no Boost.
 //
 // A worker writes these lines and `partrain run` reads them from the worker's pipes; keeping
 // the writing and the reading side here keeps the two in step.
@@ -27,6 +27,13 @@ int parse_epoch_line(std::string_view line);
 std::string format_lost_rank_line(int rank, std::string_view what);
 // R for such a line; -1 for any other line.
 int parse_lost_rank_line(std::string_view line);
+
+// "partrain: at failure, WHERE [PATH]": a failing worker's flight record (where it stood among
+// its collectives, trainer/observe/flight_recorder.h) and the file it dumped it to. The
+// launcher's verdict says where each rank stood.
+std::string format_flight_line(std::string_view where, std::string_view path);
+// WHERE for such a line; empty for any other line.
+std::string parse_flight_line(std::string_view line);
 
 // "partrain: stopped at step N by SIGNAL": a worker's last line on stderr when it stopped at
 // a stop signal after saving step N (it then exits with kExitStopped, common/stop_request.h).

@@ -24,6 +24,7 @@ packages=(
   libboost1.74-dev libgloo-dev libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
   libarchive-dev libarchive13 libcurl4-openssl-dev libcurl4 libssl-dev zlib1g-dev
   ninja-build cmake cmake-data libjsoncpp25 librhash0 libuv1
+  libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32
 )
 
 if [ "${1:-run}" = prepare ]; then

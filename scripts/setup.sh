@@ -25,6 +25,7 @@ packages=(
   libjpeg-dev libpng-dev            # image-folder: JPEG and PNG decoding
   libopencv-imgcodecs-dev libopencv-imgproc-dev  # image-folder: other formats, resizing
   libgtest-dev libgmock-dev
+  libprotobuf-dev protobuf-compiler  # TensorBoard's event file (trainer/observe/tfevents.proto)
   python3 python3-torch python3-torchvision  # torch.load of checkpoints; the Python DDP peer
   dataset-fashion-mnist             # real data for the Fashion-MNIST reader and runs
   librsvg2-bin                      # renders the parity chart in tests

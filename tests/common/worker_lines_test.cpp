@@ -86,6 +86,17 @@ TEST(WorkerLines, StoppedLineTextAndRoundTrip) {
   EXPECT_EQ(parse_epoch_line(format_stopped_line(2, "SIGTERM")), 0);
 }
 
+TEST(WorkerLines, FlightLineTextAndRoundTrip) {
+  const std::string where = "in allreduce #136 (step 68, bucket 2, 1.1 MB) for 5.0 s";
+  const std::string line = format_flight_line(where, "out/flight/rank-1.json");
+  EXPECT_EQ(line, "partrain: at failure, " + where + " [out/flight/rank-1.json]");
+  EXPECT_EQ(parse_flight_line(line), where);
+  EXPECT_EQ(parse_flight_line("partrain: at failure, in allreduce #1"), "");  // no [PATH]
+  EXPECT_EQ(parse_flight_line(format_lost_rank_line(2, "x")), "");
+  EXPECT_EQ(parse_lost_rank_line(line), -1);
+  EXPECT_EQ(parse_stopped_line(line), -1);
+}
+
 TEST(WorkerLines, HeartbeatLineIsExactlyItself) {
   EXPECT_EQ(std::string(kHeartbeatLine), "partrain: heartbeat");
   EXPECT_TRUE(is_heartbeat_line(kHeartbeatLine));

@@ -89,7 +89,7 @@ TEST_F(ConfigTest, NprocPerNodeAsAListOfCountsPerNode) {
             std::string::npos);
 }
 
-TEST_F(ConfigTest, ObserveTraceAndItsWindow) {
+TEST_F(ConfigTest, ObserveTraceItsWindowAndTensorBoard) {
   Config d = load_config(write("name: x\n"));
   EXPECT_FALSE(d.observe.trace);
   EXPECT_EQ(d.observe.trace_first_step, 10);
@@ -100,6 +100,13 @@ TEST_F(ConfigTest, ObserveTraceAndItsWindow) {
   EXPECT_EQ(c.observe.trace_last_step, 999);
   EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
   EXPECT_EQ(load_config(write("name: x\n"), {"observe.trace=true"}).observe.trace, true);
+  // TensorBoard's events are on unless turned off; the resolved config keeps the choice.
+  EXPECT_TRUE(d.observe.tensorboard);
+  Config off = load_config(write("observe: {tensorboard: false}\n"));
+  EXPECT_FALSE(off.observe.tensorboard);
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(off)))), config_to_json(off));
+  EXPECT_EQ(error_of("observe: {tensorboard: 2}\n").substr(0, 36),
+            ":1:24: observe.tensorboard: expected");
 
   EXPECT_EQ(error_of("observe: {trace: maybe}\n").substr(0, 30), ":1:18: observe.trace: expected");
   EXPECT_EQ(error_of("observe: {trace_steps: [3, 1]}\n"),

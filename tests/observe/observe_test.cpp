@@ -16,6 +16,7 @@
 #include "tests/support/scratch_dir.h"
 #include "trainer/observe/clock_sync.h"
 #include "trainer/observe/explain.h"
+#include "trainer/observe/flight_recorder.h"
 #include "trainer/observe/phase_times.h"
 #include "trainer/observe/straggler.h"
 #include "trainer/observe/trace_format.h"
@@ -333,6 +334,84 @@ TEST(Explain, BusbwAgainstTheBench) {
 
   std::ofstream(path) << R"({"schema": "partrain.report/1"})";
   EXPECT_THROW(read_bench_report(path), UsageError);
+}
+
+// The ring keeps the last kCapacity collectives, oldest first, with the step they belong to;
+// one that never returned stays open.
+TEST(FlightRecorder, KeepsTheLastCollectives) {
+  FlightRecorder recorder;
+  EXPECT_TRUE(recorder.entries().empty());
+  EXPECT_EQ(describe_flight(recorder.entries(), 0), "no collective recorded");
+  for (int i = 0; i < 100; ++i) {
+    recorder.set_step(i / 4);
+    const std::uint64_t seq =
+        recorder.enter(i % 4 == 3 ? FlightOp::kStepExchange : FlightOp::kAllreduce,
+                       i % 4 == 3 ? -1 : i % 4, 1000 * static_cast<std::size_t>(i));
+    EXPECT_EQ(seq, static_cast<std::uint64_t>(i + 1));
+    if (i < 99) recorder.leave(seq);
+  }
+  const std::vector<FlightEntry> entries = recorder.entries();
+  ASSERT_EQ(entries.size(), FlightRecorder::kCapacity);
+  EXPECT_EQ(entries.front().seq, 100 - FlightRecorder::kCapacity + 1);
+  EXPECT_EQ(entries.back().seq, 100u);
+  EXPECT_EQ(entries.back().op, FlightOp::kStepExchange);
+  EXPECT_EQ(entries.back().step, 24);
+  EXPECT_EQ(entries.back().bytes, 99000u);
+  EXPECT_LT(entries.back().end_s, 0);  // never left
+  EXPECT_GE(entries[entries.size() - 2].end_s, entries[entries.size() - 2].start_s);
+  EXPECT_EQ(entries[entries.size() - 2].bucket, 2);
+  const std::string where = describe_flight(entries, entries.back().start_s + 5.04);
+  EXPECT_EQ(where, "in step exchange #100 (step 24, 99000 bytes) for 5.0 s");
+  recorder.leave(100);
+  EXPECT_EQ(describe_flight(recorder.entries(), recorder.entries().back().end_s + 2),
+            "after step exchange #100 (step 24, 99000 bytes), 2.0 s ago");
+}
+
+std::vector<FlightEntry> flight_up_to(std::uint64_t last, bool open) {
+  std::vector<FlightEntry> entries;
+  for (std::uint64_t seq = last - 2; seq <= last; ++seq) {
+    FlightEntry e;
+    e.seq = seq;
+    e.bucket = static_cast<int>(seq % 3);
+    e.bytes = 2'000'000;
+    e.step = static_cast<std::int64_t>(seq / 3);
+    e.start_s = 1000.0 + static_cast<double>(seq);
+    e.end_s = seq == last && open ? -1 : e.start_s + 0.5;
+    entries.push_back(e);
+  }
+  return entries;
+}
+
+// explain reads the dumps back: the rank furthest behind is named, and so is a rank that left
+// none; the dumps are atomic files of their own format.
+TEST(FlightRecorder, ExplainNamesWhoHeldTheOthersUp) {
+  testing::ScratchDir dir("partrain-flight");
+  const std::string out = dir.path().string();
+  const std::string p0 = dump_flight(out, 0, 3, "timed out", flight_up_to(136, true));
+  EXPECT_EQ(p0, out + "/flight/rank-0.json");
+  dump_flight(out, 1, 3, "lost rank 2", flight_up_to(135, true));
+  const std::string behind = explain_flight(out + "/flight");
+  EXPECT_NE(behind.find("Flight records (2 of 3 ranks)"), std::string::npos) << behind;
+  EXPECT_NE(behind.find("rank 2: no record"), std::string::npos) << behind;
+  EXPECT_NE(behind.find("The others waited for rank 2, which left no record (frozen or killed); "
+                        "rank 1 stood at allreduce #135 (step 45, bucket 0, 2.0 MB), rank 0 had "
+                        "entered #136 (allreduce)."),
+            std::string::npos)
+      << behind;
+
+  dump_flight(out, 2, 3, "lost rank 1", flight_up_to(136, false));
+  const std::string all = explain_flight(out + "/flight");
+  EXPECT_NE(all.find("  rank 2: after allreduce #136 (step 45, bucket 1, 2.0 MB)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("Rank 1 held the others up: rank 1 stood at allreduce #135 (step 45, "
+                     "bucket 0, 2.0 MB), ranks 0, 2 had entered #136 (allreduce)."),
+            std::string::npos)
+      << all;
+
+  EXPECT_THROW(explain_flight(out), UsageError);  // no rank-R.json right there
+  dir.write("flight/rank-3.json", "{\"schema\": \"other\"}");
+  EXPECT_THROW(explain_flight(out + "/flight"), UsageError);
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
 // Where a run's time goes, end to end on 2 CPU ranks: the breakdown in report.json and
 // metrics.jsonl, trace.json on one clock (with rank 1's clock skewed on purpose), the
-// straggler verdict (with rank 1 slowed on purpose), and `partrain explain` on the result.
+// straggler verdict (with rank 1 slowed on purpose), `partrain explain` on the result, and
+// TensorBoard's event file read back without partrain's code (tests/observe/check_tfevents.py);
+// and on 3 ranks, the flight records a frozen rank leaves behind on the others.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -145,15 +150,42 @@ TEST(Observe, BreakdownAndTraceOnOneClock) {
   EXPECT_NE(e.output.find("Trace (steps 5..24, 2 ranks)"), std::string::npos) << e.output;
 }
 
+// Every optimizer step's loss and learning rate, each epoch's test figures, throughput and
+// rank 0's breakdown shares: the event file says what metrics.jsonl says.
+TEST(Observe, TensorBoardEventsMatchMetrics) {
+  auto dir = scratch("observe_tensorboard");
+  auto cfg = write_config(dir,
+                          "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
+                          "train: {epochs: 2, threads: 1, log_every: 3}\n");
+  Result r = partrain("run " + cfg.string(), dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string check = "PROTOC=" PARTRAIN_PROTOC " python3 " PARTRAIN_SOURCE_DIR
+                            "/tests/observe/check_tfevents.py " +
+                            (dir / "out").string() + " --every-step > " +
+                            (dir / "check.txt").string() + " 2>&1";
+  const int status = std::system(check.c_str());
+  std::ifstream in(dir / "check.txt");
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(status, 0) << said;
+  // Two epochs of 19 steps (600 images a rank, 32 a batch): the version record, 38 steps and
+  // 2 epochs; 2 step tags, 4 epoch tags and 8 breakdown parts.
+  EXPECT_NE(said.find("41 records, 38 steps, 2 epochs, 14 tags"), std::string::npos) << said;
+}
+
 TEST(Observe, SlowRankIsNamedStraggler) {
   auto dir = scratch("observe_straggler");
-  auto cfg = write_config(dir, two_rank_config());
+  // Without observe.tensorboard there is no event file.
+  auto cfg = write_config(dir, two_rank_config() + "observe: {tensorboard: false}\n");
   Result r;
   {
     ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "1:0.03");
     r = partrain("run " + cfg.string(), dir);
   }
   ASSERT_EQ(r.code, 0) << r.output;
+  for (const auto& entry : fs::directory_iterator(dir / "out")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("events.out.tfevents", 0), std::string::npos)
+        << entry.path();
+  }
   const Json report = read_report(dir);
   expect_breakdown_adds_up(report);
   ASSERT_TRUE(report["straggler"].is_object()) << report["straggler"].dump();
@@ -171,6 +203,67 @@ TEST(Observe, SlowRankIsNamedStraggler) {
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("Rank 1 was the straggler"), std::string::npos) << e.output;
   EXPECT_NE(e.output.find("Balance the ranks' work"), std::string::npos) << e.output;
+}
+
+// A rank frozen mid-run (SIGSTOP): the others' collectives time out, each dumps its last
+// collectives to OUTPUT/flight/rank-R.json, the launcher's verdict says where they stood, and
+// `partrain explain OUTPUT` names the frozen rank, which left no record.
+TEST(Observe, FrozenRankLeavesFlightRecords) {
+  auto dir = scratch("observe_flight");
+  const fs::path cfg = write_config(
+      dir, "strategy: ddp\nlaunch: {nproc_per_node: 3}\ntrain: {epochs: 2, threads: 1}\n");
+  const fs::path log = dir / "run.txt";
+  const pid_t launcher = start_partrain(
+      {"run", cfg.string(), "--set", "comm.timeout_s=3", "--set", "data.synthetic_train=9600"},
+      log);
+  ASSERT_TRUE(wait_for_text(log, "epoch 1/2 step 40/", std::chrono::seconds(120)))
+      << read_text(log);
+  const pid_t victim = find_worker(launcher, 2);
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGSTOP);
+  const auto status = wait_exit(launcher, std::chrono::seconds(120));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const std::string out = read_text(log);
+  EXPECT_EQ(WEXITSTATUS(*status), 1) << out;
+
+  const fs::path flight = dir / "out" / "flight";
+  EXPECT_FALSE(fs::exists(flight / "rank-2.json"));  // frozen: it could not write
+  std::uint64_t stood_at[2] = {0, 0};
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(flight / ("rank-" + std::to_string(r) + ".json"));
+    ASSERT_TRUE(in.good()) << "no flight record of rank " << r << "\n" << out;
+    const Json doc = Json::parse(in);
+    EXPECT_EQ(doc["schema"], "partrain.flight/1");
+    EXPECT_EQ(doc["rank"], r);
+    EXPECT_EQ(doc["world_size"], 3);
+    const Json& c = doc["collectives"];
+    ASSERT_EQ(c.size(), 64u) << "40 steps of buckets and step exchanges fill the ring";
+    for (std::size_t i = 1; i < c.size(); ++i) {
+      EXPECT_EQ(c[i]["seq"].get<std::uint64_t>(), c[i - 1]["seq"].get<std::uint64_t>() + 1);
+      EXPECT_GE(c[i]["step"].get<std::int64_t>(), c[i - 1]["step"].get<std::int64_t>());
+    }
+    // Every collective but the last returned; the last was still waiting for rank 2.
+    for (std::size_t i = 0; i + 1 < c.size(); ++i) EXPECT_TRUE(c[i]["end_s"].is_number()) << i;
+    EXPECT_TRUE(c.back()["end_s"].is_null()) << c.back().dump();
+    EXPECT_GE(c.back()["step"].get<std::int64_t>(), 40);
+    stood_at[r] = c.back()["seq"].get<std::uint64_t>();
+    // The launcher's verdict carries where this rank stood, as its dump says.
+    const std::string where = "rank " + std::to_string(r) + " in " +
+                              c.back()["op"].get<std::string>() + " #" +
+                              std::to_string(stood_at[r]) + " (step ";
+    EXPECT_NE(out.find(where), std::string::npos) << where << "\n" << out;
+  }
+  EXPECT_NE(out.find("; where the ranks stood: rank "), std::string::npos) << out;
+
+  Result e = partrain("explain " + (dir / "out").string(), dir);
+  ASSERT_EQ(e.code, 0) << e.output;
+  EXPECT_NE(e.output.find("Flight records (2 of 3 ranks)"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("rank 2: no record"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("The others waited for rank 2, which left no record"), std::string::npos)
+      << e.output;
+  EXPECT_NE(e.output.find("#" + std::to_string(std::max(stood_at[0], stood_at[1]))),
+            std::string::npos)
+      << e.output;
 }
 
 TEST(Observe, ExplainRefusesBadInput) {

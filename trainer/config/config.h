@@ -148,13 +148,16 @@ struct CheckpointConfig {
 };
 
 // Where a run's time goes (trainer/observe): the breakdown and the straggler verdict are always
-// measured; the trace is written when asked for.
+// measured; the trace is written when asked for, the TensorBoard events unless turned off.
 struct ObserveConfig {
   bool trace = false;  // trace.json in rank 0's output folder (Chrome trace-event format)
   // trace_steps: [first, last], the optimizer steps traced, 0-based and inclusive; at most
   // kMaxTraceSteps of them. The default skips the first steps, which warm up.
   std::int64_t trace_first_step = 10;
   std::int64_t trace_last_step = 29;
+  // Rank 0's TensorBoard event file (events.out.tfevents.*) in the output folder: the loss and
+  // learning rate per optimizer step, the test figures, throughput and breakdown per epoch.
+  bool tensorboard = true;
 };
 inline constexpr std::int64_t kMaxTraceSteps = 1000;
 

@@ -366,6 +366,7 @@ void read_checkpoint(Section ckpt, CheckpointConfig& k) {
 // kMaxTraceSteps steps.
 void read_observe(Section observe, ObserveConfig& o) {
   observe.read_bool("trace", o.trace);
+  observe.read_bool("tensorboard", o.tensorboard);
   std::vector<double> steps;
   const YAML::Node n =
       observe.read_double_list("trace_steps", steps, 0, static_cast<double>(kMaxCount), 2);

@@ -171,7 +171,8 @@ std::string config_to_json(const Config& c) {
                      {"keep", c.checkpoint.keep},
                      {"resume", resume_text(c.checkpoint.resume)}};
   j["observe"] = {{"trace", c.observe.trace},
-                  {"trace_steps", {c.observe.trace_first_step, c.observe.trace_last_step}}};
+                  {"trace_steps", {c.observe.trace_first_step, c.observe.trace_last_step}},
+                  {"tensorboard", c.observe.tensorboard}};
   j["output"] = {{"dir", c.output_dir}};
   j["reference"] = or_null(c.reference);
   return j.dump();

@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -12,6 +13,8 @@
 #include "common/worker_lines.h"
 #include "trainer/loop/evaluation.h"
 #include "trainer/loop/step_exchange.h"
+#include "trainer/observe/flight_recorder.h"
+#include "trainer/observe/tensorboard_log.h"
 #include "trainer/parallel/tensor_buffer.h"
 #include "trainer/report/metrics_log.h"
 #include "trainer/report/progress.h"
@@ -23,6 +26,10 @@ std::string format(const char* fmt, auto... args) {
   char buf[512];
   std::snprintf(buf, sizeof(buf), fmt, args...);
   return buf;
+}
+
+double unix_seconds_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -59,6 +66,11 @@ void EpochLoop::run(const TrainingPosition& start) {
   std::unique_ptr<MetricsLog> metrics;
   epochs_ = parts_.checkpointer.previous_epochs();
   if (is_rank0) metrics = std::make_unique<MetricsLog>(config_.output_dir, epochs_, start.step);
+  // A resumed run starts a file of its own; TensorBoard reads every file of the folder.
+  std::unique_ptr<TensorBoardLog> tensorboard;
+  if (is_rank0 && config_.observe.tensorboard) {
+    tensorboard = std::make_unique<TensorBoardLog>(config_.output_dir);
+  }
   Progress progress(is_rank0);
   step_ = start.step;
   parts_.step.precision().restore(start.loss_scaler);
@@ -83,7 +95,7 @@ void EpochLoop::run(const TrainingPosition& start) {
     const bool resuming = mid.any() && epoch == start.epoch + 1;
     const EpochTotals totals =
         train_epoch(epoch, resuming ? mid.micro_step : 0, resuming ? resumed : EpochTotals{},
-                    metrics.get(), progress);
+                    metrics.get(), tensorboard.get(), progress);
     if (stopped_) return;  // saved at the step it stopped; the epoch goes on when resumed
     const double train_seconds = seconds_since(epoch_start) + totals.seconds;
 
@@ -122,6 +134,7 @@ void EpochLoop::run(const TrainingPosition& start) {
         observer.end_epoch(parts_.strategy.comm(), parts_.device);
     if (is_rank0) {
       metrics->log_epoch(record, breakdown);
+      if (tensorboard) tensorboard->log_epoch(record, breakdown.empty() ? nullptr : &breakdown[0]);
       progress.finish(
           format_epoch_line(epoch, config_.train.epochs) +
           format(
@@ -136,7 +149,7 @@ void EpochLoop::run(const TrainingPosition& start) {
 
 EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batch,
                                               const EpochTotals& before, MetricsLog* metrics,
-                                              Progress& progress) {
+                                              TensorBoardLog* tensorboard, Progress& progress) {
   const bool is_rank0 = env_.rank == 0;
   const int accumulate = config_.train.accumulate_steps;
   data::Loader& loader = parts_.train;
@@ -155,6 +168,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   RunObserver& observer = parts_.observer;
   PhaseTimes& times = observer.times();
   times.set_step(step_);
+  flight_recorder().set_step(step_);
   Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
   while (!reached_max_steps()) {
     auto batch = loader.next();
@@ -173,6 +187,10 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
     at::Tensor loss = parts_.step.run(parts_.model, images, labels, sync, group_size, step_);
     observer.after_batch(sync, step_, parts_.strategy.bucket_timings());
     if (sync) ++step_;
+    if (sync && tensorboard) {
+      held_steps_.push_back(
+          {step_, loss.detach(), parts_.step.learning_rate(), unix_seconds_now()});
+    }
     running_loss += loss.to(torch::kFloat64) * static_cast<double>(batch->count);
     totals.images += static_cast<double>(batch->count);
     window_images += batch->count;
@@ -191,6 +209,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
           static_cast<double>(batch_index) / static_cast<double>(batches), log_now);
       if (log_now) {
         metrics->log_step(epoch, step_, current, rate, parts_.step.learning_rate());
+        if (tensorboard) write_held_steps(*tensorboard);
         window_start = Clock::now();
         window_images = 0;
       }
@@ -201,10 +220,25 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
       if (after_step(epoch, batch_index, running_loss, so_far)) break;
     }
     times.set_step(step_);
+    flight_recorder().set_step(step_);
     mark = Clock::now();
   }
+  if (tensorboard) write_held_steps(*tensorboard);
   totals.loss_sum = running_loss.item<double>();
   return totals;
+}
+
+void EpochLoop::write_held_steps(TensorBoardLog& tensorboard) {
+  if (held_steps_.empty()) return;
+  std::vector<at::Tensor> losses;
+  losses.reserve(held_steps_.size());
+  for (const HeldStep& s : held_steps_) losses.push_back(s.loss.reshape({}));
+  const at::Tensor values = torch::stack(losses).to(torch::kCPU, torch::kFloat64);
+  const double* v = values.data_ptr<double>();
+  for (std::size_t i = 0; i < held_steps_.size(); ++i) {
+    tensorboard.log_step(held_steps_[i].step, v[i], held_steps_[i].lr, held_steps_[i].wall_time);
+  }
+  held_steps_.clear();
 }
 
 bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tensor& running_loss,

@@ -30,6 +30,7 @@ namespace partrain {
 
 class MetricsLog;
 class Progress;
+class TensorBoardLog;
 
 // What the loop trains with; it owns none of it.
 struct EpochLoopParts {
@@ -76,7 +77,9 @@ class EpochLoop {
   // before it (a mid-epoch resume). Returns the epoch's totals; stopped_ is set when the
   // ranks agreed to stop.
   EpochTotals train_epoch(int epoch, std::int64_t first_batch, const EpochTotals& before,
-                          MetricsLog* metrics, Progress& progress);
+                          MetricsLog* metrics, TensorBoardLog* tensorboard, Progress& progress);
+  // Writes the optimizer steps held for TensorBoard (one device-to-host copy for all of them).
+  void write_held_steps(TensorBoardLog& tensorboard);
   // After an optimizer step: the step exchange, then a mid-epoch checkpoint when it is due or
   // the ranks stop. True to stop.
   bool after_step(int epoch, std::int64_t batches_done, const at::Tensor& running_loss,
@@ -93,6 +96,15 @@ class EpochLoop {
   std::int64_t step_ = 0;
   double compute_seconds_ = 0;
   std::optional<Stopped> stopped_;
+  // Rank 0, observe.tensorboard: each optimizer step's loss (on the device, so that logging it
+  // does not wait for the device every step), learning rate and end, until written.
+  struct HeldStep {
+    std::int64_t step = 0;
+    at::Tensor loss;
+    double lr = 0;
+    double wall_time = 0;
+  };
+  std::vector<HeldStep> held_steps_;
 };
 
 }  // namespace partrain

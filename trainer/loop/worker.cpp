@@ -23,8 +23,11 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <chrono>
+#include <filesystem>
 #include <cstdio>
 
+#include "common/errors.h"
 #include "common/stop_request.h"
 #include "common/stopwatch.h"
 #include "common/worker_lines.h"
@@ -40,6 +43,7 @@
 #include "trainer/parallel/rendezvous.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/loop/train_step.h"
+#include "trainer/observe/flight_recorder.h"
 
 namespace partrain {
 
@@ -61,10 +65,31 @@ void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpoi
   std::fflush(stderr);
 }
 
+// A collective failed or timed out: this rank's last collectives go to
+// OUTPUT/flight/rank-R.json, and one line tells the launcher where it stood.
+void dump_flight_record(const Config& cfg, const WorkerEnv& env, const char* error) {
+  const std::vector<FlightEntry> entries = flight_recorder().entries();
+  if (entries.empty()) return;  // no collective ran: nothing to say where it stood
+  const std::string path = dump_flight(cfg.output_dir, env.rank, env.world_size, error, entries);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::fprintf(
+      stderr, "%s\n",
+      format_flight_line(describe_flight(entries, now), path.empty() ? "not written" : path)
+          .c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int run_worker(const Config& cfg, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  // Flight records of an earlier failure in this folder would read as this run's. No rank dumps
+  // before the ranks have met, which needs rank 0 past this point.
+  if (env.rank == 0) {
+    std::error_code ignored;
+    std::filesystem::remove_all(cfg.output_dir + "/flight", ignored);
+  }
   // From here a stop signal is a request the training loop answers at its next step.
   StopRequest stop_request;
   set_intra_op_threads(cfg, env);
@@ -105,7 +130,12 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
   EpochLoop loop(cfg, env,
                  EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
                                 checkpointer, observer, device});
-  loop.run(position);
+  try {
+    loop.run(position);
+  } catch (const CommError& e) {
+    dump_flight_record(cfg, env, e.what());
+    throw;
+  }
   if (loop.stopped()) {
     say_stopped(*loop.stopped(), checkpointer, env.rank);
     return kExitStopped;

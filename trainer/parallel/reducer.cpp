@@ -50,6 +50,7 @@
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
 #include "common/stopwatch.h"
+#include "trainer/observe/flight_recorder.h"
 #include "trainer/parallel/bucket_assignment.h"
 #include "trainer/parallel/tensor_buffer.h"
 
@@ -262,10 +263,15 @@ void Reducer::run_comm_thread() {
 // waits for the last arrival show up as longer spans on their side. The end is when the sum is
 // in the bucket (on CUDA, allreduce_tensor has seen the collective's event complete), so no
 // device synchronisation is added here.
+// The flight recorder keeps the last collectives for a failed run's dump: a bucket that
+// throws or hangs stays entered, not left.
 std::int64_t Reducer::reduce_bucket(std::size_t b, const StreamOrder& order) {
+  const std::uint64_t seq =
+      flight_recorder().enter(FlightOp::kAllreduce, static_cast<int>(b), timings_[b].bytes);
   timings_[b].start = Clock::now();
   const std::int64_t bytes = reduction_->reduce(b, buckets_[b].flat, scale_, order);
   timings_[b].end = Clock::now();
+  flight_recorder().leave(seq);
   return bytes;
 }
 
