@@ -63,8 +63,11 @@ void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpoi
 
 }  // namespace
 
-int run_worker(const Config& cfg, const WorkerEnv& env) {
+int run_worker(Config config, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  // Global-batch mode: each rank's share of the batch, known now that the world size is.
+  resolve_batch_size(config, env.world_size);
+  const Config& cfg = config;
   // From here a stop signal is a request the training loop answers at its next step.
   StopRequest stop_request;
   set_intra_op_threads(cfg, env);
@@ -97,6 +100,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     std::printf("\n");
   }
   strategy.start_gradient_averaging(*model);
+  if (cfg.data.global_batch_size > 0) {
+    strategy.set_rank_share(cfg.data.batch_size, micro_batch_size(cfg));
+  }
   if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
 
   TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,
