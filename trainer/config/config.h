@@ -201,7 +201,9 @@ std::int64_t micro_batch_size(const Config& config);
 void resolve_batch_size(Config& config, int world_size);
 
 // The resolved config as YAML text (what `partrain validate` prints) and as JSON text
-// (embedded in report.json); both load back as the same Config.
+// (embedded in report.json); both load back as the same Config. In global-batch mode
+// data.batch_size is null until resolve_batch_size() has run, then the rank's share: a
+// resolved config (report.json's) names both batch keys, and loads again without that one.
 std::string config_to_yaml(const Config& config);
 std::string config_to_json(const Config& config);
 
