@@ -15,9 +15,10 @@
 // A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
 // "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
 // "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
-// epoch records; CheckpointMeta), and one entry per attached CheckpointState under its own key
-// ("powersgd": PowerSGD's factors and error buffers), absent from checkpoints of runs without
-// it. Checkpoints of earlier versions hold SGD's buffers under "momentum".
+// epoch records, the global batch and its shares; CheckpointMeta), and one entry per
+// attached CheckpointState under its own key ("powersgd": PowerSGD's factors and error
+// buffers), absent from checkpoints of runs without it. Checkpoints of earlier versions hold
+// SGD's buffers under "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
