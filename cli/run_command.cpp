@@ -114,8 +114,11 @@ int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
   twin.config.overrides.push_back("strategy=single");
   twin.config.overrides.push_back("launch.nproc_per_node=1");
   twin.config.overrides.push_back("launch.nnodes=1");
-  twin.config.overrides.push_back("data.batch_size=" +
-                                  std::to_string(parallel.data.batch_size * ranks));
+  // A global batch is already the total; a per-rank one grows to it.
+  if (parallel.data.global_batch_size == 0) {
+    twin.config.overrides.push_back("data.batch_size=" +
+                                    std::to_string(parallel.data.batch_size * ranks));
+  }
   std::cout << "partrain: training the single-device baseline into " << twin.output << "\n"
             << std::flush;
   return run(twin);
@@ -149,6 +152,8 @@ int run(const RunOptions& o) {
   PARTRAIN_CHECK(world == 1 || config.strategy == StrategyKind::kDdp, UsageError, "strategy ",
                  name_of(config.strategy), " runs one process, but ", world,
                  " ranks were asked for; use strategy: ddp");
+  // Before any process starts: a global batch the ranks cannot split is a usage error here.
+  resolve_batch_size(config, world);
 
   if (o.with_baseline) {
     PARTRAIN_CHECK(

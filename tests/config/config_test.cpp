@@ -126,8 +126,8 @@ TEST_F(ConfigTest, ObserveTraceItsWindowAndTensorBoard) {
 TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
   EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
             ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "
-            "download, image_size, mean, num_workers, root, std, synthetic_test, "
-            "synthetic_train, test_limit, train_limit, url)");
+            "download, global_batch_size, image_size, mean, num_workers, root, std, "
+            "synthetic_test, synthetic_train, test_limit, train_limit, url)");
   EXPECT_EQ(error_of("nmae: x\n").substr(0, 20), ":1:1: nmae: unknown ");
 }
 
@@ -488,6 +488,80 @@ TEST_F(ConfigTest, YamlAndJsonRoundTrip) {
   EXPECT_EQ(again.seed, 7u);
   EXPECT_EQ(again.data.batch_size, 9);
   EXPECT_EQ(config_to_json(again), config_to_json(c));
+}
+
+TEST_F(ConfigTest, GlobalBatchSizeIsSharedOverTheRanks) {
+  const std::string path = write("strategy: ddp\ndata: {global_batch_size: 96}\n");
+  Config c = load_config(path);
+  EXPECT_EQ(c.data.global_batch_size, 96);
+  EXPECT_EQ(c.data.batch_size, 0);  // unresolved until the world size is known
+  EXPECT_EQ(c.data.global_batch_size_at, path + ":2:27");
+  EXPECT_EQ(micro_batch_size(c), 96);
+  // Unresolved, it loads again as it is (batch_size null).
+  EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(c)))), config_to_json(c));
+  Config three = c;
+  resolve_batch_size(three, 3);
+  EXPECT_EQ(three.data.batch_size, 32);
+  resolve_batch_size(three, 4);  // again, from the global batch
+  EXPECT_EQ(three.data.batch_size, 24);
+  // The resolved config shows the rank's share beside the global batch.
+  EXPECT_NE(config_to_json(three).find("\"batch_size\":24,\"global_batch_size\":96"),
+            std::string::npos)
+      << config_to_json(three);
+  // Accumulated: each micro-step holds 96 / 4 = 24 samples over all ranks.
+  Config accumulated =
+      load_config(write("data: {global_batch_size: 96}\n"), {"train.accumulate_steps=4"});
+  EXPECT_EQ(micro_batch_size(accumulated), 24);
+  resolve_batch_size(accumulated, 2);
+  EXPECT_EQ(accumulated.data.batch_size, 12);
+  // Per-rank mode: resolving changes nothing.
+  Config per_rank = load_config(write("data: {batch_size: 10}\n"));
+  resolve_batch_size(per_rank, 4);
+  EXPECT_EQ(per_rank.data.batch_size, 10);
+  EXPECT_EQ(micro_batch_size(per_rank), 0);
+}
+
+TEST_F(ConfigTest, GlobalBatchSizeThatCannotBeSplitIsRefused) {
+  EXPECT_EQ(error_of("data:\n  batch_size: 8\n  global_batch_size: 64\n"),
+            ":3:22: data.global_batch_size: given with data.batch_size: 64 samples per step over "
+            "all ranks, or 8 per rank; give one of the two");
+  EXPECT_EQ(error_of("data: {global_batch_size: 64}\n", {"data.batch_size=8"}),
+            ":1:27: data.global_batch_size: given with data.batch_size: 64 samples per step over "
+            "all ranks, or 8 per rank; give one of the two");
+  EXPECT_EQ(error_of("data: {global_batch_size: 0}\n"),
+            ":1:27: data.global_batch_size: 0 is out of range [1, 1099511627776]");
+  EXPECT_EQ(error_of("data: {global_batch_size: 100}\ntrain: {accumulate_steps: 3}\n"),
+            ":1:27: data.global_batch_size: 100 samples do not split into 3 equal micro-steps "
+            "(train.accumulate_steps 3); use a multiple of it");
+  // The world size is known only at launch: the error points at the key all the same.
+  const std::string path = write("strategy: ddp\ndata:\n  global_batch_size: 100\n");
+  Config c = load_config(path);
+  try {
+    resolve_batch_size(c, 3);
+    ADD_FAILURE() << "100 samples split over 3 ranks";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":3:22: data.global_batch_size: 100 samples per step do not split evenly "
+                  "over 3 ranks; use a multiple of 3");
+  }
+  Config accumulated = load_config(path, {"train.accumulate_steps=2"});
+  try {
+    resolve_batch_size(accumulated, 4);
+    ADD_FAILURE() << "50 samples split over 4 ranks";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":3:22: data.global_batch_size: 50 samples per micro-step (100 / 2 "
+                  "accumulate_steps) do not split evenly over 4 ranks; use a multiple of 8");
+  }
+  Config overridden = load_config(path, {"data.global_batch_size=10"});
+  EXPECT_THROW(resolve_batch_size(overridden, 4), UsageError);
+  try {
+    resolve_batch_size(overridden, 4);
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--set data.global_batch_size=10: ", 0), 0u) << e.what();
+  }
 }
 
 TEST_F(ConfigTest, TorchScriptModelStandsAlone) {

@@ -70,6 +70,38 @@ TEST(Loader, BatchesDoNotDependOnTheNumberOfWorkers) {
   }
 }
 
+// Global-batch mode: batch k of rank r is its slice of micro-step k; the ranks' batches
+// together are the one-rank loader's batch k, whatever the world size, and resuming at a
+// micro-step starts there.
+TEST(Loader, BatchPlanBatchesAreEachRanksSliceOfTheMicroStep) {
+  const auto data = synthetic(250);
+  const BatchPlan one(250, 17, BatchPlan::even_shares(48, 1));
+  Loader whole(data, one, 0, options(1, 0, false));
+  const auto expected = epoch_of(whole, 2);
+  ASSERT_EQ(expected.size(), 6u);  // ceil(250 / 48), the last wrapping
+  EXPECT_EQ(expected.back().count, 48);
+  for (int world : {2, 3}) {
+    std::vector<std::vector<Batch>> ranks;
+    for (int r = 0; r < world; ++r) {
+      Loader loader(data, BatchPlan(250, 17, BatchPlan::even_shares(48, world)), r,
+                    options(7, r % 2 + 1, false));
+      EXPECT_EQ(loader.num_batches(), 6);
+      ranks.push_back(epoch_of(loader, 2));
+      EXPECT_TRUE(at::equal(epoch_of(loader, 2, 4).front().labels, ranks.back()[4].labels));
+    }
+    for (std::size_t k = 0; k < expected.size(); ++k) {
+      std::vector<at::Tensor> labels, images;
+      for (const auto& batches : ranks) {
+        ASSERT_EQ(batches[k].count, 48 / world);
+        labels.push_back(batches[k].labels);
+        images.push_back(batches[k].images);
+      }
+      EXPECT_TRUE(at::equal(at::cat(labels), expected[k].labels)) << world << " ranks, step " << k;
+      EXPECT_TRUE(at::equal(at::cat(images), expected[k].images)) << world << " ranks, step " << k;
+    }
+  }
+}
+
 TEST(Loader, ImagesAreNormalisedWithTheDatasetStatistics) {
   const auto data = synthetic(40);
   Loader loader(data, sampler(40, 1, 0, /*shuffle=*/false), options(16, 2, false));

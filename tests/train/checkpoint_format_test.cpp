@@ -194,6 +194,27 @@ TEST(CheckpointMeta, TheMidEpochPositionReadsBackAsWritten) {
   EXPECT_EQ(out.step, 938);
 }
 
+TEST(CheckpointMeta, TheGlobalBatchReadsBackAsWritten) {
+  CheckpointMeta in = full_meta();
+  in.global_batch_size = 96;
+  in.accumulate_steps = 2;
+  in.shares_rule = "even";
+  in.shares = {12, 12, 12, 12};
+  const std::string text = meta_to_text(in);
+  EXPECT_EQ(Json::parse(text).at("global_batch_size"), 96);
+  const CheckpointMeta out = meta_from_text(text);
+  EXPECT_EQ(out.global_batch_size, 96);
+  EXPECT_EQ(out.accumulate_steps, 2);
+  EXPECT_EQ(out.shares_rule, "even");
+  EXPECT_EQ(out.shares, (std::vector<std::int64_t>{12, 12, 12, 12}));
+  // Per-rank mode writes none of it, as earlier versions did, and reads back as per-rank.
+  const std::string per_rank = meta_to_text(full_meta());
+  EXPECT_FALSE(Json::parse(per_rank).contains("global_batch_size"));
+  EXPECT_FALSE(Json::parse(per_rank).contains("shares"));
+  EXPECT_EQ(meta_from_text(per_rank).global_batch_size, 0);
+  EXPECT_TRUE(meta_from_text(per_rank).shares.empty());
+}
+
 TEST(CheckpointMeta, AtAnEpochsEndNoMidEpochKeysAreWritten) {
   const std::string text = meta_to_text(full_meta());
   EXPECT_FALSE(Json::parse(text).contains("micro_step_in_epoch"));

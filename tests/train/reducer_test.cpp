@@ -31,6 +31,9 @@ struct Case {
   double bucket_mb;
   int accumulate;
   bool cuda = false;
+  // Uneven shares of each step's samples (rank r takes r + 1 parts): each rank's gradient
+  // counts its share in the sum (Reducer::set_scale). Without accumulation only.
+  bool uneven = false;
 };
 
 // Rank r trains on cuda:(r mod devices) in the CUDA cases; the single-process reference on
@@ -115,21 +118,31 @@ std::vector<torch::Tensor> train_rank(const Case& c, const std::string& dir, int
   ro.bucket_mb = c.bucket_mb;
   ro.first_bucket_mb = c.bucket_mb / 4;
   Reducer reducer(net->parameters(), *comm, ro);
+  const int total = c.world * c.accumulate * kBatch;
+  int64_t share = kBatch, offset = static_cast<int64_t>(rank) * c.accumulate * kBatch;
+  if (c.uneven) {
+    const int parts = c.world * (c.world + 1) / 2;
+    share = total / parts * (rank + 1);
+    offset = total / parts * (rank * (rank + 1) / 2);
+    reducer.set_scale(static_cast<float>(static_cast<double>(share) / total));
+  } else {
+    EXPECT_EQ(reducer.scale(), 1.0f / static_cast<float>(c.world));  // the default: 1 / W
+  }
   if (c.bucket_mb < 0.01) {
     EXPECT_GT(reducer.bucket_count(), 2u);
     auto sizes = reducer.bucket_sizes();
     EXPECT_LE(sizes.front(), sizes[1]);  // the first bucket is the small one
   }
-  const int total = c.world * c.accumulate * kBatch;
   for (int s = 0; s < kSteps; ++s) {
     auto [x, y] = step_data(s, total);
     x = x.to(device);
     y = y.to(device);
     for (int m = 0; m < c.accumulate; ++m) {
-      // Any split of the step's samples into equal parts gives the same mean gradient.
-      int64_t first = (static_cast<int64_t>(rank) * c.accumulate + m) * kBatch;
-      auto loss = torch::nn::functional::cross_entropy(net->forward(x.narrow(0, first, kBatch)),
-                                                       y.narrow(0, first, kBatch));
+      // Any split of the step's samples into equal parts gives the same mean gradient; so
+      // does an uneven one when each part counts its share.
+      const int64_t first = offset + m * share;
+      auto loss = torch::nn::functional::cross_entropy(net->forward(x.narrow(0, first, share)),
+                                                       y.narrow(0, first, share));
       bool sync = m + 1 == c.accumulate;
       reducer.prepare_for_backward(sync);
       (loss / c.accumulate).backward();
@@ -211,8 +224,9 @@ std::vector<Case> cases() {
   if (comm::backend_compiled_in("gloo")) backends.push_back("gloo");
   for (const auto& b : backends) {
     out.push_back({b, 2, 25.0, 1});
-    out.push_back({b, 3, 0.004, 1});  // many small buckets
-    out.push_back({b, 2, 0.004, 2});  // accumulation
+    out.push_back({b, 3, 0.004, 1});               // many small buckets
+    out.push_back({b, 2, 0.004, 2});               // accumulation
+    out.push_back({b, 3, 0.004, 1, false, true});  // uneven shares: 3, 6 and 9 of 18
   }
 #endif
   return out;
@@ -295,7 +309,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, ReducerEquivalence, ::testing::ValuesIn(cases
                            std::string name = info.param.backend + "_w" +
                                               std::to_string(info.param.world) + "_acc" +
                                               std::to_string(info.param.accumulate) +
-                                              (info.param.bucket_mb < 1 ? "_small" : "_big");
+                                              (info.param.bucket_mb < 1 ? "_small" : "_big") +
+                                              (info.param.uneven ? "_uneven" : "");
                            for (auto& ch : name)
                              if (ch == '-') ch = '_';
                            return name;

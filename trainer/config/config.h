@@ -55,10 +55,18 @@ struct CommConfig {
 
 struct DataConfig {
   DatasetKind dataset = DatasetKind::kSynthetic;
-  std::string root;              // empty: the dataset's default (data::default_root())
-  bool download = false;         // cifar100: fetch the archive when the files are missing
-  std::string url;               // cifar100 archive; empty: the official one
-  int batch_size = 128;          // 1..1048576 samples per rank and step
+  std::string root;       // empty: the dataset's default (data::default_root())
+  bool download = false;  // cifar100: fetch the archive when the files are missing
+  std::string url;        // cifar100 archive; empty: the official one
+  // 1..1048576 samples per rank and micro-step (per-rank mode). With global_batch_size it is
+  // not given but derived: 0 until resolve_batch_size() sets it to this rank's share.
+  int batch_size = 128;
+  // 0: per-rank mode (batch_size). 1..2^40: samples per optimizer step over all ranks, the same
+  // training whatever the world size (trainer/data/batch_plan.h); excludes batch_size.
+  std::int64_t global_batch_size = 0;
+  // Where global_batch_size was set (FILE:LINE:COL or its --set override): the errors that
+  // need the world size (resolve_batch_size()) point there. Not a key.
+  std::string global_batch_size_at;
   int num_workers = 2;           // 0..64 loader threads (0: batches built by the training thread)
   bool augment = false;          // random crop (4-pixel zero padding) and horizontal flip
   std::int64_t train_limit = 0;  // 0..2^40: only the first N training samples; 0 = all
@@ -185,8 +193,20 @@ struct Config {
 // (overrides use "--set key.path" as their location).
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// Samples per micro-step over all ranks in global-batch mode: data.global_batch_size /
+// train.accumulate_steps (load_config() checked that it divides); 0 in per-rank mode.
+std::int64_t micro_batch_size(const Config& config);
+
+// Global-batch mode: sets data.batch_size to each rank's share of a micro-step, M / world_size
+// (world_size: the ranks of strategy ddp; 1 for single and dp, whose one process takes the
+// whole batch). Throws UsageError "FILE:LINE:COL: data.global_batch_size: ..." with the numbers
+// when the ranks cannot split M evenly. Per-rank mode: changes nothing.
+void resolve_batch_size(Config& config, int world_size);
+
 // The resolved config as YAML text (what `partrain validate` prints) and as JSON text
-// (embedded in report.json); both load back as the same Config.
+// (embedded in report.json); both load back as the same Config. In global-batch mode
+// data.batch_size is null until resolve_batch_size() has run, then the rank's share: a
+// resolved config (report.json's) names both batch keys, and loads again without that one.
 std::string config_to_yaml(const Config& config);
 std::string config_to_json(const Config& config);
 

@@ -58,6 +58,7 @@ std::string interface_problem(const std::string& name) {
 
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 constexpr long long kMaxCount = 1LL << 40;
+constexpr long long kMaxBatch = 1LL << 20;  // samples per rank and micro-step
 constexpr std::size_t kMaxChannels = 64;
 
 // Channels of the images a dataset yields (image-folder decodes everything as RGB, as
@@ -176,12 +177,26 @@ void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node
   }
 }
 
-void read_data(Section data, DataConfig& d) {
+// Returns data.global_batch_size's node (null when absent), for the checks against train's keys.
+YAML::Node read_data(Section data, DataConfig& d) {
   data.read_enum("dataset", d.dataset);
   data.read("root", d.root);
   data.read_bool("download", d.download);
   data.read("url", d.url);
-  data.read_int("batch_size", d.batch_size, 1, 1 << 20);
+  const YAML::Node batch = data.raw("batch_size");
+  data.read_int("batch_size", d.batch_size, 1, kMaxBatch);
+  const YAML::Node global = data.raw("global_batch_size");
+  data.read_int("global_batch_size", d.global_batch_size, 1, kMaxCount);
+  if (global.IsDefined() && !global.IsNull()) {
+    if (batch.IsDefined() && !batch.IsNull()) {
+      fail(data.origins(), "data.global_batch_size", global.Mark(),
+           detail::concat("given with data.batch_size: ", d.global_batch_size,
+                          " samples per step over all ranks, or ", d.batch_size,
+                          " per rank; give one of the two"));
+    }
+    d.batch_size = 0;  // resolve_batch_size() sets the rank's share once the world size is known
+    d.global_batch_size_at = data.origins().where("data.global_batch_size", global.Mark());
+  }
   data.read_int("num_workers", d.num_workers, 0, 64);
   data.read_bool("augment", d.augment);
   data.read_int("train_limit", d.train_limit, 0, kMaxCount);
@@ -197,6 +212,7 @@ void read_data(Section data, DataConfig& d) {
       data.read_double_list("std", d.std, std::numeric_limits<double>::min(), 100.0, kMaxChannels);
   data.finish();
   check_data_shape(data, d, image_size, mean, std_dev);
+  return global;
 }
 
 // model.torchscript replaces the built-in models, so a built-in model's keys next to it would
@@ -403,9 +419,16 @@ void read_config(Section& top, Config& c) {
   top.read_enum("strategy", c.strategy);
   read_launch(top.section("launch"), c.launch);
   read_comm(top.section("comm"), c.comm, c.strategy);
-  read_data(top.section("data"), c.data);
+  const YAML::Node global_batch = read_data(top.section("data"), c.data);
   read_model(top.section("model"), c.model, c.strategy);
   read_train(top.section("train"), c.train, c.device, c.comm.compression);
+  // Every micro-step of an accumulation group holds the same number of samples.
+  if (c.data.global_batch_size % c.train.accumulate_steps != 0) {
+    fail(top.origins(), "data.global_batch_size", global_batch.Mark(),
+         detail::concat(c.data.global_batch_size, " samples do not split into ",
+                        c.train.accumulate_steps, " equal micro-steps (train.accumulate_steps ",
+                        c.train.accumulate_steps, "); use a multiple of it"));
+  }
   read_checkpoint(top.section("checkpoint"), c.checkpoint);
   read_observe(top.section("observe"), c.observe);
   Section output = top.section("output");
@@ -436,6 +459,34 @@ void check_across_sections(const Origins& origins, const Config& c) {
 }
 
 }  // namespace
+
+std::int64_t micro_batch_size(const Config& config) {
+  return config.data.global_batch_size / config.train.accumulate_steps;
+}
+
+void resolve_batch_size(Config& config, int world_size) {
+  DataConfig& d = config.data;
+  if (d.global_batch_size == 0) return;
+  const std::int64_t micro = micro_batch_size(config);
+  auto reject = [&](const std::string& why) {
+    throw UsageError(detail::concat(d.global_batch_size_at, ": data.global_batch_size: ", why));
+  };
+  const std::string per_micro_step =
+      config.train.accumulate_steps == 1
+          ? detail::concat(micro, " samples per step")
+          : detail::concat(micro, " samples per micro-step (", d.global_batch_size, " / ",
+                           config.train.accumulate_steps, " accumulate_steps)");
+  if (world_size < 1 || micro % world_size != 0) {
+    reject(detail::concat(per_micro_step, " do not split evenly over ", world_size,
+                          " ranks; use a multiple of ",
+                          world_size * config.train.accumulate_steps));
+  }
+  if (micro / world_size > kMaxBatch) {
+    reject(detail::concat(per_micro_step, " over ", world_size, " ranks is ", micro / world_size,
+                          " per rank, above the ", kMaxBatch, " one rank may take"));
+  }
+  d.batch_size = static_cast<int>(micro / world_size);
+}
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Origins origins;

@@ -97,12 +97,17 @@ Json comm_json(const CommConfig& m) {
           {"powersgd_start_step", powersgd ? Json(m.powersgd_start_step) : Json(nullptr)}};
 }
 
+// Global-batch mode: batch_size is the rank's share once resolved (null before, so that the
+// config loads again), beside the global batch.
 Json data_json(const DataConfig& d) {
+  const Json batch = d.batch_size > 0 ? Json(d.batch_size) : Json(nullptr);
+  const Json global = d.global_batch_size > 0 ? Json(d.global_batch_size) : Json(nullptr);
   return {{"dataset", name_of(d.dataset)},
           {"root", d.root},
           {"download", d.download},
           {"url", d.url},
-          {"batch_size", d.batch_size},
+          {"batch_size", batch},
+          {"global_batch_size", global},
           {"num_workers", d.num_workers},
           {"augment", d.augment},
           {"train_limit", d.train_limit},

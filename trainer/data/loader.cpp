@@ -29,6 +29,8 @@ constexpr int kCropPadding = 4;
 struct Loader::State {
   std::shared_ptr<const ImageDataset> dataset;
   DistributedSampler sampler;
+  std::optional<BatchPlan> plan;  // global-batch mode: the epoch's order comes from here
+  int rank = 0;
   LoaderOptions options;
   std::vector<float> lut;  // channels x 256: normalised value of each pixel byte
 
@@ -52,6 +54,10 @@ struct Loader::State {
   State(std::shared_ptr<const ImageDataset> d, DistributedSampler s, LoaderOptions o)
       : dataset(std::move(d)), sampler(std::move(s)), options(o) {}
 
+  // This rank's dataset indices of epoch `e`, in visiting order; batch k is [k*b, (k+1)*b).
+  std::vector<std::int64_t> epoch_order(std::int64_t e) const {
+    return plan ? plan->rank_indices(e, rank) : sampler.indices(e);
+  }
   Batch build(std::int64_t batch_epoch, const std::vector<std::int64_t>& indices,
               std::int64_t k) const;
   void work(int worker, std::int64_t first);
@@ -148,6 +154,20 @@ void Loader::State::stop_workers() {
   stop = false;
 }
 
+Loader::Loader(std::shared_ptr<const ImageDataset> dataset, BatchPlan plan, int rank,
+               LoaderOptions options)
+    : Loader(dataset,
+             DistributedSampler(plan.dataset_size(), {plan.world_size(), rank, options.seed, true}),
+             [&] {
+               options.batch_size = plan.share(rank);
+               return options;
+             }()) {
+  state_->plan = std::move(plan);
+  state_->rank = rank;
+  // Every micro-step holds a whole share, the last one wrapping to the epoch's start.
+  state_->batches = state_->plan->num_steps();
+}
+
 Loader::Loader(std::shared_ptr<const ImageDataset> dataset, DistributedSampler sampler,
                LoaderOptions options)
     : state_(std::make_unique<State>(std::move(dataset), std::move(sampler), options)) {
@@ -184,7 +204,7 @@ void Loader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
   PARTRAIN_CHECK(first_batch >= 0 && first_batch <= s.batches, UsageError, "batch ", first_batch,
                  " is outside the epoch's 0..", s.batches);
   s.epoch = epoch;
-  s.order = s.sampler.indices(epoch);
+  s.order = s.epoch_order(epoch);
   s.next_batch = first_batch;
   s.started = true;
   for (int w = 0; w < s.options.num_workers; ++w) {
@@ -228,7 +248,7 @@ Batch Loader::make_batch(std::int64_t epoch, std::int64_t batch_index) const {
   const State& s = *state_;
   PARTRAIN_CHECK(batch_index >= 0 && batch_index < s.batches, UsageError, "batch ", batch_index,
                  " is outside the epoch's 0..", s.batches - 1);
-  return s.build(epoch, s.sampler.indices(epoch), batch_index);
+  return s.build(epoch, s.epoch_order(epoch), batch_index);
 }
 
 }  // namespace partrain::data

@@ -1,10 +1,10 @@
 // defines: Loader (batches of normalised float tensors for one rank, prepared ahead by
 // worker threads), LoaderOptions and Batch.
 //
-// Order and content of the batches depend only on the dataset, the sampler, the batch size,
-// the seed and the epoch — never on num_workers or thread timing: batch k of an epoch is
-// always built from the sampler's positions k*b .. k*b+b-1, and augmentation draws from a
-// random stream keyed by (seed, epoch, dataset index).
+// Order and content of the batches depend only on the dataset, the sampler (or, in global-batch
+// mode, the batch plan and the rank), the batch size, the seed and the epoch — never on num_workers
+// or thread timing: batch k of an epoch is always built from the sampler's positions k*b ..
+// k*b+b-1, and augmentation draws from a random stream keyed by (seed, epoch, dataset index).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include "trainer/data/batch_plan.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/sampler.h"
 
@@ -38,6 +39,11 @@ class Loader {
  public:
   // The dataset is shared so worker threads can never outlive it.
   Loader(std::shared_ptr<const ImageDataset> dataset, DistributedSampler sampler,
+         LoaderOptions options);
+  // Global-batch mode: batch k of an epoch is rank `rank`'s slice of micro-step k of `plan`
+  // (options.batch_size is replaced by the rank's share). sampler() is then the
+  // DistributedSampler of the same world, rank and seed, for its sizes only.
+  Loader(std::shared_ptr<const ImageDataset> dataset, BatchPlan plan, int rank,
          LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;

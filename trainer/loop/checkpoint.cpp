@@ -15,9 +15,10 @@
 // A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
 // "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
 // "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
-// epoch records; CheckpointMeta), and one entry per attached CheckpointState under its own key
-// ("powersgd": PowerSGD's factors and error buffers), absent from checkpoints of runs without
-// it. Checkpoints of earlier versions hold SGD's buffers under "momentum".
+// epoch records, the global batch and its shares; CheckpointMeta), and one entry per
+// attached CheckpointState under its own key ("powersgd": PowerSGD's factors and error
+// buffers), absent from checkpoints of runs without it. Checkpoints of earlier versions hold
+// SGD's buffers under "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
@@ -348,6 +349,12 @@ std::string Checkpointer::checkpoint_bytes(
   meta.epochs = epochs;
   meta.loss_scaler = at.loss_scaler;
   meta.mid_epoch = at.mid_epoch;
+  if (config_.data.global_batch_size > 0) {
+    meta.global_batch_size = config_.data.global_batch_size;
+    meta.accumulate_steps = config_.train.accumulate_steps;
+    meta.shares_rule = "even";
+    meta.shares.assign(static_cast<std::size_t>(env_.world_size), config_.data.batch_size);
+  }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("format", std::string(kCheckpointFormat));
   top.insert("model", model_state_of(model));
@@ -453,11 +460,25 @@ std::int64_t Checkpointer::read_on_rank0(const torch::nn::Module& model, comm::C
   }
 }
 
+// Another world size continues the same training only in global-batch mode, at the same global
+// batch split into the same micro-steps: then the epoch's samples and the position in it
+// (micro-steps of M samples over all ranks) mean the same at any size (batch_plan.h).
 void Checkpointer::check_fits_this_run(const CheckpointMeta& meta, const std::string& path) const {
-  PARTRAIN_CHECK(meta.world_size == env_.world_size, UsageError, "checkpoint ", path,
+  if (meta.world_size == env_.world_size) return;
+  const std::int64_t global = config_.data.global_batch_size;
+  PARTRAIN_CHECK(meta.global_batch_size > 0 && global > 0, UsageError, "checkpoint ", path,
                  " was written by a run of ", meta.world_size, " ranks; this run has ",
-                 env_.world_size,
-                 " (the global batch would change); use checkpoint.resume: never to start afresh");
+                 env_.world_size, " (a per-rank data.batch_size would change the global batch); ",
+                 "use data.global_batch_size in both runs to resume at another world size, or ",
+                 "checkpoint.resume: never to start afresh");
+  PARTRAIN_CHECK(
+      meta.global_batch_size == global && meta.accumulate_steps == config_.train.accumulate_steps,
+      UsageError, "checkpoint ", path, " was written at data.global_batch_size ",
+      meta.global_batch_size, " in ", meta.accumulate_steps,
+      " micro-steps (train.accumulate_steps) by ", meta.world_size, " ranks; this run ", "of ",
+      env_.world_size, " ranks has ", global, " in ", config_.train.accumulate_steps,
+      "; use the same to resume at another world size, ",
+      "or checkpoint.resume: never to start afresh");
 }
 
 }  // namespace partrain

@@ -50,7 +50,8 @@ class Checkpointer {
   // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
   // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
   // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
-  // this run (another model, world size or optimizer).
+  // this run (another model or optimizer; another world size, unless both runs have the same
+  // data.global_batch_size and accumulate_steps).
   TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                           comm::Communicator* comm);
   // State kept beside the model and the optimizer (PowerSGD's), saved from here on under its

@@ -88,6 +88,13 @@ std::string meta_to_text(const CheckpointMeta& meta) {
     json["loss_scale"] = meta.loss_scaler->scale;
     json["loss_scale_good_steps"] = meta.loss_scaler->good_steps;
   }
+  // Only in global-batch mode: a per-rank run's checkpoint stays as earlier versions wrote it.
+  if (meta.global_batch_size > 0) {
+    json["global_batch_size"] = meta.global_batch_size;
+    json["accumulate_steps"] = meta.accumulate_steps;
+    json["shares_rule"] = meta.shares_rule;
+    json["shares"] = meta.shares;
+  }
   // Only mid-epoch: a checkpoint at an epoch's end stays as earlier versions wrote it.
   if (meta.mid_epoch.any()) {
     json["micro_step_in_epoch"] = meta.mid_epoch.micro_step;
@@ -117,6 +124,12 @@ CheckpointMeta meta_from_text(const std::string& text) {
     scaler.scale = json.at("loss_scale").get<double>();
     scaler.good_steps = json.at("loss_scale_good_steps").get<std::int64_t>();
     meta.loss_scaler = scaler;
+  }
+  if (json.contains("global_batch_size")) {
+    meta.global_batch_size = json.at("global_batch_size").get<std::int64_t>();
+    meta.accumulate_steps = json.at("accumulate_steps").get<int>();
+    meta.shares_rule = json.at("shares_rule").get<std::string>();
+    meta.shares = json.at("shares").get<std::vector<std::int64_t>>();
   }
   if (json.contains("micro_step_in_epoch")) {
     meta.mid_epoch.micro_step = json.at("micro_step_in_epoch").get<std::int64_t>();

@@ -47,7 +47,9 @@ std::optional<CheckpointManifest> read_manifest(const std::string& dir);
 // Where a checkpoint taken mid-epoch stands in its epoch: what the epoch's record will need
 // when the epoch is finished by a resumed run.
 struct MidEpoch {
-  std::int64_t micro_step = 0;  // the epoch's batches trained (micro-steps, per rank)
+  // The epoch's batches trained: micro-steps, the same count on every rank (in global-batch
+  // mode each is M samples over all ranks, whatever the world size).
+  std::int64_t micro_step = 0;
   // Per rank, in rank order: its training loss summed over its images so far, and the images.
   std::vector<double> loss_sums;
   std::vector<double> images;
@@ -70,6 +72,15 @@ struct CheckpointMeta {
   double test_accuracy = 0;  // of the last epoch; 0 in checkpoints of earlier versions
   std::vector<EpochRecord> epochs;
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
+  // Global-batch mode (data.global_batch_size): samples per step over all ranks, the micro-steps
+  // a step accumulates, and how each micro-step was split over the ranks (shares_rule "even":
+  // M / W each; shares: the samples of each rank, in rank order). 0 or empty in per-rank mode
+  // and in checkpoints of earlier versions. With them, mid_epoch.micro_step counts micro-steps
+  // of M samples over all ranks, the same position for any world size.
+  std::int64_t global_batch_size = 0;
+  int accumulate_steps = 0;
+  std::string shares_rule;
+  std::vector<std::int64_t> shares;
   // Within epoch `epoch + 1`, for a checkpoint taken mid-epoch (all 0 or empty at an epoch's
   // end, and in checkpoints of earlier versions, which were all taken at an epoch's end).
   MidEpoch mid_epoch;

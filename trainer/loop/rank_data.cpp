@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "trainer/data/batch_plan.h"
 #include "trainer/data/download.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/tensor_file.h"
@@ -55,9 +56,19 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
   lo.augment = cfg.data.augment;
   lo.seed = cfg.seed;
   lo.timeout_s = cfg.comm.timeout_s;
-  d.train = std::make_unique<data::Loader>(
-      d.train_set,
-      data::DistributedSampler(d.train_set->size, {env.world_size, env.rank, cfg.seed, true}), lo);
+  if (cfg.data.global_batch_size > 0) {
+    // Global-batch mode: the same micro-steps whatever the world size (batch_plan.h).
+    d.train = std::make_unique<data::Loader>(
+        d.train_set,
+        data::BatchPlan(d.train_set->size, cfg.seed,
+                        data::BatchPlan::even_shares(micro_batch_size(cfg), env.world_size)),
+        env.rank, lo);
+  } else {
+    d.train = std::make_unique<data::Loader>(
+        d.train_set,
+        data::DistributedSampler(d.train_set->size, {env.world_size, env.rank, cfg.seed, true}),
+        lo);
+  }
   data::LoaderOptions eval_lo = lo;
   eval_lo.augment = false;
   d.test = std::make_unique<data::Loader>(

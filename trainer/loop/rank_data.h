@@ -1,5 +1,6 @@
 // defines: RankData and load_rank_data() — the data sets one rank reads and its loaders: its
-// shard of the shuffled training set and of the test set.
+// shard of the shuffled training set (in global-batch mode its slices of the batch plan) and of
+// the test set.
 #pragma once
 
 #include <chrono>

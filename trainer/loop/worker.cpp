@@ -82,8 +82,11 @@ void dump_flight_record(const Config& cfg, const WorkerEnv& env, const char* err
 
 }  // namespace
 
-int run_worker(const Config& cfg, const WorkerEnv& env) {
+int run_worker(Config config, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  // Global-batch mode: each rank's share of the batch, known now that the world size is.
+  resolve_batch_size(config, env.world_size);
+  const Config& cfg = config;
   // Flight records of an earlier failure in this folder would read as this run's. No rank dumps
   // before the ranks have met, which needs rank 0 past this point.
   if (env.rank == 0) {
@@ -122,6 +125,9 @@ int run_worker(const Config& cfg, const WorkerEnv& env) {
     std::printf("\n");
   }
   strategy.start_gradient_averaging(*model);
+  if (cfg.data.global_batch_size > 0) {
+    strategy.set_rank_share(cfg.data.batch_size, micro_batch_size(cfg));
+  }
   if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
 
   TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,

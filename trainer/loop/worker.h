@@ -12,7 +12,8 @@ namespace partrain {
 // The rendezvous may be empty with world_size 1.
 using WorkerEnv = RankPlace;
 
-// Returns the exit code; throws UsageError (bad config or data) and Error (run failed).
-int run_worker(const Config& config, const WorkerEnv& env);
+// Returns the exit code; throws UsageError (bad config or data) and Error (run failed). The
+// config is taken as loaded: this rank resolves its batch size (resolve_batch_size()).
+int run_worker(Config config, const WorkerEnv& env);
 
 }  // namespace partrain

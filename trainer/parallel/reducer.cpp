@@ -8,7 +8,8 @@
 //   [ fc.w | fc.b ]                [ conv4.w | bn4.w | bn4.b | ... ]
 //
 // Each parameter has a hook that autograd calls with its gradient. The hook copies the
-// gradient into its slot, already scaled by 1/W ("average while copying"), and when a
+// gradient into its slot, already scaled by the rank's share of the step's samples (1/W when
+// the shares are even; set_scale()) ("average while copying"), and when a
 // bucket's last slot is filled the bucket is ready. A communication thread allreduces
 // ready buckets strictly in bucket order — every rank issues the same collectives in the
 // same order, whatever order autograd happened to finish them in — so bucket 0 is on the
@@ -133,6 +134,13 @@ Reducer::~Reducer() {
   cv_.notify_all();
   if (comm_thread_.joinable()) comm_thread_.join();
   for (std::size_t k = 0; k < params_.size(); ++k) params_[k].remove_hook(hooks_[k]);
+}
+
+void Reducer::set_scale(float scale) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  PARTRAIN_CHECK(next_ == buckets_.size(), Error, "Reducer: scale changed during a step");
+  PARTRAIN_CHECK(scale > 0 && scale <= 1, Error, "Reducer: scale ", scale, " is outside (0, 1]");
+  scale_ = scale;
 }
 
 void Reducer::use_reduction(BucketReduction& reduction) {

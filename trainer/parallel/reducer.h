@@ -43,6 +43,13 @@ class Reducer {
   // gradients into each parameter's .grad. Rethrows a communication failure.
   void finish_backward();
 
+  // What each rank's gradient is multiplied by before the sum over the ranks: its share of
+  // the step's samples, b_r / M, so that the sum is the mean over all M samples when each
+  // rank's loss is the mean over its own b_r. 1 / W until set (even shares). Call between
+  // steps; the same bucket reduction (PowerSGD's too) receives it.
+  void set_scale(float scale);
+  float scale() const { return scale_; }
+
   // Replaces the plain allreduce of each bucket by `reduction` (PowerSGD), from the next sync
   // step on. It must outlive the Reducer. The same on every rank.
   void use_reduction(BucketReduction& reduction);

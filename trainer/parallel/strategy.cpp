@@ -3,6 +3,7 @@
 #include <torch/nn/module.h>
 #include <torch/utils.h>
 
+#include "comm_backends/communicator.h"
 #include "trainer/device/rank_device.h"
 #include "trainer/parallel/powersgd.h"
 #include "trainer/parallel/reducer.h"
@@ -42,6 +43,7 @@ void Strategy::start_gradient_averaging(TrainModel& model) {
   ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm.timeout_s * 1000));
   const std::vector<at::Tensor> parameters = model.module().parameters();
   reducer_ = std::make_unique<Reducer>(parameters, *comm_, ro);
+  if (gradient_scale_ > 0) reducer_->set_scale(gradient_scale_);
   if (config_.comm.compression == Compression::kPowerSgd && !parameters.empty()) {
     PowerSgdOptions po;
     po.rank = config_.comm.powersgd_rank;
@@ -51,6 +53,18 @@ void Strategy::start_gradient_averaging(TrainModel& model) {
                                            parameters.front().options());
     reducer_->use_reduction(*powersgd_);
   }
+}
+
+void Strategy::set_rank_share(std::int64_t share, std::int64_t micro_batch) {
+  if (comm_ == nullptr) return;
+  // Even shares take the Reducer's own 1.0f / W, so that an even run keeps its bits whatever
+  // the size of M (share / M in f32 is exact only below 2^24).
+  const int world = comm_->size();
+  gradient_scale_ =
+      share * world == micro_batch
+          ? 1.0f / static_cast<float>(world)
+          : static_cast<float>(static_cast<double>(share) / static_cast<double>(micro_batch));
+  if (reducer_) reducer_->set_scale(gradient_scale_);
 }
 
 CheckpointState* Strategy::checkpoint_state() const { return powersgd_.get(); }

@@ -6,6 +6,7 @@
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,12 @@ class Strategy {
   // when comm.compression says so). Call once, after the model holds its final starting state
   // (a resumed checkpoint included).
   void start_gradient_averaging(TrainModel& model);
+
+  // ddp: this rank's share of each micro-step's samples, `share` of `micro_batch` over all
+  // ranks; its gradient counts share / micro_batch in the sum (Reducer::set_scale), so that
+  // uneven shares still give the mean over every sample. Until called, and with even shares,
+  // that is 1 / W. Call between steps; single and dp ignore it.
+  void set_rank_share(std::int64_t share, std::int64_t micro_batch);
 
   // dp: the batch split over the GPUs, the outputs gathered on the training device.
   at::Tensor forward(TrainModel& model, const at::Tensor& images) const;
@@ -78,6 +85,7 @@ class Strategy {
   std::vector<c10::Device> dp_devices_;
   std::unique_ptr<PowerSgd> powersgd_;  // before reducer_: the Reducer's thread uses it
   std::unique_ptr<Reducer> reducer_;
+  float gradient_scale_ = 0;  // 0: the Reducer's own 1 / W
 };
 
 }  // namespace partrain
