@@ -90,6 +90,7 @@ void expect_resumable_leftovers(const fs::path& dir, const Expected& e) {
   ASSERT_TRUE(fs::exists(named));
   EXPECT_EQ(fs::file_size(named), manifest["bytes"].get<std::uintmax_t>());
   // The previous checkpoint: untouched by the save that died, the size it was written with.
+  ASSERT_TRUE(fs::exists(checkpoints / "epoch-0001.pt"));
   const auto previous = fs::file_size(checkpoints / "epoch-0001.pt");
   if (e.manifest_names == "epoch-0001.pt") {
     EXPECT_EQ(previous, manifest["bytes"].get<std::uintmax_t>());
