@@ -35,6 +35,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "comm_backends/communicator.h"
@@ -316,18 +317,31 @@ bool Checkpointer::timed_checkpoint_due() const {
              every;
 }
 
-// Rank 0: the file, then the manifest that names it, then the oldest beyond keep go.
+// Rank 0: the file, then the manifest that names it, then the oldest beyond keep go. Each step
+// leaves the directory resumable if the process dies right after it (checkpoint.cpp's top).
 void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosition& at,
                                     const std::string& bytes) {
+  const InjectedFaults faults = injected_faults(env_.rank);
+  const int save = ++saves_;
+  // Tests only (PARTRAIN_TEST_SAVE_FAULT): this save dies at the step named, as in a power cut.
+  auto die_if = [&](SaveFault::Phase phase) {
+    if (faults.save_fault.strikes(phase, save)) die_at_once();
+  };
+  die_if(SaveFault::Phase::kBefore);
   const std::string path = dir_ + "/" + name;
-  const std::string temp = write_temp_file(path, bytes);
+  const bool half = faults.save_fault.strikes(SaveFault::Phase::kWrite, save);
+  const std::string temp =
+      write_temp_file(path, half ? std::string_view(bytes).substr(0, bytes.size() / 2) : bytes);
+  die_if(SaveFault::Phase::kWrite);
   // Tests only (PARTRAIN_TEST_STOP_SAVE_DELAY): the stop's save held open, half done.
-  if (StopRequest::requested()) {
-    const double delay_s = injected_faults(env_.rank).stop_save_delay_s;
-    if (delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+  if (StopRequest::requested() && faults.stop_save_delay_s > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(faults.stop_save_delay_s));
   }
+  die_if(SaveFault::Phase::kRename);
   commit_file(temp, path);
+  die_if(SaveFault::Phase::kManifest);
   write_manifest(dir_, {name, at.epoch, at.step, bytes.size()});
+  die_if(SaveFault::Phase::kPrune);
   prune_checkpoints();
 }
 

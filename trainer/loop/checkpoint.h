@@ -112,6 +112,7 @@ class Checkpointer {
   std::vector<EpochRecord> previous_epochs_;
   std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
   std::vector<CheckpointState*> states_;
+  int saves_ = 0;  // checkpoints this process has begun to write (PARTRAIN_TEST_SAVE_FAULT)
   // The resumed checkpoint's entries other than its model, optimizer and meta, by key, until
   // the state they belong to is attached; and the file they came from.
   std::map<std::string, c10::IValue> resumed_states_;

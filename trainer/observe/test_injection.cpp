@@ -1,8 +1,15 @@
 #include "trainer/observe/test_injection.h"
 
+#include <array>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <string>
+#include <utility>
+
+#if defined(_WIN32)
+#include <windows.h>
+#endif
 
 #include "common/errors.h"
 
@@ -30,6 +37,46 @@ double seconds_for(const char* variable, int rank) {
   return named == rank ? seconds : 0.0;
 }
 
+// PARTRAIN_TEST_SAVE_FAULT's fault for `rank`: none when it is unset or names another rank.
+SaveFault save_fault_for(int rank) {
+  constexpr const char* kVariable = "PARTRAIN_TEST_SAVE_FAULT";
+  constexpr std::array<std::pair<const char*, SaveFault::Phase>, 5> kPhases = {{
+      {"before", SaveFault::Phase::kBefore},
+      {"write", SaveFault::Phase::kWrite},
+      {"rename", SaveFault::Phase::kRename},
+      {"manifest", SaveFault::Phase::kManifest},
+      {"prune", SaveFault::Phase::kPrune},
+  }};
+  const char* value = std::getenv(kVariable);
+  if (value == nullptr || *value == '\0') return {};
+  const std::string text = value;
+  const auto first = text.find(':');
+  const auto second = first == std::string::npos ? first : text.find(':', first + 1);
+  const std::string phase_text =
+      first == std::string::npos ? "" : text.substr(first + 1, second - first - 1);
+  SaveFault fault;
+  bool ok = first != std::string::npos;
+  int named = -1;
+  try {
+    std::size_t end = 0;
+    named = std::stoi(text.substr(0, first), &end);
+    ok = ok && end == first;
+    if (ok && second != std::string::npos) {
+      fault.save = std::stoi(text.substr(second + 1), &end);
+      ok = end == text.size() - second - 1 && fault.save >= 1;
+    }
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  for (const auto& [name, phase] : kPhases) {
+    if (phase_text == name) fault.phase = phase;
+  }
+  PARTRAIN_CHECK(ok && fault.phase != SaveFault::Phase::kNone, UsageError, kVariable, "='", text,
+                 "': expected RANK:PHASE[:N], PHASE one of before, write, rename, manifest, "
+                 "prune, N >= 1 (e.g. 0:rename:2)");
+  return named == rank ? fault : SaveFault{};
+}
+
 }  // namespace
 
 InjectedFaults injected_faults(int rank) {
@@ -41,7 +88,17 @@ InjectedFaults injected_faults(int rank) {
   f.stop_save_delay_s = seconds_for("PARTRAIN_TEST_STOP_SAVE_DELAY", rank);
   PARTRAIN_CHECK(f.stop_save_delay_s >= 0.0 && f.stop_save_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STOP_SAVE_DELAY: the delay must be within 0..60 seconds");
+  f.save_fault = save_fault_for(rank);
   return f;
+}
+
+void die_at_once() {
+#if defined(_WIN32)
+  ::TerminateProcess(::GetCurrentProcess(), 9);
+#else
+  std::raise(SIGKILL);
+#endif
+  std::_Exit(137);  // not reached: SIGKILL cannot be caught
 }
 
 }  // namespace partrain
