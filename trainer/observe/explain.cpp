@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <vector>
 
@@ -89,16 +87,7 @@ std::string describe_traffic(const RunReport& report, const BenchReport* bench) 
 }  // namespace
 
 BenchReport read_bench_report(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PARTRAIN_CHECK(in, UsageError, path, ": cannot open the bench report");
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::ordered_json doc;
-  try {
-    doc = nlohmann::ordered_json::parse(text.str());
-  } catch (const nlohmann::ordered_json::parse_error& e) {
-    throw UsageError(detail::concat(path, ": not valid JSON (", e.what(), ")"));
-  }
+  const nlohmann::ordered_json doc = read_json_file(path, "the bench report");
   const JsonAt root(doc, path);
   if (root["schema"].string() != "partrain.bench/1") {
     root["schema"].fail("is not partrain.bench/1 (write it with partrain bench allreduce --json)");

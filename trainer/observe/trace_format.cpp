@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <tuple>
 
 #include "common/errors.h"
 #include "trainer/observe/phase_times.h"
 #include "trainer/report/report_format.h"
+#include "trainer/report/report_reader.h"
 
 namespace partrain {
 namespace {
@@ -110,16 +109,7 @@ std::string trace_to_json(const std::vector<std::vector<TraceRecord>>& ranks,
 }
 
 TraceSummary read_trace_summary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PARTRAIN_CHECK(in, UsageError, path, ": cannot open the trace");
-  std::stringstream text;
-  text << in.rdbuf();
-  Json doc;
-  try {
-    doc = Json::parse(text.str());
-  } catch (const Json::parse_error& e) {
-    throw UsageError(detail::concat(path, ": not valid JSON (", e.what(), ")"));
-  }
+  const Json doc = read_json_file(path, "the trace");
   const JsonAt root(doc, path);
   const JsonAt events = root["traceEvents"];
   TraceSummary s;

@@ -25,9 +25,11 @@ void flatten(const Json& value, const std::string& prefix,
   }
 }
 
-Json parse(const std::string& path) {
+}  // namespace
+
+nlohmann::ordered_json read_json_file(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
-  PARTRAIN_CHECK(in, UsageError, path, ": cannot open the report");
+  PARTRAIN_CHECK(in, UsageError, path, ": cannot open ", what);
   std::stringstream text;
   text << in.rdbuf();
   try {
@@ -49,10 +51,8 @@ Json parse(const std::string& path) {
   }
 }
 
-}  // namespace
-
 RunReport read_run_report(const std::string& path) {
-  const Json doc = parse(path);
+  const Json doc = read_json_file(path, "the report");
   const JsonAt root(doc, path);
   RunReport report;
   report.path = path;

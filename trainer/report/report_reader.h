@@ -26,6 +26,11 @@ struct RunReport {
   std::map<std::string, std::string> config_leaves;
 };
 
+// Reads a JSON file a person handed over (a report, a trace, a bench report). A file that
+// cannot be opened or is not JSON is a UsageError naming it, `what` it was meant to be, and
+// for JSON errors the byte offset, line and column.
+nlohmann::ordered_json read_json_file(const std::string& path, const char* what);
+
 // Reads and checks one report. Any unreadable, missing or ill-typed field is a UsageError
 // naming the file and the JSON path ("runs/a/report.json: ranks[1].peak_rss_mb: ...").
 RunReport read_run_report(const std::string& path);
