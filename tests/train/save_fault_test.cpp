@@ -123,14 +123,20 @@ void expect_resume_to_losses(const fs::path& dir, const fs::path& cfg, const Exp
   EXPECT_EQ(epoch_losses(dir), expected);
 }
 
-TEST(CheckpointSaveFault, DeathAtEveryStepOfTheSaveResumesToTheSameLosses) {
-  auto straight = scratch("save_fault_straight");
-  const auto straight_cfg = write_config(straight, kSingle);
-  const auto status = run_with_fault(straight_cfg, straight / "output.txt", "");
+// The uninterrupted run of `body` in a scratch folder `name`: its three epochs' losses.
+void straight_losses(const std::string& name, const std::string& body,
+                     std::vector<double>& losses) {
+  auto straight = scratch(name);
+  const auto status = run_with_fault(write_config(straight, body), straight / "output.txt", "");
   ASSERT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
       << read_text(straight / "output.txt");
-  const auto expected = epoch_losses(straight);
-  ASSERT_EQ(expected.size(), 3u);
+  losses = epoch_losses(straight);
+  ASSERT_EQ(losses.size(), 3u);
+}
+
+TEST(CheckpointSaveFault, DeathAtEveryStepOfTheSaveResumesToTheSameLosses) {
+  std::vector<double> expected;
+  ASSERT_NO_FATAL_FAILURE(straight_losses("save_fault_straight", kSingle, expected));
 
   for (const Expected& e : expectations()) {
     SCOPED_TRACE("died at " + e.phase);
@@ -148,13 +154,8 @@ TEST(CheckpointSaveFault, DeathAtEveryStepOfTheSaveResumesToTheSameLosses) {
 // Two ranks, rank 0 (the one that writes) dies between the whole temp file and its rename: the
 // launcher names the signal, and the group resumes to the uninterrupted run's losses.
 TEST(CheckpointSaveFault, RankZeroDyingBeforeTheRenameResumesTheGroupToTheSameLosses) {
-  auto straight = scratch("save_fault_ddp_straight");
-  const auto straight_cfg = write_config(straight, kDdp);
-  const auto status = run_with_fault(straight_cfg, straight / "output.txt", "");
-  ASSERT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << read_text(straight / "output.txt");
-  const auto expected = epoch_losses(straight);
-  ASSERT_EQ(expected.size(), 3u);
+  std::vector<double> expected;
+  ASSERT_NO_FATAL_FAILURE(straight_losses("save_fault_ddp_straight", kDdp, expected));
 
   const Expected& e = expectations()[2];
   ASSERT_EQ(e.phase, "rename");
