@@ -62,13 +62,20 @@ struct Case {
   std::size_t count;
 };
 
-std::vector<Case> allreduce_cases(int world) {
+// `chunk_bytes` is the ring's pipeline chunk (0: its default). The large case is a few MiB,
+// enough for many default chunks; with a tiny chunk that would be thousands of messages a rank
+// per step, which under Wine on a busy 2-core machine outlasts the timeout, so there it is 64
+// chunks a rank, still far more than the pipeline's depth.
+std::vector<Case> allreduce_cases(int world, std::size_t chunk_bytes) {
   std::vector<Case> cases;
+  const std::size_t large = chunk_bytes != 0 && chunk_bytes < (64u << 10)
+                                ? static_cast<std::size_t>(world) * 64 * chunk_bytes / 4 + 3
+                                : (3u << 20) / 4 + 3;
   const std::vector<std::size_t> counts = {0, 1, static_cast<std::size_t>(world - 1), 1001};
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max}) {
     for (std::size_t count : counts) cases.push_back({DType::f32, op, count});
   }
-  cases.push_back({DType::f32, ReduceOp::sum, (3u << 20) / 4 + 3});  // a few MiB, odd count
+  cases.push_back({DType::f32, ReduceOp::sum, large});  // odd count
   for (DType dtype : {DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
       for (std::size_t count : {std::size_t{1}, std::size_t{1001}})
@@ -87,7 +94,8 @@ class Collectives : public ::testing::TestWithParam<BackendSetup> {
   CommOptions comm_options() const {
     CommOptions options;
     options.backend = GetParam().backend;
-    options.timeout = milliseconds(20000);
+    // Bounds a hang, not a speed: seven ranks under Wine on a busy machine are slow.
+    options.timeout = milliseconds(60000);
     options.wire_dtype = GetParam().wire;
     options.token = "collective-test";
     options.ring_chunk_bytes = GetParam().chunk_bytes;
@@ -106,7 +114,7 @@ class Collectives : public ::testing::TestWithParam<BackendSetup> {
 TEST_P(Collectives, AllreduceMatchesReference) {
   const BackendSetup setup = GetParam();
   const int world = setup.world;
-  const auto cases = allreduce_cases(world);
+  const auto cases = allreduce_cases(world, setup.chunk_bytes);
   testing::ScratchDir dir;
   // results[case][rank]: the raw bytes each rank ended with, to check that all agree bitwise.
   std::vector<std::vector<std::vector<std::uint8_t>>> results(
