@@ -1,35 +1,45 @@
 #!/usr/bin/env bash
-# What the breakdown and the trace cost: the same 2-rank CPU run (cifar100_synth_w16.yaml)
-# with an executable built without them (BASE_PARTRAIN, e.g. the main branch's build), with
-# this build as it always runs (breakdown and straggler measured, no trace), and with
-# --trace (steps 10..29 traced and written to trace.json). The contenders alternate within
-# each repetition. Prints per contender training images/s (median over runs of the median of
-# epochs 2..N), the ratio to the build without them, and what `partrain explain` says of the
-# last traced run.
+# What the breakdown, TensorBoard and the trace cost: the same 2-rank CPU run
+# (cifar100_synth_w16.yaml) with an executable built without the breakdown (BASE_PARTRAIN, e.g.
+# an older build; optional), with this build and TensorBoard off (`no_tensorboard`: breakdown,
+# straggler and flight records measured), with this build as it always runs (`default`: the
+# same and TensorBoard's event file), and with --trace (steps 10..29 traced and written to
+# trace.json). The contenders alternate within each repetition. Prints per contender training
+# images/s (median over runs of the median of epochs 2..N), the ratio to the first contender,
+# and what `partrain explain` says of the last traced run.
 #
+#   OUT=/tmp/bench-observe REPS=3 bench/ddp/observe.sh
 #   BASE_PARTRAIN=/path/to/other/build/partrain OUT=/tmp/bench-observe REPS=3 bench/ddp/observe.sh
 set -euo pipefail
 # shellcheck source=bench/ddp/common.sh
 . "$(dirname "$0")/common.sh"
 prepare observe
 REPS=${REPS:-3}
-[[ -x ${BASE_PARTRAIN:-} ]] || { echo "set BASE_PARTRAIN to a partrain built without the breakdown" >&2; exit 1; }
 OBSERVE_EXE=$EXE
-BASE_EXE=$OUT/partrain-base
-cp "$BASE_PARTRAIN" "$BASE_EXE"
+contenders=(no_tensorboard default trace)
+if [[ -n ${BASE_PARTRAIN:-} ]]; then
+  [[ -x $BASE_PARTRAIN ]] || { echo "BASE_PARTRAIN=$BASE_PARTRAIN is not an executable" >&2; exit 1; }
+  cp "$BASE_PARTRAIN" "$OUT/partrain-base"
+  contenders=(base "${contenders[@]}")
+fi
 
 for rep in $(seq 1 "$REPS"); do
-  EXE=$BASE_EXE run_partrain "base-$rep" 2
-  EXE=$OBSERVE_EXE run_partrain "breakdown-$rep" 2
-  EXE=$OBSERVE_EXE run_partrain "trace-$rep" 2 --trace
+  for name in "${contenders[@]}"; do
+    case $name in
+      base) EXE=$OUT/partrain-base run_partrain "base-$rep" 2 ;;
+      no_tensorboard) EXE=$OBSERVE_EXE run_partrain "$name-$rep" 2 --set observe.tensorboard=false ;;
+      default) EXE=$OBSERVE_EXE run_partrain "$name-$rep" 2 ;;
+      trace) EXE=$OBSERVE_EXE run_partrain "$name-$rep" 2 --trace ;;
+    esac
+  done
 done
 finish
 
-"$PY" - "$OUT" "$REPS" <<'PY'
+"$PY" - "$OUT" "$REPS" "${contenders[@]}" <<'PY'
 import json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
+out, reps, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = {}
-for name in ["base", "breakdown", "trace"]:
+for name in names:
     rates = []
     for rep in range(1, reps + 1):
         epochs = json.load(open(f"{out}/{name}-{rep}/report.json"))["epochs"]
@@ -37,10 +47,10 @@ for name in ["base", "breakdown", "trace"]:
     rows[name] = (statistics.median(rates), rates)
 print(open(f"{out}/machine.txt").read().strip())
 print()
-print("| contender | train img/s | per run | vs base |")
+print(f"| contender | train img/s | per run | vs {names[0]} |")
 print("|---|--:|---|--:|")
 for name, (rate, rates) in rows.items():
-    print(f"| {name} | {rate:.0f} | {', '.join(f'{r:.0f}' for r in rates)} | {rate / rows['base'][0]:.3f}x |")
+    print(f"| {name} | {rate:.0f} | {', '.join(f'{r:.0f}' for r in rates)} | {rate / rows[names[0]][0]:.3f}x |")
 PY
 echo
 echo "\$ partrain explain trace-$REPS/report.json --trace trace-$REPS/trace.json"
