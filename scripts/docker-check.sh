@@ -22,6 +22,9 @@
 #   PARTRAIN_DOCKER_CCACHE the ccache folder the image build compiles with (default: the host's,
 #                          $CCACHE_DIR or ~/.cache/ccache, which scripts/setup.sh fills);
 #                          `none`: only the image's own cache mount (as with plain docker build)
+#   PARTRAIN_DOCKER_TESTS  ctest options for the suite run inside the image build (default
+#                          `-L ^(common|config)$`: scripts/test.sh has run the whole suite on
+#                          this same Debian just before); `all`: every test
 #   JOBS                   build parallelism inside the image (default 2)
 #   SKIP_APT=1             do not install podman & co. (already there)
 set -euo pipefail
@@ -104,8 +107,11 @@ if want build; then
     mkdir -p "$ccache_dir"
     ccache_args=(--volume "$ccache_dir:/ccache-host" --build-arg CCACHE_DIR=/ccache-host)
   fi
-  log "build: podman build -f docker/Dockerfile.cpu -t $image, ccache: $ccache_dir (log: $state/build.log)"
+  tests=${PARTRAIN_DOCKER_TESTS:-'-L ^(common|config)$'}
+  [ "$tests" = all ] && tests=
+  log "build: podman build -f docker/Dockerfile.cpu -t $image, ccache: $ccache_dir, tests: ${tests:-all} (log: $state/build.log)"
   if ! podman build --network host --shm-size 1g --build-arg JOBS="${JOBS:-2}" "${ccache_args[@]}" \
+         --build-arg TEST_ARGS="$tests" \
          -f docker/Dockerfile.cpu -t "$image" . > "$state/build.log" 2>&1; then
     tail -40 "$state/build.log" >&2
     fail "podman build (log: $state/build.log)"
