@@ -52,6 +52,33 @@ TEST(PowerSgdRun, TrainsReportsAndResumesExactly) {
   EXPECT_EQ(read_report(resumed)["final"]["test_loss"], report["final"]["test_loss"]);
 }
 
+// In global-batch mode a PowerSGD run resumes at another world size: two ranks for two
+// epochs, one rank for the third, ends as two ranks for all three (to the rounding of sums
+// taken over another number of ranks). No BatchNorm: its statistics are per rank.
+TEST(PowerSgdRun, ResumesAtAnotherWorldSizeInGlobalBatchMode) {
+  auto straight = scratch("powersgd_global_straight"), shrunk = scratch("powersgd_global_shrunk");
+  const std::string train = "train: {epochs: 3, threads: 1}\n";
+  const std::string global =
+      " --set data.batch_size=null --set data.global_batch_size=64 --set model.norm=none";
+  Result r = partrain("run " + powersgd_config(straight, train).string() + global, straight);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::vector<double> losses = epoch_losses(straight);
+  ASSERT_EQ(losses.size(), 3u);
+
+  auto cfg = powersgd_config(shrunk, train);
+  ASSERT_EQ(partrain("run " + cfg.string() + global + " --set train.epochs=2", shrunk).code, 0);
+  r = partrain("run " + cfg.string() + global +
+                   " --set checkpoint.resume=auto --set launch.nproc_per_node=1",
+               shrunk);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  const std::vector<double> resumed = epoch_losses(shrunk);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(resumed[i], losses[i], 1e-5 * std::abs(losses[i])) << "epoch " << i + 1;
+  EXPECT_EQ(read_report(shrunk)["config"]["data"]["batch_size"], 64);
+}
+
 // Resuming a checkpoint written without compression starts PowerSGD afresh (its warm-up
 // first), and one written at another rank is refused, naming both.
 TEST(PowerSgdRun, CheckpointsWithoutOrWithOtherStateAreHandled) {

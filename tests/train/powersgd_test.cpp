@@ -26,30 +26,31 @@ namespace fs = std::filesystem;
 
 constexpr int kWorld = 2;
 
-// Runs fn(rank, communicator) on kWorld threads, each rank with its own asio-ring
+// Runs fn(rank, communicator) on `world` threads, each rank with its own asio-ring
 // communicator; fails the test with the message of any rank that threw.
-void run_ranks(const std::string& name, const std::function<void(int, comm::Communicator&)>& fn) {
+void run_ranks(const std::string& name, const std::function<void(int, comm::Communicator&)>& fn,
+               int world = kWorld) {
   const std::string dir =
       (fs::temp_directory_path() / ("partrain_powersgd_" + std::to_string(::getpid()) + "_" + name))
           .string();
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::vector<std::string> errors(kWorld);
+  std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) {
+  for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
         comm::StoreOptions so;
         so.token = "powersgd-test";
         so.timeout = std::chrono::seconds(30);
         so.rank = r;
-        so.world_size = kWorld;
+        so.world_size = world;
         auto store = comm::open_store("file://" + dir, so);
         comm::CommOptions co;
         co.backend = "asio-ring";
         co.timeout = std::chrono::seconds(30);
         co.token = so.token;
-        auto comm = comm::make_communicator(co, *store, r, kWorld);
+        auto comm = comm::make_communicator(co, *store, r, world);
         fn(r, *comm);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -58,12 +59,12 @@ void run_ranks(const std::string& name, const std::function<void(int, comm::Comm
   }
   for (auto& t : threads) t.join();
   fs::remove_all(dir);
-  for (int r = 0; r < kWorld; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < world; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
 }
 
 // ----- Training a small convolutional net -------------------------------------------------
 
-constexpr int kBatch = 6;  // per rank
+constexpr int kBatch = 6;  // per rank of kWorld; a step is kWorld * kBatch samples at any world
 
 torch::nn::Sequential make_net() {
   ModelConfig c;
@@ -79,55 +80,61 @@ std::pair<torch::Tensor, torch::Tensor> step_data(int step) {
   return {at::randn({kWorld * kBatch, 3, 16, 16}, gen), at::randint(0, 10, {kWorld * kBatch}, gen)};
 }
 
-// The net after `steps` SGD steps on 2 ranks; powersgd empty: plain DDP. With state_in, the
-// PowerSGD state is loaded first (as a resumed run does); state_out receives its saved state.
+// The net after `steps` SGD steps on `world` ranks (kWorld unless given), each taking an equal
+// slice of the step's samples; powersgd empty: plain DDP. With state_in, the PowerSGD state is
+// loaded first (as a resumed run does); state_out receives its saved state.
 struct NetRun {
   std::vector<torch::Tensor> parameters[kWorld];
   std::size_t compressed = 0;
 };
 NetRun train_net(const std::string& name, std::optional<PowerSgdOptions> powersgd, int steps,
                  int first_step = 0, std::vector<torch::Tensor>* parameters_in = nullptr,
-                 const c10::IValue* state_in = nullptr, c10::IValue* state_out = nullptr) {
+                 const c10::IValue* state_in = nullptr, c10::IValue* state_out = nullptr,
+                 int world = kWorld) {
   NetRun out;
   std::vector<torch::nn::Sequential> nets;
-  for (int r = 0; r < kWorld; ++r) nets.push_back(make_net());
-  run_ranks(name, [&](int rank, comm::Communicator& comm) {
-    torch::nn::Sequential net = nets[rank];
-    if (parameters_in != nullptr) {
-      torch::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < parameters_in->size(); ++i)
-        net->parameters()[i].copy_((*parameters_in)[i]);
-    }
-    // Plain SGD: the optimizer holds no state, so a resume needs only parameters and PowerSGD.
-    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
-    ReducerOptions ro;
-    ro.bucket_mb = 0.004;  // several buckets
-    ro.first_bucket_mb = 0.001;
-    std::unique_ptr<PowerSgd> compression;
-    Reducer reducer(net->parameters(), comm, ro);
-    if (powersgd) {
-      compression = std::make_unique<PowerSgd>(*powersgd, comm, reducer.bucket_contents(),
-                                               net->parameters().front().options());
-      reducer.use_reduction(*compression);
-      if (state_in != nullptr) compression->load(*state_in, "test state");
-      if (rank == 0) out.compressed = compression->compressed_matrices();
-    }
-    for (int s = first_step; s < first_step + steps; ++s) {
-      auto [x, y] = step_data(s);
-      auto loss = torch::nn::functional::cross_entropy(
-          net->forward(x.narrow(0, rank * kBatch, kBatch)), y.narrow(0, rank * kBatch, kBatch));
-      reducer.prepare_for_backward(true);
-      loss.backward();
-      reducer.finish_backward();
-      opt.step();
-      opt.zero_grad();
-    }
-    if (compression && state_out != nullptr) {
-      c10::IValue state = compression->save();  // every rank: it gathers the error buffers
-      if (rank == 0) *state_out = state;
-    }
-    for (auto& p : net->parameters()) out.parameters[rank].push_back(p.detach().clone());
-  });
+  for (int r = 0; r < world; ++r) nets.push_back(make_net());
+  const int batch = kWorld * kBatch / world;
+  run_ranks(
+      name,
+      [&](int rank, comm::Communicator& comm) {
+        torch::nn::Sequential net = nets[rank];
+        if (parameters_in != nullptr) {
+          torch::NoGradGuard no_grad;
+          for (std::size_t i = 0; i < parameters_in->size(); ++i)
+            net->parameters()[i].copy_((*parameters_in)[i]);
+        }
+        // Plain SGD: the optimizer holds no state, so a resume needs only parameters and PowerSGD.
+        torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+        ReducerOptions ro;
+        ro.bucket_mb = 0.004;  // several buckets
+        ro.first_bucket_mb = 0.001;
+        std::unique_ptr<PowerSgd> compression;
+        Reducer reducer(net->parameters(), comm, ro);
+        if (powersgd) {
+          compression = std::make_unique<PowerSgd>(*powersgd, comm, reducer.bucket_contents(),
+                                                   net->parameters().front().options());
+          reducer.use_reduction(*compression);
+          if (state_in != nullptr) compression->load(*state_in, "test state");
+          if (rank == 0) out.compressed = compression->compressed_matrices();
+        }
+        for (int s = first_step; s < first_step + steps; ++s) {
+          auto [x, y] = step_data(s);
+          auto loss = torch::nn::functional::cross_entropy(
+              net->forward(x.narrow(0, rank * batch, batch)), y.narrow(0, rank * batch, batch));
+          reducer.prepare_for_backward(true);
+          loss.backward();
+          reducer.finish_backward();
+          opt.step();
+          opt.zero_grad();
+        }
+        if (compression && state_out != nullptr) {
+          c10::IValue state = compression->save();  // every rank: it gathers the error buffers
+          if (rank == 0) *state_out = state;
+        }
+        for (auto& p : net->parameters()) out.parameters[rank].push_back(p.detach().clone());
+      },
+      world);
   return out;
 }
 
@@ -187,6 +194,29 @@ TEST(PowerSgd, SavedStateResumesExactly) {
   // Without the state (new factors, no error buffers) the run goes elsewhere.
   const NetRun fresh = train_net("fresh", po, 3, 3, &first.parameters[0]);
   EXPECT_GT(max_difference(fresh.parameters[0], straight.parameters[0]), 1e-6);
+}
+
+// Resumed by one rank, the state of two goes on as the two-rank run would, to rounding: the
+// one rank takes the sum of both error buffers (everything PowerSGD sends depends on them only
+// through it). Giving the one rank a single buffer, or their mean, fails the comparison.
+TEST(PowerSgd, StateResumesAtAnotherWorldSize) {
+  torch::set_num_threads(1);
+  PowerSgdOptions po;
+  po.rank = 1;
+  po.start_step = 1;
+  const NetRun straight = train_net("straight_w2", po, 6);
+  c10::IValue state;
+  NetRun first = train_net("first_w2", po, 3, 0, nullptr, nullptr, &state);
+  const NetRun resumed = train_net("resumed_w1", po, 3, 3, &first.parameters[0], &state, nullptr,
+                                   /*world=*/1);
+  EXPECT_LT(max_difference(resumed.parameters[0], straight.parameters[0]), 2e-5);
+  // Without the error buffers the run goes elsewhere, by more than the tolerance above.
+  c10::IValue dropped = state.toGenericDict().copy();
+  dropped.toGenericDict().insert_or_assign(
+      "error", at::zeros_like(state.toGenericDict().at("error").toTensor()));
+  const NetRun no_error =
+      train_net("no_error_w1", po, 3, 3, &first.parameters[0], &dropped, nullptr, /*world=*/1);
+  EXPECT_GT(max_difference(no_error.parameters[0], straight.parameters[0]), 1e-4);
 }
 
 // ----- Gradients chosen by the test -------------------------------------------------------

@@ -20,10 +20,13 @@
 //
 // Summed over the ranks, the E's are (sum of M) - approx, the part of the sum not yet sent,
 // whatever each rank's scale; at full rank (r = min(rows, cols)) approx is the sum itself and
-// nothing is owed. Q carries over to the next step ("warm start", one power iteration per
-// step); a column of Q that came out zero (a matrix whose gradient was zero) keeps its
-// previous value, since a zero column would stay zero ever after. The first factors are
-// drawn from a generator seeded alike on every rank.
+// nothing is owed. Every collective above sums over the ranks something linear in a rank's
+// M (after its E is added), so what is sent depends on the ranks' M + E only through their
+// sum: a checkpoint resumed at another world size splits the sum of the E's evenly over the
+// new ranks and goes on as the uninterrupted run would. Q carries over to the next step
+// ("warm start", one power iteration per step); a column of Q that came out zero (a matrix
+// whose gradient was zero) keeps its previous value, since a zero column would stay zero ever
+// after. The first factors are drawn from a generator seeded alike on every rank.
 //
 // Not every parameter is worth it: vectors (biases, norm weights) and matrices whose factors
 // are no smaller than themselves go uncompressed, in the first collective. The first
@@ -232,12 +235,16 @@ void PowerSgd::load(const c10::IValue& saved, const std::string& path) {
   const at::Tensor q = dict.at("q").toTensor();
   const at::Tensor error = dict.at("error").toTensor();
   const std::int64_t world = comm_.size();
-  if (q.numel() != q_elements() || error.dim() != 2 || error.size(0) != world ||
+  if (q.numel() != q_elements() || error.dim() != 2 || error.size(0) < 1 ||
       error.size(1) != error_elements()) {
-    throw unreadable("does not fit this model and world size");
+    throw unreadable("does not fit this model");
   }
   at::NoGradGuard no_grad;
-  const at::Tensor mine = error[comm_.rank()];
+  // Written by a run of another world size (a resume in global-batch mode): what is owed is the
+  // sum of the error buffers, and everything PowerSGD sends depends on the ranks' buffers only
+  // through that sum, so each rank of this run takes an equal part of it.
+  const at::Tensor mine =
+      error.size(0) == world ? error[comm_.rank()] : error.sum(0).div_(static_cast<double>(world));
   std::int64_t at_q = 0, at_error = 0;
   for (auto& plan : plans_) {
     for (Matrix& x : plan.matrices) {
