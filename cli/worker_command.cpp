@@ -20,17 +20,14 @@ namespace partrain::cli {
 namespace {
 
 // Started by torchrun, srun or mpirun (no partrain run, which holds the lock itself): the
-// first rank of each node takes OUTPUT/partrain.lock for the run. Its token without the
-// restart suffix, so that the run's next start after an engine restart is the same run.
+// first rank of each node takes OUTPUT/partrain.lock for the run, under the token that the
+// run's every start shares (engine_env.h), so that a restart or a re-formed world is the
+// same run.
 std::unique_ptr<OutputLock> lock_output_for_engine(const Config& config, const EngineRank& engine) {
   if (engine.engine == Engine::partrain || engine.local_rank != 0) return nullptr;
-  std::string token = engine.token;
-  if (const auto restart = token.rfind(".restart"); restart != std::string::npos) {
-    token.erase(restart);
-  }
-  return std::make_unique<OutputLock>(config.output_dir, token, [](const std::string& line) {
-    std::fprintf(stderr, "partrain: %s\n", line.c_str());
-  });
+  return std::make_unique<OutputLock>(
+      config.output_dir, engine.lock_token,
+      [](const std::string& line) { std::fprintf(stderr, "partrain: %s\n", line.c_str()); });
 }
 
 WorkerEnv read_worker_env(const EngineRank& engine) {
