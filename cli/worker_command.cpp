@@ -64,6 +64,14 @@ void add_worker_command(CLI::App& app, int& exit_code) {
     Config config = load_config(args->path, args->overrides);
     const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
     const std::unique_ptr<OutputLock> lock = lock_output_for_engine(config, engine);
+    // An engine may start the run again in another world (torchrun elastic, a requeue): the
+    // log says which world each start had.
+    if (engine.rank == 0 && engine.engine != Engine::partrain && engine.engine != Engine::none) {
+      std::printf("partrain worker: a world of %d rank%s, started by %s (restart %d)\n",
+                  engine.world_size, engine.world_size == 1 ? "" : "s",
+                  engine_name(engine.engine).c_str(), engine.restart);
+      std::fflush(stdout);
+    }
     exit_code = run_worker(config, read_worker_env(engine));
   });
 }
