@@ -152,7 +152,17 @@ std::string slurm_rendezvous(const EnvLookup& env, const HostResolver& resolve, 
   return "tcp://" + host_port(host, port);
 }
 
-std::string derive_token(const EnvLookup& env, const EngineRank& r) {
+// Fields separated by a byte none of them contains, so ("ab","c") and ("a","bc") differ.
+std::string hash_fields(const std::string& kind, const std::vector<std::string>& fields) {
+  std::string shared = kind;
+  for (const std::string& field : fields) {
+    shared += '\0';
+    shared += field;
+  }
+  return fnv1a_128_hex(shared);
+}
+
+std::string engine_run_id(const EnvLookup& env, const EngineRank& r) {
   std::string run_id;
   switch (r.engine) {
     case Engine::torchrun:
@@ -167,14 +177,20 @@ std::string derive_token(const EnvLookup& env, const EngineRank& r) {
     default:
       break;
   }
-  // Fields separated by a byte none of them contains, so ("ab","c") and ("a","bc") differ.
-  std::string shared = "partrain-engine-token";
-  for (const std::string& field :
-       {engine_name(r.engine), run_id, r.rendezvous, std::to_string(r.world_size)}) {
-    shared += '\0';
-    shared += field;
-  }
-  return fnv1a_128_hex(shared);
+  return run_id;
+}
+
+std::string derive_token(const EnvLookup& env, const EngineRank& r) {
+  return hash_fields("partrain-engine-token", {engine_name(r.engine), engine_run_id(env, r),
+                                               r.rendezvous, std::to_string(r.world_size)});
+}
+
+// torchrun with a dynamic rendezvous (--rdzv_backend=c10d, etcd): every rendezvous round
+// picks a fresh MASTER_PORT, and a node that joins later counts its restarts from 0 while
+// the others do not. Only under the static rendezvous (torchrun's own store on MASTER_PORT)
+// do all nodes restart in step on the same port.
+bool torchrun_dynamic(const EnvLookup& env, const EngineRank& r) {
+  return r.engine == Engine::torchrun && env("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True";
 }
 
 }  // namespace
@@ -252,14 +268,26 @@ EngineRank read_engine_rank(const EnvLookup& env, const std::string& configured_
       break;
   }
   PARTRAIN_CHECK(r.restart >= 0, UsageError, "a negative restart count (", r.restart, ")");
-  if (const auto token = env("PARTRAIN_RUN_TOKEN")) {
-    r.token = *token;
+  const auto secret = env("PARTRAIN_RUN_TOKEN");
+  if (secret) {
+    r.token = *secret;
   } else if (r.engine != Engine::none) {
     r.token = derive_token(env, r);
   }
+  r.lock_token = r.token;
   // Each start of a restarted group is a run of its own to the store and the ring: keys and
-  // connections of the start before must not be mistaken for this one's.
-  if (r.restart > 0) r.token += ".restart" + std::to_string(r.restart);
+  // connections of the start before must not be mistaken for this one's. A dynamic round is
+  // told apart by its rendezvous (a fresh port) and world, which all its nodes share.
+  // The output lock outlives rounds and their world sizes: the rendezvous id names the run.
+  if (torchrun_dynamic(env, r) && secret) {
+    r.token +=
+        ".round-" + hash_fields("partrain-round", {r.rendezvous, std::to_string(r.world_size)});
+  } else if (torchrun_dynamic(env, r)) {
+    r.lock_token =
+        hash_fields("partrain-engine-lock", {engine_name(r.engine), engine_run_id(env, r)});
+  } else if (r.restart > 0) {
+    r.token += ".restart" + std::to_string(r.restart);
+  }
   return r;
 }
 

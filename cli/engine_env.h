@@ -30,6 +30,15 @@
 //                 so the ranks agree without talking. A restart by the engine (torchrun's
 //                 TORCHELASTIC_RESTART_COUNT, Slurm's SLURM_RESTART_COUNT, partrain's
 //                 PARTRAIN_RESTART) appends ".restart<N>": a fresh run to stores and rings.
+//                 Except under torchrun's dynamic rendezvous (c10d, etcd: no
+//                 TORCHELASTIC_USE_AGENT_STORE=True), where a node that joins later counts its
+//                 restarts from 0: there each round's fresh MASTER_PORT and world size tell the
+//                 rounds apart (appended as ".round-<hash>" to PARTRAIN_RUN_TOKEN).
+//
+//   lock token    what OUTPUT/partrain.lock is held under (cli/worker_command.cpp): the token
+//                 without the restart suffix, so that every start of the run is the same run;
+//                 under a dynamic rendezvous PARTRAIN_RUN_TOKEN, else derived from the engine
+//                 and TORCHELASTIC_RUN_ID (--rdzv_id) alone, as every round's world differs.
 #pragma once
 
 #include <functional>
@@ -52,6 +61,7 @@ inline constexpr int kSlurmPortSpan = 20000;
 struct EngineRank : RankPlace {
   Engine engine = Engine::none;
   std::string rendezvous_from;  // where the url came from, for messages
+  std::string lock_token;       // the run's name to the output lock, the same at every start
 };
 
 // Looks a variable up; nullopt when unset or empty. Tests pass a map.

@@ -20,17 +20,14 @@ namespace partrain::cli {
 namespace {
 
 // Started by torchrun, srun or mpirun (no partrain run, which holds the lock itself): the
-// first rank of each node takes OUTPUT/partrain.lock for the run. Its token without the
-// restart suffix, so that the run's next start after an engine restart is the same run.
+// first rank of each node takes OUTPUT/partrain.lock for the run, under the token that the
+// run's every start shares (engine_env.h), so that a restart or a re-formed world is the
+// same run.
 std::unique_ptr<OutputLock> lock_output_for_engine(const Config& config, const EngineRank& engine) {
   if (engine.engine == Engine::partrain || engine.local_rank != 0) return nullptr;
-  std::string token = engine.token;
-  if (const auto restart = token.rfind(".restart"); restart != std::string::npos) {
-    token.erase(restart);
-  }
-  return std::make_unique<OutputLock>(config.output_dir, token, [](const std::string& line) {
-    std::fprintf(stderr, "partrain: %s\n", line.c_str());
-  });
+  return std::make_unique<OutputLock>(
+      config.output_dir, engine.lock_token,
+      [](const std::string& line) { std::fprintf(stderr, "partrain: %s\n", line.c_str()); });
 }
 
 WorkerEnv read_worker_env(const EngineRank& engine) {
@@ -67,6 +64,14 @@ void add_worker_command(CLI::App& app, int& exit_code) {
     Config config = load_config(args->path, args->overrides);
     const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
     const std::unique_ptr<OutputLock> lock = lock_output_for_engine(config, engine);
+    // An engine may start the run again in another world (torchrun elastic, a requeue): the
+    // log says which world each start had.
+    if (engine.rank == 0 && engine.engine != Engine::partrain && engine.engine != Engine::none) {
+      std::printf("partrain worker: a world of %d rank%s, started by %s (restart %d)\n",
+                  engine.world_size, engine.world_size == 1 ? "" : "s",
+                  engine_name(engine.engine).c_str(), engine.restart);
+      std::fflush(stdout);
+    }
     exit_code = run_worker(config, read_worker_env(engine));
   });
 }

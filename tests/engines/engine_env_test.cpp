@@ -135,6 +135,54 @@ TEST(EngineEnv, TorchrunRestartIsAFreshRun) {
   EXPECT_EQ(secret.token, "secret.restart2");
 }
 
+TEST(EngineEnv, TorchrunRestartKeepsTheLockToken) {
+  const EngineRank first = read(torchrun_vars(0, "0"));
+  const EngineRank again = read(torchrun_vars(0, "3"));
+  EXPECT_EQ(first.lock_token, first.token);
+  EXPECT_EQ(again.lock_token, first.token);  // the same run to OUTPUT/partrain.lock
+  Vars slurm = slurm_vars(0);
+  slurm["SLURM_RESTART_COUNT"] = "1";
+  const EngineRank requeued = read(slurm);
+  EXPECT_EQ(requeued.token, requeued.lock_token + ".restart1");
+}
+
+// torchrun --rdzv_backend=c10d: each round a fresh MASTER_PORT; a node that joins later counts
+// its restarts from 0 while the node that stayed counts on.
+TEST(EngineEnv, TorchrunDynamicRoundIsOneRunWhateverEachNodesRestartCount) {
+  Vars stayed = torchrun_vars(0, "1", "False");
+  Vars joined = torchrun_vars(1, "0", "False");
+  const EngineRank a = read(stayed);
+  const EngineRank b = read(joined);
+  EXPECT_EQ(a.restart, 1);
+  EXPECT_EQ(a.token, b.token);
+  EXPECT_EQ(a.token.find(".restart"), std::string::npos);
+  // The next round: another port, another world; another token, the same lock token.
+  stayed["MASTER_PORT"] = "41017";
+  stayed["WORLD_SIZE"] = "1";
+  stayed["LOCAL_WORLD_SIZE"] = "1";
+  const EngineRank shrunk = read(stayed);
+  EXPECT_NE(shrunk.token, a.token);
+  EXPECT_EQ(shrunk.lock_token, a.lock_token);
+  EXPECT_EQ(b.lock_token, a.lock_token);
+  EXPECT_NE(a.lock_token, a.token);
+  // Another --rdzv_id is another run.
+  stayed["TORCHELASTIC_RUN_ID"] = "job-2";
+  EXPECT_NE(read(stayed).lock_token, a.lock_token);
+  // With a secret: the secret names the run, the round's port and world tell rounds apart.
+  stayed["PARTRAIN_RUN_TOKEN"] = "secret";
+  joined["PARTRAIN_RUN_TOKEN"] = "secret";
+  const EngineRank secret_a = read(stayed);
+  EXPECT_EQ(secret_a.lock_token, "secret");
+  EXPECT_EQ(secret_a.token.rfind("secret.round-", 0), 0u) << secret_a.token;
+  EXPECT_NE(secret_a.token, read(joined).token);  // 41017 and 1 rank, 29533 and 2
+  joined["MASTER_PORT"] = "41017";
+  joined["WORLD_SIZE"] = "1";
+  joined["RANK"] = "0";
+  joined["LOCAL_RANK"] = "0";
+  joined["LOCAL_WORLD_SIZE"] = "1";
+  EXPECT_EQ(secret_a.token, read(joined).token);
+}
+
 TEST(EngineEnv, MpirunReadsOpenMpiVariablesBeforeSlurms) {
   Vars vars = slurm_vars(0);  // mpirun inside an sbatch allocation
   vars.erase("SLURM_STEP_ID");

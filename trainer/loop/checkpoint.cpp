@@ -212,6 +212,7 @@ TrainingPosition position_of(const CheckpointMeta& meta, const std::string& path
   position.loss_scaler = meta.loss_scaler;
   position.mid_epoch = meta.mid_epoch;
   position.source = path;
+  position.written_by = meta.world_size;
   return position;
 }
 

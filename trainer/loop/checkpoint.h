@@ -40,6 +40,7 @@ struct TrainingPosition {
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
   MidEpoch mid_epoch;                          // where in epoch `epoch + 1`, if mid-epoch
   std::string source;                          // checkpoint file it came from
+  int written_by = 0;                          // ranks of the run that wrote it
 };
 
 class Checkpointer {

@@ -122,6 +122,11 @@ int run_worker(Config config, const WorkerEnv& env) {
       std::printf(", %lld batches into epoch %d",
                   static_cast<long long>(position.mid_epoch.micro_step), position.epoch + 1);
     }
+    // A world that shrank or grew (torchrun elastic, a requeue onto other nodes) says so.
+    if (position.written_by > 0 && position.written_by != env.world_size) {
+      std::printf("; written by %d rank%s, now %d", position.written_by,
+                  position.written_by == 1 ? "" : "s", env.world_size);
+    }
     std::printf("\n");
   }
   strategy.start_gradient_averaging(*model);
