@@ -69,8 +69,8 @@ TEST(SpeedShares, FollowTheSpeedAndKeepEveryRankASample) {
   EXPECT_DOUBLE_EQ(predicted_step_seconds({171, 85}, {0.001, 0.002}), 0.171);
 }
 
-TEST(AutoBalance, SwitchesAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
-  AutoBalance balance({128, 128}, {2, 3, 0.05});
+TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
+  AutoBalance balance({128, 128}, {2, 3, 0.05, 0.5});
   const std::vector<double> slow1{0.001, 0.002};
   std::int64_t step = 0;
   // Two warm-up steps are ignored, then 3 measured: the decision comes at the 5th.
@@ -78,36 +78,54 @@ TEST(AutoBalance, SwitchesAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   const auto change = balance.observe(++step, slow1);
   ASSERT_TRUE(change);
   EXPECT_EQ(change->step, 5);
-  EXPECT_EQ(change->shares, (Shares{171, 85}));
-  EXPECT_EQ(balance.shares(), (Shares{171, 85}));
+  // The speed split is 171:85; the move goes half way there (149.5:106.5, the tie to rank 0).
+  EXPECT_EQ(change->shares, (Shares{150, 106}));
+  EXPECT_EQ(balance.shares(), (Shares{150, 106}));
   EXPECT_DOUBLE_EQ(change->predicted_before, 0.256);
-  EXPECT_DOUBLE_EQ(change->predicted_after, 0.171);
+  EXPECT_DOUBLE_EQ(change->predicted_after, 0.212);
   EXPECT_EQ(describe(*change),
-            "step 5: shares 171,85 (compute s/sample 0.001,0.002; predicted step compute 0.256 s "
-            "-> 0.171 s)");
-  // The same speeds again: nothing to gain, no change (one step skipped, then windows of 3).
-  for (int i = 0; i < 10; ++i) EXPECT_FALSE(balance.observe(++step, slow1));
-  // Noise within 5 % (three windows): the split holds.
-  for (int i = 0; i < 9; ++i) EXPECT_FALSE(balance.observe(++step, {0.00102, 0.00199}));
-  // Rank 0 becomes the slow one: after a window the split follows.
+            "step 5: shares 150,106 (compute s/sample 0.001,0.002; predicted step compute 0.256 s "
+            "-> 0.212 s)");
+  // The same speeds: half way again while that gains more than 5 % (161:95, then 166:90), then
+  // it holds: 169:87 would predict 0.174 s against 0.180 s.
+  std::vector<Shares> moves;
+  for (int i = 0; i < 30; ++i) {
+    if (const auto c = balance.observe(++step, slow1)) moves.push_back(c->shares);
+  }
+  EXPECT_EQ(moves, (std::vector<Shares>{{161, 95}, {166, 90}}));
+  // Noise within 5 %: the split holds.
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(balance.observe(++step, {0.00102, 0.00199}));
+  // Rank 0 becomes the slow one: within a few windows the split moves towards rank 1.
   std::optional<BalanceChange> back;
-  for (int i = 0; i < 3 && !back; ++i) back = balance.observe(++step, {0.004, 0.001});
+  for (int i = 0; i < 9 && !back; ++i) back = balance.observe(++step, {0.004, 0.001});
   ASSERT_TRUE(back);
-  EXPECT_EQ(back->shares, (Shares{51, 205}));
+  EXPECT_LT(back->shares[0], 166);
+  EXPECT_GT(back->seconds_per_sample[0], back->seconds_per_sample[1]);
   // The figures are the window's means: one odd step among three moves the mean only.
-  AutoBalance mean_of_window({10, 10}, {0, 3, 0.05});
+  AutoBalance mean_of_window({10, 10}, {0, 3, 0.05, 0.5});
   EXPECT_FALSE(mean_of_window.observe(1, {0.001, 0.001}));
   EXPECT_FALSE(mean_of_window.observe(2, {0.001, 0.001}));
   const auto third = mean_of_window.observe(3, {0.001, 0.007});
   ASSERT_TRUE(third);
   EXPECT_DOUBLE_EQ(third->seconds_per_sample[1], 0.003);
-  EXPECT_EQ(third->shares, (Shares{15, 5}));
+  EXPECT_EQ(third->shares, (Shares{13, 7}));  // half way to 15:5
+}
+
+TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {
+  // smoothing 0.5: after windows of 0.001 and then one of 0.003, rank 1's estimate is 0.002.
+  AutoBalance balance({10, 10}, {0, 1, 0.05, 0.5});
+  EXPECT_FALSE(balance.observe(1, {0.001, 0.001}));
+  const auto change = balance.observe(2, {0.001, 0.003});
+  ASSERT_TRUE(change);
+  EXPECT_DOUBLE_EQ(change->seconds_per_sample[1], 0.002);
+  // The speed split of 0.001:0.002 is 13.3:6.7 -> 13:7; half way from 10:10 is 11.5:8.5 -> 12:8.
+  EXPECT_EQ(change->shares, (Shares{12, 8}));
 }
 
 TEST(AutoBalance, OneRankOrAMissingFigureChangesNothing) {
-  AutoBalance one({64}, {0, 1, 0.05});
+  AutoBalance one({64}, {0, 1, 0.05, 0.5});
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(one.observe(i + 1, {0.5}));
-  AutoBalance missing({32, 32}, {0, 2, 0.05});
+  AutoBalance missing({32, 32}, {0, 2, 0.05, 0.5});
   EXPECT_FALSE(missing.observe(1, {0.001, 0.0}));
   EXPECT_FALSE(missing.observe(2, {0.001, 0.0}));
   EXPECT_EQ(missing.shares(), (Shares{32, 32}));

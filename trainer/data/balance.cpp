@@ -145,15 +145,28 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   std::fill(sums_.begin(), sums_.end(), 0.0);
   measured_ = 0;
   if (!measured_all) return std::nullopt;
+  if (estimates_.empty()) {
+    estimates_ = mean;
+  } else {
+    for (std::size_t r = 0; r < mean.size(); ++r) {
+      estimates_[r] += options_.smoothing * (mean[r] - estimates_[r]);
+    }
+  }
 
   const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
-  const std::vector<std::int64_t> proposed = speed_shares(micro_batch, mean);
-  const double before = predicted_step_seconds(shares_, mean);
-  const double after = predicted_step_seconds(proposed, mean);
+  const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
+  // Half way from the current split to the target (both sum to M, so their mean does).
+  std::vector<double> halfway(target.size());
+  for (std::size_t r = 0; r < target.size(); ++r) {
+    halfway[r] = 0.5 * static_cast<double>(shares_[r] + target[r]);
+  }
+  const std::vector<std::int64_t> proposed = weighted_shares(micro_batch, halfway);
+  const double before = predicted_step_seconds(shares_, estimates_);
+  const double after = predicted_step_seconds(proposed, estimates_);
   if (proposed == shares_ || !(after < (1.0 - options_.min_gain) * before)) return std::nullopt;
   shares_ = proposed;
   skip_ = options_.warmup_steps > 0 ? 1 : 0;
-  return BalanceChange{step, proposed, mean, before, after};
+  return BalanceChange{step, proposed, estimates_, before, after};
 }
 
 }  // namespace partrain::data

@@ -9,8 +9,12 @@
 //
 // auto: each rank measures its compute seconds per sample (forward and backward) each step;
 // the step exchange gives every rank every rank's figure. A step's compute takes about
-// max_r b_r * s_r, which is smallest when b_r is proportional to the speed 1 / s_r. Every rank
-// runs the same AutoBalance on the same numbers, so all of them switch at the same step.
+// max_r b_r * s_r, which is smallest when b_r is proportional to the speed 1 / s_r. Each window
+// of steps updates a running estimate of s_r, and a change moves the split half way from the
+// current one to the speed split: a rank stopped from outside part of the time measures slow or
+// fast depending on where its stops land (in compute or in a wait), and a full move on one
+// window's figures swings back and forth. Every rank runs the same AutoBalance on the same
+// numbers, so all of them switch at the same step.
 #pragma once
 
 #include <cstdint>
@@ -48,13 +52,16 @@ struct AutoBalanceOptions {
   // A new split is taken only when it shortens the predicted step by more than this fraction:
   // measurement noise must not move the split back and forth.
   double min_gain = 0.05;
+  // Weight of the newest window in each rank's running estimate (1: that window alone). A rank
+  // slowed from outside (stopped part of the time) measures noisily over a few steps.
+  double smoothing = 0.5;
 };
 
 // One change of the split, for the log line and report.json.
 struct BalanceChange {
   std::int64_t step = 0;  // the optimizer steps taken when it was decided
   std::vector<std::int64_t> shares;
-  std::vector<double> seconds_per_sample;  // each rank's mean over the window
+  std::vector<double> seconds_per_sample;  // each rank's running estimate it was decided on
   double predicted_before = 0;             // compute seconds of a step, old split
   double predicted_after = 0;              // and new split
 };
@@ -80,6 +87,7 @@ class AutoBalance {
   int skip_ = 0;  // warm-up steps still to ignore
   int measured_ = 0;
   std::vector<double> sums_;
+  std::vector<double> estimates_;  // empty until the first window
 };
 
 }  // namespace partrain::data
