@@ -6,10 +6,14 @@
 # straggler record, and what `partrain explain` says of each run.
 #
 # A contender is NAME or NAME+slow; NAME is what the run sets with EXTRA_NAME (an
-# environment variable holding `--set` arguments; none for "even"), "+slow" throttles rank 1.
+# environment variable holding `--set` arguments; unset: none), "+slow" throttles rank 1.
 #
 #   OUT=/tmp/bench-slow bench/ddp/slow_rank.sh
 #   CONTENDERS="even even+slow" SLOW_MS=50 EPOCHS=3 bench/ddp/slow_rank.sh
+#   # data.balance auto against even, both at the same global batch (2 x 128):
+#   G="--set data.batch_size=null --set data.global_batch_size=256"
+#   CONTENDERS="even even+slow auto auto+slow" EXTRA_even="$G" \
+#     EXTRA_auto="$G --set data.balance=auto" bench/ddp/slow_rank.sh
 set -euo pipefail
 # shellcheck source=bench/ddp/common.sh
 . "$(dirname "$0")/common.sh"
@@ -50,11 +54,8 @@ throttle() {
 
 for contender in "${contenders[@]}"; do
   name=${contender%+slow}
-  extra=()
-  if [[ $name != even ]]; then
-    var=EXTRA_${name//[^A-Za-z0-9]/_}
-    read -ra extra <<< "${!var:-}"
-  fi
+  var=EXTRA_${name//[^A-Za-z0-9]/_}
+  read -ra extra <<< "${!var:-}"
   rm -rf "${OUT:?}/$contender"
   echo "== $contender ${extra[*]}" >&2
   OMP_NUM_THREADS=1 "$EXE" run "$CONFIG" --output "$OUT/$contender" --set "data.root=$DATA" \

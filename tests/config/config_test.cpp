@@ -124,10 +124,11 @@ TEST_F(ConfigTest, ObserveTraceItsWindowAndTensorBoard) {
 }
 
 TEST_F(ConfigTest, UnknownKeyNamesLineColumnAndKey) {
-  EXPECT_EQ(error_of("name: x\ndata:\n  batch_sise: 5\n"),
-            ":3:3: data.batch_sise: unknown key (known here: augment, batch_size, dataset, "
-            "download, global_batch_size, image_size, mean, num_workers, root, std, "
-            "synthetic_test, synthetic_train, test_limit, train_limit, url)");
+  EXPECT_EQ(
+      error_of("name: x\ndata:\n  batch_sise: 5\n"),
+      ":3:3: data.batch_sise: unknown key (known here: augment, balance, batch_size, dataset, "
+      "download, global_batch_size, image_size, mean, num_workers, root, std, "
+      "synthetic_test, synthetic_train, test_limit, train_limit, url)");
   EXPECT_EQ(error_of("nmae: x\n").substr(0, 20), ":1:1: nmae: unknown ");
 }
 
@@ -562,6 +563,88 @@ TEST_F(ConfigTest, GlobalBatchSizeThatCannotBeSplitIsRefused) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--set data.global_batch_size=10: ", 0), 0u) << e.what();
   }
+}
+
+TEST_F(ConfigTest, BalanceSplitsTheMicroBatchByWeights) {
+  const std::string path =
+      write("strategy: ddp\ndata:\n  global_batch_size: 64\n  balance: [3, 1]\n");
+  Config c = load_config(path);
+  EXPECT_EQ(c.data.balance, BalanceMode::kWeights);
+  EXPECT_EQ(c.data.balance_weights, (std::vector<double>{3, 1}));
+  EXPECT_EQ(c.data.balance_at, path + ":4:12");
+  Config rank1 = c;
+  resolve_batch_size(rank1, 2, 1);
+  EXPECT_EQ(rank1.data.shares, (std::vector<std::int64_t>{48, 16}));
+  EXPECT_EQ(rank1.data.batch_size, 16);
+  resolve_batch_size(c, 2, 0);
+  EXPECT_EQ(c.data.batch_size, 48);
+  // Written back as the list; it loads again to the same config.
+  EXPECT_NE(config_to_json(c).find("\"balance\":[3.0,1.0]"), std::string::npos)
+      << config_to_json(c);
+  // Accumulated: the weights split each micro-step (100 / 4 = 25 by 2:3 is 10 and 15).
+  Config accumulated = load_config(
+      path, {"data.global_batch_size=100", "data.balance=[2, 3]", "train.accumulate_steps=4"});
+  resolve_batch_size(accumulated, 2, 1);
+  EXPECT_EQ(accumulated.data.shares, (std::vector<std::int64_t>{10, 15}));
+  // auto starts even, by largest remainder where W does not divide M; even is the default.
+  Config automatic = load_config(path, {"data.balance=auto", "data.global_batch_size=10"});
+  EXPECT_EQ(automatic.data.balance, BalanceMode::kAuto);
+  resolve_batch_size(automatic, 3, 2);
+  EXPECT_EQ(automatic.data.shares, (std::vector<std::int64_t>{4, 3, 3}));
+  EXPECT_EQ(automatic.data.batch_size, 3);
+  EXPECT_NE(config_to_json(automatic).find("\"balance\":\"auto\""), std::string::npos);
+  Config even = load_config(write("data: {global_batch_size: 64}\n"));
+  EXPECT_EQ(even.data.balance, BalanceMode::kEven);
+  resolve_batch_size(even, 4, 3);
+  EXPECT_EQ(even.data.shares, (std::vector<std::int64_t>(4, 16)));
+  // Unresolved (a resolved one names both batch keys), auto and weights load again.
+  for (const char* balance : {"data.balance=auto", "data.balance=[0.5, 2]"}) {
+    const Config written = load_config(path, {balance});
+    EXPECT_EQ(config_to_json(load_config(write(config_to_yaml(written)))), config_to_json(written));
+  }
+}
+
+TEST_F(ConfigTest, BalanceThatDoesNotFitIsRefusedNamingTheKeyAndNumbers) {
+  EXPECT_EQ(error_of("data: {batch_size: 8, balance: auto}\n"),
+            ":1:32: data.balance: needs data.global_batch_size (the samples per step that the "
+            "ranks share); with a per-rank data.batch_size every rank takes the same");
+  EXPECT_EQ(error_of("data: {global_batch_size: 64, balance: [3, 0]}\n"),
+            ":1:44: data.balance: rank 1's weight is 0; every weight must be > 0");
+  EXPECT_EQ(error_of("data: {global_batch_size: 64, balance: [-2, 1]}\n"),
+            ":1:41: data.balance: rank 0's weight is -2; every weight must be > 0");
+  EXPECT_EQ(error_of("data: {global_batch_size: 64, balance: fast}\n"),
+            ":1:40: data.balance: 'fast' is not one of even | auto | a list of weights, one "
+            "per rank");
+  EXPECT_EQ(error_of("data: {global_batch_size: 64, balance: weights}\n"),
+            ":1:40: data.balance: 'weights' is not one of even | auto | a list of weights, one "
+            "per rank");
+  EXPECT_EQ(error_of("strategy: ddp\ndata: {global_batch_size: 64, balance: auto}\n"
+                     "model: {sync_batchnorm: true}\n"),
+            ":2:40: data.balance: auto splits the batch unevenly, which model.sync_batchnorm "
+            "does not support; use balance: even or model.sync_batchnorm: false");
+  // The world size is known at launch: the count of weights and the rounding are checked then.
+  const std::string path = write("data:\n  global_batch_size: 8\n  balance: [100, 1]\n");
+  Config c = load_config(path);
+  auto resolve_error = [](Config config, int world) {
+    try {
+      resolve_batch_size(config, world);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(resolve_error(c, 3),
+            path + ":3:12: data.balance: 2 weights for 3 ranks; give one per rank");
+  EXPECT_EQ(resolve_error(c, 1),
+            path + ":3:12: data.balance: 2 weights for 1 rank; give one per rank");
+  EXPECT_EQ(resolve_error(c, 2),
+            path +
+                ":3:12: data.balance: rank 1's share of 8 samples per micro-step rounds to 0 "
+                "(weights 100,1); every rank needs at least 1 sample");
+  EXPECT_EQ(resolve_error(load_config(path, {"data.balance=auto"}), 9),
+            path +
+                ":2:22: data.global_batch_size: 8 samples per step cannot give each of 9 ranks "
+                "a sample");
 }
 
 TEST_F(ConfigTest, TorchScriptModelStandsAlone) {

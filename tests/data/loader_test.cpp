@@ -102,6 +102,37 @@ TEST(Loader, BatchPlanBatchesAreEachRanksSliceOfTheMicroStep) {
   }
 }
 
+TEST(Loader, NewSharesMidEpochCutTheSameMicroStepsElsewhere) {
+  const auto data = synthetic(250);
+  const BatchPlan one(250, 17, BatchPlan::even_shares(48, 1));
+  Loader whole(data, one, 0, options(1, 0, false));
+  const auto expected = epoch_of(whole, 2);
+  // Two ranks, even for 2 micro-steps, then 36 and 12 (what data.balance auto does mid-epoch).
+  std::vector<std::vector<Batch>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    Loader loader(data, BatchPlan(250, 17, BatchPlan::even_shares(48, 2)), r,
+                  options(7, r + 1, false));
+    loader.start_epoch(2);
+    for (int k = 0; k < 2; ++k) ranks[r].push_back(*loader.next());
+    loader.set_shares({36, 12});
+    while (auto batch = loader.next()) ranks[r].push_back(std::move(*batch));
+  }
+  ASSERT_EQ(ranks[0].size(), expected.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(ranks[0][k].count, k < 2 ? 24 : 36) << k;
+    EXPECT_EQ(ranks[1][k].count, k < 2 ? 24 : 12) << k;
+    EXPECT_EQ(ranks[1][k].index, static_cast<std::int64_t>(k));
+    EXPECT_TRUE(at::equal(at::cat({ranks[0][k].labels, ranks[1][k].labels}), expected[k].labels))
+        << "step " << k;
+    EXPECT_TRUE(at::equal(at::cat({ranks[0][k].images, ranks[1][k].images}), expected[k].images))
+        << "step " << k;
+  }
+  Loader loader(data, one, 0, options(1, 0, false));
+  EXPECT_THROW(loader.set_shares({24, 24}), UsageError);  // another world size
+  Loader pair(data, BatchPlan(250, 17, BatchPlan::even_shares(48, 2)), 0, options(1, 0, false));
+  EXPECT_THROW(pair.set_shares({24, 23}), UsageError);  // another micro-batch
+}
+
 TEST(Loader, ImagesAreNormalisedWithTheDatasetStatistics) {
   const auto data = synthetic(40);
   Loader loader(data, sampler(40, 1, 0, /*shuffle=*/false), options(16, 2, false));

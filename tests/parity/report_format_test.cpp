@@ -105,6 +105,20 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(x.bytes_per_step, y.bytes_per_step);
     EXPECT_EQ(x.uncompressed_bytes_per_step, y.uncompressed_bytes_per_step);
   }
+  ASSERT_EQ(a.balance.has_value(), b.balance.has_value());
+  if (a.balance) {
+    const BalanceRecord &x = *a.balance, &y = *b.balance;
+    EXPECT_EQ(x.mode, y.mode);
+    EXPECT_EQ(x.shares, y.shares);
+    ASSERT_EQ(x.changes.size(), y.changes.size());
+    for (std::size_t i = 0; i < x.changes.size(); ++i) {
+      EXPECT_EQ(x.changes[i].step, y.changes[i].step) << i;
+      EXPECT_EQ(x.changes[i].shares, y.changes[i].shares) << i;
+      EXPECT_EQ(x.changes[i].seconds_per_sample, y.changes[i].seconds_per_sample) << i;
+      EXPECT_EQ(x.changes[i].predicted_before, y.changes[i].predicted_before) << i;
+      EXPECT_EQ(x.changes[i].predicted_after, y.changes[i].predicted_after) << i;
+    }
+  }
 }
 
 // A run whose every field holds a value of its own (none left at its default), with a loss
@@ -154,6 +168,10 @@ RunSummary every_field_set(const ScratchDir& dir) {
     s.ranks[r].breakdown = b;
   }
   s.straggler = Straggler{1, 180, 196, 3.375};
+  s.balance = BalanceRecord{"auto",
+                            {340, 172},
+                            {{8, {342, 170}, {0.0012375, 0.00249}, 0.6375, 0.4233},
+                             {96, {340, 172}, {0.00125, 0.0024}, 0.43, 0.425}}};
   return s;
 }
 

@@ -61,7 +61,8 @@ void expect_same_training(const EpochFigures& a, const EpochFigures& b) {
 }
 
 // Stops a run of `ranks` ranks with SIGTERM in epoch 2 and checks that it saved that step.
-void stop_mid_epoch(const fs::path& dir, const std::vector<std::string>& args) {
+void stop_mid_epoch(const fs::path& dir, const std::vector<std::string>& args,
+                    const std::string& shares_rule = "even") {
   const fs::path log = dir / "first.txt";
   // Rank 0 waits 20 ms before each batch, so that the signal lands well inside epoch 2 (the
   // wait changes no number).
@@ -81,7 +82,12 @@ void stop_mid_epoch(const fs::path& dir, const std::vector<std::string>& args) {
   const std::string file = Json::parse(manifest)["file"].get<std::string>();
   const std::string bytes = read_text(dir / "out" / "checkpoints" / file);
   EXPECT_NE(bytes.find("\"global_batch_size\":64"), std::string::npos);
-  EXPECT_NE(bytes.find("\"shares_rule\":\"even\""), std::string::npos);
+  EXPECT_NE(bytes.find("\"shares_rule\":\"" + shares_rule + "\""), std::string::npos);
+}
+
+std::vector<std::string> with(std::vector<std::string> args, const std::string& set) {
+  args.insert(args.end(), {"--set", set});
+  return args;
 }
 
 TEST(GlobalBatch, StoppedAtTwoRanksResumedAtOneEndsAsTheUninterruptedRun) {
@@ -116,6 +122,74 @@ TEST(GlobalBatch, StoppedAtTwoRanksResumedAtOneEndsAsTheUninterruptedRun) {
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("batches into epoch 2"), std::string::npos) << resumed.output;
   expect_same_training(figures(back), expected);
+}
+
+// data.balance [3, 1]: rank 0 takes 48 of each 64, rank 1 16, and the run trains as one process
+// at 64 does; stopped mid-epoch it saves that split, and resumed at one rank it still ends as the
+// uninterrupted run.
+TEST(GlobalBatch, WeightedSharesTrainAsOneProcessAndResumeElsewhere) {
+  auto single = scratch("balance_single");
+  const Result r = partrain(joined(global_args(write_config(single, kGlobalBody), 1)), single);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const EpochFigures expected = figures(single);
+
+  auto weighted = scratch("balance_weighted");
+  const fs::path cfg = write_config(weighted, kGlobalBody);
+  const Result w = partrain(joined(with(global_args(cfg, 2), "data.balance=[3,1]")), weighted);
+  ASSERT_EQ(w.code, 0) << w.output;
+  expect_same_training(figures(weighted), expected);
+  const Json report = read_report(weighted);
+  EXPECT_EQ(report["config"]["data"]["batch_size"], 48);  // rank 0's share
+  EXPECT_EQ(report["balance"]["mode"], "weights");
+  EXPECT_EQ(report["balance"]["shares"], Json::parse("[48, 16]"));
+  EXPECT_TRUE(report["balance"]["changes"].empty());
+
+  auto resumed = scratch("balance_weighted_resumed");
+  const fs::path resumed_cfg = write_config(resumed, kGlobalBody);
+  ASSERT_NO_FATAL_FAILURE(
+      stop_mid_epoch(resumed, with(global_args(resumed_cfg, 2), "data.balance=[3,1]"), "weights"));
+  const std::string saved = read_text(resumed / "out" / "checkpoints" / "latest.json");
+  EXPECT_NE(
+      read_text(resumed / "out" / "checkpoints" / Json::parse(saved)["file"].get<std::string>())
+          .find("\"shares\":[48,16]"),
+      std::string::npos);
+  const Result second = partrain(joined(global_args(resumed_cfg, 1)), resumed);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("batches into epoch 2"), std::string::npos) << second.output;
+  expect_same_training(figures(resumed), expected);
+}
+
+// data.balance auto with rank 1 slowed (PARTRAIN_TEST_SAMPLE_DELAY: 3 ms a sample in its
+// forward): after the warm-up steps the split moves towards rank 0, rank 0 says so, report.json
+// records it, and the training is still one process's at 64.
+TEST(GlobalBatch, AutoMovesSamplesOffASlowRankAndTrainsAsOneProcess) {
+  auto single = scratch("balance_auto_single");
+  const Result r = partrain(joined(global_args(write_config(single, kGlobalBody), 1)), single);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const EpochFigures expected = figures(single);
+
+  auto dir = scratch("balance_auto");
+  const fs::path cfg = write_config(dir, kGlobalBody);
+  ::setenv("PARTRAIN_TEST_SAMPLE_DELAY", "1:0.003", 1);
+  const Result a = partrain(joined(with(global_args(cfg, 2), "data.balance=auto")), dir);
+  ::unsetenv("PARTRAIN_TEST_SAMPLE_DELAY");
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_NE(a.output.find("balance auto: step "), std::string::npos) << a.output;
+  expect_same_training(figures(dir), expected);
+  const Json balance = read_report(dir)["balance"];
+  EXPECT_EQ(balance["mode"], "auto");
+  ASSERT_FALSE(balance["changes"].empty()) << balance.dump();
+  const Json& first = balance["changes"][0];
+  // Measured: rank 1 at least the delay per sample, and slower than rank 0.
+  EXPECT_GE(first["seconds_per_sample"][1].get<double>(), 0.003) << first.dump();
+  EXPECT_LT(first["seconds_per_sample"][0].get<double>(),
+            first["seconds_per_sample"][1].get<double>())
+      << first.dump();
+  EXPECT_LT(first["predicted_after"].get<double>(), first["predicted_before"].get<double>());
+  const auto shares = balance["shares"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_EQ(shares[0] + shares[1], 64);
+  EXPECT_GT(shares[0], shares[1]) << balance.dump();
 }
 
 TEST(GlobalBatch, PerRankModeRefusesAnotherWorldSizeNamingTheGlobalBatch) {
@@ -155,6 +229,32 @@ TEST(GlobalBatch, AGlobalBatchTheRanksCannotSplitExitsTwoInOneLine) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  // Weights that do not fit the ranks: one line naming the key, where it is, and the numbers.
+  r = partrain(
+      "run " + cfg.string() +
+          " --nproc-per-node 2 --set data.global_batch_size=64 --set 'data.balance=[3, 2, 1]'",
+      dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "partrain: --set data.balance=[3, 2, 1]: data.balance: 3 weights for 2 ranks; "
+            "give one per rank\n")
+      << r.output;
+  r = partrain(
+      "run " + cfg.string() +
+          " --nproc-per-node 2 --set data.global_batch_size=8 --set 'data.balance=[100, 1]'",
+      dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output,
+            "partrain: --set data.balance=[100, 1]: data.balance: rank 1's share of 8 "
+            "samples per micro-step rounds to 0 (weights 100,1); every rank needs at "
+            "least 1 sample\n")
+      << r.output;
+  r = partrain(
+      "run " + cfg.string() + " --set data.global_batch_size=64 --set 'data.balance=[2, 0]'", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("data.balance: rank 1's weight is 0; every weight must be > 0"),
+            std::string::npos)
+      << r.output;
   // Both batch keys: refused.
   r = partrain("run " + cfg.string() + " --set data.batch_size=16", dir);
   EXPECT_EQ(r.code, 2);

@@ -67,6 +67,16 @@ struct DataConfig {
   // Where global_batch_size was set (FILE:LINE:COL or its --set override): the errors that
   // need the world size (resolve_batch_size()) point there. Not a key.
   std::string global_batch_size_at;
+  // Global-batch mode only: how each micro-step's M samples are split over the ranks. even: M / W
+  // each; weights: in proportion to balance_weights (one > 0 per rank, rounded so that the
+  // shares sum to M); auto: even at first, then in proportion to each rank's measured speed
+  // (trainer/data/balance.h).
+  BalanceMode balance = BalanceMode::kEven;
+  std::vector<double> balance_weights;
+  std::string balance_at;  // where data.balance was set, for resolve_batch_size(). Not a key.
+  // Every rank's share of a micro-step, in rank order, once resolve_batch_size() has run (global-
+  // batch mode; empty before and in per-rank mode). Not a key.
+  std::vector<std::int64_t> shares;
   int num_workers = 2;           // 0..64 loader threads (0: batches built by the training thread)
   bool augment = false;          // random crop (4-pixel zero padding) and horizontal flip
   std::int64_t train_limit = 0;  // 0..2^40: only the first N training samples; 0 = all
@@ -197,11 +207,13 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // train.accumulate_steps (load_config() checked that it divides); 0 in per-rank mode.
 std::int64_t micro_batch_size(const Config& config);
 
-// Global-batch mode: sets data.batch_size to each rank's share of a micro-step, M / world_size
-// (world_size: the ranks of strategy ddp; 1 for single and dp, whose one process takes the
-// whole batch). Throws UsageError "FILE:LINE:COL: data.global_batch_size: ..." with the numbers
-// when the ranks cannot split M evenly. Per-rank mode: changes nothing.
-void resolve_batch_size(Config& config, int world_size);
+// Global-batch mode: sets data.shares to every rank's share of a micro-step (data.balance: even
+// M / world_size, or by the weights; auto starts even, rounded by largest remainder when W does
+// not divide M) and data.batch_size to rank `rank`'s (world_size: the ranks of strategy ddp; 1
+// for single and dp, whose one process takes the whole batch). Throws UsageError
+// "FILE:LINE:COL: data.global_batch_size: ..." (or data.balance) with the numbers when the
+// ranks cannot split M so, or the weights do not fit the ranks. Per-rank mode: changes nothing.
+void resolve_batch_size(Config& config, int world_size, int rank = 0);
 
 // The resolved config as YAML text (what `partrain validate` prints) and as JSON text
 // (embedded in report.json); both load back as the same Config. In global-batch mode

@@ -1,5 +1,6 @@
 // defines: the closed sets of names a config chooses from — DeviceChoice, StrategyKind,
-// Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName, Compression — each with
+// Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName, Compression,
+// BalanceMode — each with
 // the table of its YAML names, and name_of() to write one back.
 //
 // The reader turns each name into its enumerator once (config_reader.cpp), so the rest of
@@ -31,6 +32,8 @@ enum class Norm : std::uint8_t { kBatch, kNone };
 enum class OptimizerName : std::uint8_t { kSgd, kAdamW };
 enum class ScheduleName : std::uint8_t { kConstant, kStep, kCosine };
 enum class Compression : std::uint8_t { kNone, kPowerSgd };
+// data.balance: even, auto, or a list of weights (written "weights" where a name is needed).
+enum class BalanceMode : std::uint8_t { kEven, kAuto, kWeights };
 
 template <typename Enum>
 struct EnumName {
@@ -62,6 +65,8 @@ inline constexpr EnumName<ScheduleName> kScheduleNameNames[] = {
     {ScheduleName::kCosine, "cosine"}};
 inline constexpr EnumName<Compression> kCompressionNames[] = {{Compression::kNone, "none"},
                                                               {Compression::kPowerSgd, "powersgd"}};
+inline constexpr EnumName<BalanceMode> kBalanceModeNames[] = {
+    {BalanceMode::kEven, "even"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kWeights, "weights"}};
 
 // The table of an enum, picked by the type of the argument (its value is not used).
 constexpr std::span<const EnumName<DeviceChoice>> names_of(DeviceChoice) {
@@ -81,6 +86,7 @@ constexpr std::span<const EnumName<ScheduleName>> names_of(ScheduleName) {
   return kScheduleNameNames;
 }
 constexpr std::span<const EnumName<Compression>> names_of(Compression) { return kCompressionNames; }
+constexpr std::span<const EnumName<BalanceMode>> names_of(BalanceMode) { return kBalanceModeNames; }
 
 // The YAML name of `value`: what the resolved config, report.json and messages print. Every
 // enumerator has one (the config tests read each name back).

@@ -2,6 +2,7 @@
 // (yaml_section.h), so that every error names the key and where it came from. A check that
 // needs a key of a section read earlier runs in the later section's reader;
 // check_across_sections() holds those that need every key.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "trainer/config/config.h"
+#include "trainer/data/balance.h"
 #include "trainer/config/yaml_section.h"
 
 namespace partrain {
@@ -60,6 +62,8 @@ constexpr long long kMaxInt = std::numeric_limits<int>::max();
 constexpr long long kMaxCount = 1LL << 40;
 constexpr long long kMaxBatch = 1LL << 20;  // samples per rank and micro-step
 constexpr std::size_t kMaxChannels = 64;
+constexpr std::size_t kMaxRanks = 65536;  // data.balance's weights
+constexpr double kMaxWeight = 1e12;
 
 // Channels of the images a dataset yields (image-folder decodes everything as RGB, as
 // torchvision's ImageFolder does); 0 where only the files know (tensors).
@@ -177,6 +181,41 @@ void check_data_shape(const Section& data, const DataConfig& d, const YAML::Node
   }
 }
 
+// data.balance: even | auto | a list of weights. The weights' count is checked against the
+// world size once that is known (resolve_batch_size()).
+void read_balance(Section& data, DataConfig& d) {
+  const YAML::Node node = data.raw("balance");
+  if (!node.IsDefined() || node.IsNull()) return;
+  double number = 0;
+  if (node.IsScalar() && !YAML::convert<double>::decode(node, number)) {
+    const std::string text = data.read_text("balance").value_or("");
+    if (text == name_of(BalanceMode::kEven)) {
+      d.balance = BalanceMode::kEven;
+    } else if (text == name_of(BalanceMode::kAuto)) {
+      d.balance = BalanceMode::kAuto;
+    } else {
+      fail(data.origins(), "data.balance", node.Mark(),
+           "'" + text + "' is not one of even | auto | a list of weights, one per rank");
+    }
+  } else {
+    data.read_double_list("balance", d.balance_weights, -kMaxWeight, kMaxWeight, kMaxRanks);
+    for (std::size_t r = 0; r < d.balance_weights.size(); ++r) {
+      if (d.balance_weights[r] <= 0) {
+        fail(data.origins(), "data.balance", node.IsSequence() ? node[r].Mark() : node.Mark(),
+             detail::concat("rank ", r, "'s weight is ", d.balance_weights[r],
+                            "; every weight must be > 0"));
+      }
+    }
+    d.balance = BalanceMode::kWeights;
+  }
+  d.balance_at = data.origins().where("data.balance", node.Mark());
+  if (d.balance != BalanceMode::kEven && d.global_batch_size == 0) {
+    fail(data.origins(), "data.balance", node.Mark(),
+         "needs data.global_batch_size (the samples per step that the ranks share); with a "
+         "per-rank data.batch_size every rank takes the same");
+  }
+}
+
 // Returns data.global_batch_size's node (null when absent), for the checks against train's keys.
 YAML::Node read_data(Section data, DataConfig& d) {
   data.read_enum("dataset", d.dataset);
@@ -197,6 +236,7 @@ YAML::Node read_data(Section data, DataConfig& d) {
     d.batch_size = 0;  // resolve_batch_size() sets the rank's share once the world size is known
     d.global_batch_size_at = data.origins().where("data.global_batch_size", global.Mark());
   }
+  read_balance(data, d);
   data.read_int("num_workers", d.num_workers, 0, 64);
   data.read_bool("augment", d.augment);
   data.read_int("train_limit", d.train_limit, 0, kMaxCount);
@@ -421,6 +461,13 @@ void read_config(Section& top, Config& c) {
   read_comm(top.section("comm"), c.comm, c.strategy);
   const YAML::Node global_batch = read_data(top.section("data"), c.data);
   read_model(top.section("model"), c.model, c.strategy);
+  // SyncBatchNorm's backward adds the ranks' sums as they are, which is the mean over all
+  // samples only when every rank holds the same number of them.
+  if (c.model.sync_batchnorm && c.data.balance != BalanceMode::kEven) {
+    throw UsageError(c.data.balance_at + ": data.balance: " + std::string(name_of(c.data.balance)) +
+                     " splits the batch unevenly, which model.sync_batchnorm does not support; "
+                     "use balance: even or model.sync_batchnorm: false");
+  }
   read_train(top.section("train"), c.train, c.device, c.comm.compression);
   // Every micro-step of an accumulation group holds the same number of samples.
   if (c.data.global_batch_size % c.train.accumulate_steps != 0) {
@@ -464,7 +511,7 @@ std::int64_t micro_batch_size(const Config& config) {
   return config.data.global_batch_size / config.train.accumulate_steps;
 }
 
-void resolve_batch_size(Config& config, int world_size) {
+void resolve_batch_size(Config& config, int world_size, int rank) {
   DataConfig& d = config.data;
   if (d.global_batch_size == 0) return;
   const std::int64_t micro = micro_batch_size(config);
@@ -476,16 +523,40 @@ void resolve_batch_size(Config& config, int world_size) {
           ? detail::concat(micro, " samples per step")
           : detail::concat(micro, " samples per micro-step (", d.global_batch_size, " / ",
                            config.train.accumulate_steps, " accumulate_steps)");
-  if (world_size < 1 || micro % world_size != 0) {
-    reject(detail::concat(per_micro_step, " do not split evenly over ", world_size,
-                          " ranks; use a multiple of ",
-                          world_size * config.train.accumulate_steps));
+  if (d.balance == BalanceMode::kWeights) {
+    const auto weights = static_cast<int>(d.balance_weights.size());
+    if (weights != world_size) {
+      throw UsageError(detail::concat(d.balance_at, ": data.balance: ", weights,
+                                      weights == 1 ? " weight for " : " weights for ", world_size,
+                                      world_size == 1 ? " rank" : " ranks", "; give one per rank"));
+    }
+    try {
+      d.shares = data::weighted_shares(micro, d.balance_weights);
+    } catch (const UsageError& e) {
+      throw UsageError(detail::concat(d.balance_at, ": data.balance: ", e.what()));
+    }
+  } else if (d.balance == BalanceMode::kAuto) {
+    // Even as far as it goes; the first measurements move it.
+    if (world_size < 1 || micro < world_size) {
+      reject(
+          detail::concat(per_micro_step, " cannot give each of ", world_size, " ranks a sample"));
+    }
+    d.shares = data::weighted_shares(micro, std::vector<double>(world_size, 1.0));
+  } else {
+    if (world_size < 1 || micro % world_size != 0) {
+      reject(detail::concat(per_micro_step, " do not split evenly over ", world_size,
+                            " ranks; use a multiple of ",
+                            world_size * config.train.accumulate_steps));
+    }
+    d.shares.assign(static_cast<std::size_t>(world_size), micro / world_size);
   }
-  if (micro / world_size > kMaxBatch) {
-    reject(detail::concat(per_micro_step, " over ", world_size, " ranks is ", micro / world_size,
-                          " per rank, above the ", kMaxBatch, " one rank may take"));
+  const std::int64_t largest = *std::max_element(d.shares.begin(), d.shares.end());
+  if (largest > kMaxBatch) {
+    reject(detail::concat(per_micro_step, " over ", world_size, " ranks is ", largest,
+                          d.balance == BalanceMode::kEven ? " per rank" : " for one rank",
+                          ", above the ", kMaxBatch, " one rank may take"));
   }
-  d.batch_size = static_cast<int>(micro / world_size);
+  d.batch_size = static_cast<int>(d.shares.at(static_cast<std::size_t>(rank)));
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -108,6 +108,8 @@ Json data_json(const DataConfig& d) {
           {"url", d.url},
           {"batch_size", batch},
           {"global_batch_size", global},
+          {"balance",
+           d.balance == BalanceMode::kWeights ? Json(d.balance_weights) : Json(name_of(d.balance))},
           {"num_workers", d.num_workers},
           {"augment", d.augment},
           {"train_limit", d.train_limit},

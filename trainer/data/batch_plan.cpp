@@ -27,6 +27,14 @@ std::vector<std::int64_t> BatchPlan::even_shares(std::int64_t micro_batch, int w
   return std::vector<std::int64_t>(static_cast<std::size_t>(world_size), micro_batch / world_size);
 }
 
+BatchPlan BatchPlan::with_shares(std::vector<std::int64_t> shares) const {
+  BatchPlan plan(dataset_size_, seed_, std::move(shares));
+  PARTRAIN_CHECK(plan.world_size() == world_size() && plan.micro_batch() == micro_batch_,
+                 UsageError, "batch plan: ", plan.world_size(), " shares of ", plan.micro_batch(),
+                 " samples cannot replace ", world_size(), " of ", micro_batch_);
+  return plan;
+}
+
 void BatchPlan::check_rank(int rank) const {
   PARTRAIN_CHECK(rank >= 0 && rank < world_size(), UsageError, "batch plan: rank ", rank,
                  " is outside 0..", world_size() - 1);

@@ -32,6 +32,11 @@ class BatchPlan {
   // divide M.
   static std::vector<std::int64_t> even_shares(std::int64_t micro_batch, int world_size);
 
+  // The same data set and seed cut by other shares of the same micro-batch: every micro-step
+  // holds the same samples as before, split elsewhere. Throws UsageError when the shares are
+  // for another world size or sum to another M.
+  BatchPlan with_shares(std::vector<std::int64_t> shares) const;
+
   std::int64_t dataset_size() const { return dataset_size_; }
   const std::vector<std::int64_t>& shares() const { return shares_; }
   int world_size() const { return static_cast<int>(shares_.size()); }

@@ -240,6 +240,23 @@ std::optional<Batch> Loader::next() {
   return std::move(slot.batch);
 }
 
+void Loader::set_shares(const std::vector<std::int64_t>& shares) {
+  State& s = *state_;
+  PARTRAIN_CHECK(s.plan.has_value(), Error, "Loader::set_shares needs a batch plan");
+  BatchPlan plan = s.plan->with_shares(shares);
+  s.stop_workers();
+  s.options.batch_size = plan.share(s.rank);
+  s.plan = std::move(plan);
+  if (!s.started) return;
+  // The batches already built were cut by the old shares: the workers start again at the
+  // next batch, from the new order of the same epoch.
+  s.order = s.epoch_order(s.epoch);
+  const std::int64_t first = s.next_batch;
+  for (int w = 0; w < s.options.num_workers; ++w) {
+    s.workers.emplace_back([&s, w, first] { s.work(w, first); });
+  }
+}
+
 std::int64_t Loader::num_batches() const { return state_->batches; }
 const DistributedSampler& Loader::sampler() const { return state_->sampler; }
 const ImageDataset& Loader::dataset() const { return *state_->dataset; }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "trainer/data/batch_plan.h"
 #include "trainer/data/dataset.h"
@@ -55,6 +56,10 @@ class Loader {
   // The next batch of the current epoch, or nullopt after the last one. Throws Error when a
   // worker failed or no batch arrived within timeout_s.
   std::optional<Batch> next();
+  // Global-batch mode: from the next batch on, this rank's slices of the same micro-steps cut
+  // by `shares` (the same micro-batch M; BatchPlan::with_shares). The batches prepared ahead
+  // are built again. Throws UsageError for shares of another sum or world size.
+  void set_shares(const std::vector<std::int64_t>& shares);
   std::int64_t num_batches() const;
   const DistributedSampler& sampler() const;
   const ImageDataset& dataset() const;

@@ -367,8 +367,8 @@ std::string Checkpointer::checkpoint_bytes(
   if (config_.data.global_batch_size > 0) {
     meta.global_batch_size = config_.data.global_batch_size;
     meta.accumulate_steps = config_.train.accumulate_steps;
-    meta.shares_rule = "even";
-    meta.shares.assign(static_cast<std::size_t>(env_.world_size), config_.data.batch_size);
+    meta.shares_rule = name_of(config_.data.balance);
+    meta.shares = at.shares.empty() ? config_.data.shares : at.shares;
   }
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("format", std::string(kCheckpointFormat));
@@ -418,7 +418,26 @@ TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Op
     }
   }
   resumed_path_ = path;
-  return position_of(meta, path);
+  TrainingPosition position = position_of(meta, path);
+  position.shares = resumed_shares(meta);
+  return position;
+}
+
+// auto's split goes on where the checkpoint left it when it still fits: the same ranks (a
+// rank's speed belongs to its device) and the same micro-batch. Otherwise auto starts even and
+// measures again; even and weights follow the config, whatever the checkpoint's split.
+std::vector<std::int64_t> Checkpointer::resumed_shares(const CheckpointMeta& meta) const {
+  const DataConfig& d = config_.data;
+  if (d.balance != BalanceMode::kAuto || meta.shares_rule != name_of(BalanceMode::kAuto) ||
+      meta.world_size != env_.world_size || meta.shares.size() != d.shares.size()) {
+    return {};
+  }
+  std::int64_t sum = 0;
+  for (std::int64_t b : meta.shares) {
+    if (b < 1) return {};
+    sum += b;
+  }
+  return sum == micro_batch_size(config_) ? meta.shares : std::vector<std::int64_t>{};
 }
 
 void Checkpointer::attach(CheckpointState& state) {

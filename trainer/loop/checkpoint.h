@@ -39,8 +39,12 @@ struct TrainingPosition {
   std::int64_t step = 0;                       // optimizer steps taken, skipped ones included
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
   MidEpoch mid_epoch;                          // where in epoch `epoch + 1`, if mid-epoch
-  std::string source;                          // checkpoint file it came from
-  int written_by = 0;                          // ranks of the run that wrote it
+  // Global-batch mode: how the next micro-steps are split over the ranks, when that is not
+  // the config's own split (data.balance auto moved it). Saved: empty means data.shares. On
+  // resume: the checkpoint's split when it was auto's at the same world size and micro-batch.
+  std::vector<std::int64_t> shares;
+  std::string source;  // checkpoint file it came from
+  int written_by = 0;  // ranks of the run that wrote it
 };
 
 class Checkpointer {
@@ -106,6 +110,7 @@ class Checkpointer {
   static std::int64_t broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
                                       std::int64_t length, std::string* bytes);
   void check_fits_this_run(const CheckpointMeta& meta, const std::string& path) const;
+  std::vector<std::int64_t> resumed_shares(const CheckpointMeta& meta) const;
 
   const Config& config_;
   WorkerEnv env_;

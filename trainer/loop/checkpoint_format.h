@@ -73,8 +73,9 @@ struct CheckpointMeta {
   std::vector<EpochRecord> epochs;
   std::optional<LossScalerState> loss_scaler;  // precision f16 only
   // Global-batch mode (data.global_batch_size): samples per step over all ranks, the micro-steps
-  // a step accumulates, and how each micro-step was split over the ranks (shares_rule "even":
-  // M / W each; shares: the samples of each rank, in rank order). 0 or empty in per-rank mode
+  // a step accumulates, and how each micro-step was split over the ranks (shares_rule: the
+  // data.balance it came from, "even" (M / W each), "weights" or "auto"; shares: the samples of
+  // each rank at the checkpoint's step, in rank order). 0 or empty in per-rank mode
   // and in checkpoints of earlier versions. With them, mid_epoch.micro_step counts micro-steps
   // of M samples over all ranks, the same position for any world size.
   std::int64_t global_batch_size = 0;

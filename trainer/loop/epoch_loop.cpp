@@ -37,6 +37,7 @@ double unix_seconds_now() {
 EpochLoop::EpochLoop(const Config& config, const WorkerEnv& env, EpochLoopParts parts)
     : config_(config), env_(env), parts_(parts) {
   parts_.step.time_phases(parts_.observer.times());
+  parts_.step.slow_forward(parts_.observer.sample_delay());
 }
 
 bool EpochLoop::reached_max_steps() const {
@@ -81,6 +82,13 @@ void EpochLoop::run(const TrainingPosition& start) {
 
   const MidEpoch& mid = start.mid_epoch;
   if (mid.any()) parts_.step.set_skipped_steps(mid.skipped_steps);
+  if (config_.data.global_batch_size > 0) {
+    shares_ = config_.data.shares;
+    if (!start.shares.empty() && start.shares != shares_) use_shares(start.shares);
+    if (config_.data.balance == BalanceMode::kAuto && env_.world_size > 1) {
+      auto_balance_.emplace(shares_);
+    }
+  }
   const EpochTotals resumed = resumed_totals(mid);
 
   for (int epoch = start.epoch + 1;
@@ -125,6 +133,7 @@ void EpochLoop::run(const TrainingPosition& start) {
     position.epoch = epoch;
     position.step = step_;
     position.loss_scaler = parts_.step.precision().state();
+    position.shares = shares_;
     mark = Clock::now();
     parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
                                    parts_.strategy.comm());
@@ -169,6 +178,10 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   PhaseTimes& times = observer.times();
   times.set_step(step_);
   flight_recorder().set_step(step_);
+  measured_from_ = times.snapshot();
+  step_samples_ = 0;
+  // Images of all ranks per micro-step, for the rate on the progress line.
+  const std::int64_t images_per_batch_all = shares_.empty() ? 0 : micro_batch_size(config_);
   Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
   while (!reached_max_steps()) {
     auto batch = loader.next();
@@ -193,14 +206,15 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
     }
     running_loss += loss.to(torch::kFloat64) * static_cast<double>(batch->count);
     totals.images += static_cast<double>(batch->count);
-    window_images += batch->count;
+    step_samples_ += batch->count;
+    window_images += shares_.empty() ? batch->count * env_.world_size : images_per_batch_all;
     ++batch_index;
     compute_seconds_ +=
         seconds_since(step_start) - (parts_.strategy.comm_wait_seconds() - wait_before);
 
     const bool log_now = sync && (step_ % config_.train.log_every == 0 || batch_index == batches);
     if (is_rank0 && (log_now || progress.on_terminal())) {
-      double rate = window_images * env_.world_size / std::max(1e-9, seconds_since(window_start));
+      double rate = window_images / std::max(1e-9, seconds_since(window_start));
       double current = loss.item<double>();
       progress.update(
           format_epoch_line(epoch, config_.train.epochs) +
@@ -243,10 +257,13 @@ void EpochLoop::write_held_steps(TensorBoardLog& tensorboard) {
 
 bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tensor& running_loss,
                            EpochTotals so_far) {
-  StepSlots slots;
+  StepSlots slots(env_.world_size);
   slots.stop_requests() = StopRequest::requested() ? 1.0 : 0.0;
   if (env_.rank == 0) slots.checkpoint_due() = parts_.checkpointer.timed_checkpoint_due() ? 1 : 0;
+  if (auto_balance_) slots.seconds_per_sample(env_.rank) = measure_seconds_per_sample();
   exchange_step(slots, parts_.strategy.comm(), parts_.device);
+  // Before a checkpoint of this step, so that it records the split the next steps take.
+  if (auto_balance_) rebalance(slots.seconds_per_sample());
   const bool stop = slots.stop_requests() > 0;
   const bool save =
       stop || slots.checkpoint_due() > 0 || parts_.checkpointer.step_checkpoint_due(step_);
@@ -282,8 +299,53 @@ std::string EpochLoop::save_mid_epoch(int epoch, std::int64_t batches_done,
   position.mid_epoch.images.assign(sums.begin() + static_cast<long>(world), sums.end());
   position.mid_epoch.train_seconds = so_far.seconds;
   position.mid_epoch.skipped_steps = parts_.step.skipped_steps();
+  position.shares = shares_;
   return parts_.checkpointer.save_step(position, parts_.model.module(), parts_.optimizer, epochs_,
                                        parts_.strategy.comm());
+}
+
+void EpochLoop::use_shares(const std::vector<std::int64_t>& shares) {
+  shares_ = shares;
+  parts_.train.set_shares(shares_);
+  parts_.strategy.set_rank_share(shares_.at(static_cast<std::size_t>(env_.rank)),
+                                 micro_batch_size(config_));
+}
+
+double EpochLoop::measure_seconds_per_sample() {
+  const PhaseTimes::Snapshot now = parts_.observer.times().snapshot();
+  auto spent = [&](Phase phase) {
+    const auto p = static_cast<std::size_t>(phase);
+    return std::chrono::duration<double>(now.totals[p] - measured_from_.totals[p]).count();
+  };
+  const double seconds = spent(Phase::kForward) + spent(Phase::kBackward);
+  const double per_sample = step_samples_ > 0 ? seconds / static_cast<double>(step_samples_) : 0;
+  measured_from_ = now;
+  step_samples_ = 0;
+  return per_sample;
+}
+
+void EpochLoop::rebalance(const std::vector<double>& seconds_per_sample) {
+  const std::optional<data::BalanceChange> change =
+      auto_balance_->observe(step_, seconds_per_sample);
+  if (!change) return;
+  use_shares(change->shares);
+  balance_changes_.push_back(*change);
+  if (env_.rank == 0) {
+    std::printf("balance auto: %s\n", data::describe(*change).c_str());
+    std::fflush(stdout);
+  }
+}
+
+std::optional<BalanceRecord> EpochLoop::balance() const {
+  if (shares_.empty()) return std::nullopt;
+  BalanceRecord record;
+  record.mode = name_of(config_.data.balance);
+  record.shares = shares_;
+  for (const data::BalanceChange& c : balance_changes_) {
+    record.changes.push_back(
+        {c.step, c.shares, c.seconds_per_sample, c.predicted_before, c.predicted_after});
+  }
+  return record;
 }
 
 }  // namespace partrain

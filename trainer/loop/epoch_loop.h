@@ -2,7 +2,8 @@
 // statistics, evaluate, record and log the epoch, checkpoint; until train.epochs,
 // train.max_steps, or a stop signal (then a checkpoint of the step it stopped at). After each
 // optimizer step the ranks agree through the step exchange (step_exchange.h) whether to stop
-// or to take a mid-epoch checkpoint.
+// or to take a mid-epoch checkpoint; with data.balance auto also on each rank's compute time per
+// sample, from which every rank derives the same new split (trainer/data/balance.h).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "trainer/config/config.h"
+#include "trainer/data/balance.h"
 #include "trainer/data/loader.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/observer.h"
@@ -66,6 +68,8 @@ class EpochLoop {
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
   // Training time of this rank outside the wait for gradient averaging.
   double compute_seconds() const { return compute_seconds_; }
+  // Global-batch mode: the split at the end and auto's changes of it (report.json's "balance").
+  std::optional<BalanceRecord> balance() const;
 
  private:
   struct EpochTotals {
@@ -88,6 +92,14 @@ class EpochLoop {
   std::string save_mid_epoch(int epoch, std::int64_t batches_done, const EpochTotals& so_far);
   EpochTotals resumed_totals(const MidEpoch& mid) const;
   bool reached_max_steps() const;
+  // The split the next micro-steps take: the loader's slices and the gradient's scale.
+  void use_shares(const std::vector<std::int64_t>& shares);
+  // data.balance auto, after a step's exchange: every rank's compute seconds per sample in
+  // rank order; moves the split when AutoBalance says so (the same on every rank).
+  void rebalance(const std::vector<double>& seconds_per_sample);
+  // This rank's forward and backward seconds per sample since the last call (0 without
+  // samples), from the phase timers.
+  double measure_seconds_per_sample();
 
   const Config& config_;
   WorkerEnv env_;
@@ -96,6 +108,12 @@ class EpochLoop {
   std::int64_t step_ = 0;
   double compute_seconds_ = 0;
   std::optional<Stopped> stopped_;
+  // Global-batch mode: every rank's share of a micro-step now (empty in per-rank mode).
+  std::vector<std::int64_t> shares_;
+  std::optional<data::AutoBalance> auto_balance_;  // data.balance auto with several ranks
+  std::vector<data::BalanceChange> balance_changes_;
+  PhaseTimes::Snapshot measured_from_;  // where this step's compute time starts
+  std::int64_t step_samples_ = 0;       // this rank's samples since then
   // Rank 0, observe.tensorboard: each optimizer step's loss (on the device, so that logging it
   // does not wait for the device every step), learning rate and end, until written.
   struct HeldStep {

@@ -19,7 +19,8 @@ namespace partrain {
 void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10::Device& device,
                              Strategy& strategy, double compute_seconds,
                              const std::vector<EpochRecord>& epochs, Clock::time_point run_start,
-                             const RunObserver& observer) {
+                             const RunObserver& observer,
+                             const std::optional<BalanceRecord>& balance) {
   DeviceMemory mem = read_device_memory(device.is_cuda() ? device.index() : -1);
   const double kNone = std::nan("");
   std::vector<double> mine{peak_rss_mb(),
@@ -94,6 +95,7 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
   }
   summary.epochs = epochs;
   summary.straggler = observer.straggler();
+  summary.balance = balance;
   double train_seconds = 0, images = 0;
   for (const auto& e : epochs) {
     train_seconds += e.train_seconds;

@@ -45,6 +45,8 @@ class RunObserver {
 
   // Test-only: the step delay of PARTRAIN_TEST_STEP_DELAY (test_injection.h), if any.
   void inject_step_delay() const;
+  // Test-only: PARTRAIN_TEST_SAMPLE_DELAY's seconds per sample for this rank, 0 unset.
+  double sample_delay() const { return faults_.sample_delay_s; }
 
   // After a training batch of optimizer step `step`; sync: it ended with the gradient
   // allreduce, whose bucket timings these are (empty without ddp).

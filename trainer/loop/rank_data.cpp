@@ -59,10 +59,7 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
   if (cfg.data.global_batch_size > 0) {
     // Global-batch mode: the same micro-steps whatever the world size (batch_plan.h).
     d.train = std::make_unique<data::Loader>(
-        d.train_set,
-        data::BatchPlan(d.train_set->size, cfg.seed,
-                        data::BatchPlan::even_shares(micro_batch_size(cfg), env.world_size)),
-        env.rank, lo);
+        d.train_set, data::BatchPlan(d.train_set->size, cfg.seed, cfg.data.shares), env.rank, lo);
   } else {
     d.train = std::make_unique<data::Loader>(
         d.train_set,
@@ -71,6 +68,11 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
   }
   data::LoaderOptions eval_lo = lo;
   eval_lo.augment = false;
+  // Uneven shares would give a rank with a small one tiny test batches; the test set is split
+  // evenly whatever the training split, so every rank takes the even batch (M / W, rounded up).
+  if (cfg.data.global_batch_size > 0) {
+    eval_lo.batch_size = (micro_batch_size(cfg) + env.world_size - 1) / env.world_size;
+  }
   d.test = std::make_unique<data::Loader>(
       d.test_set,
       data::DistributedSampler(d.test_set->size, {env.world_size, env.rank, cfg.seed, false}),

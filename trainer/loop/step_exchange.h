@@ -8,8 +8,10 @@
 // of the loop that needs a slot gets a named accessor here; adding one does not move the
 // others' meaning. With single and dp (no communicator) the values stay local.
 //
-//   [0] stop requests: ranks that got SIGTERM, SIGINT or SIGUSR1 (common/stop_request.h)
-//   [1] checkpoint due: 1 when rank 0's clock says checkpoint.every_seconds has passed
+//   [0]          stop requests: ranks that got SIGTERM, SIGINT or SIGUSR1 (common/stop_request.h)
+//   [1]          checkpoint due: 1 when rank 0's clock says checkpoint.every_seconds has passed
+//   [2 .. 2+W)   compute seconds per sample: rank r's forward and backward time over the step
+//                divided by its samples, in slot 2 + r (data.balance auto; 0 when not measured)
 #pragma once
 
 #include <c10/core/Device.h>
@@ -25,17 +27,29 @@ class Communicator;
 
 class StepSlots {
  public:
-  StepSlots() : values_(kCount, 0.0) {}
+  explicit StepSlots(int world_size = 1)
+      : world_(static_cast<std::size_t>(world_size)), values_(kSecondsPerSample + world_, 0.0) {}
 
   double& stop_requests() { return values_[kStopRequests]; }
   double& checkpoint_due() { return values_[kCheckpointDue]; }
+  double& seconds_per_sample(int rank) { return values_.at(kSecondsPerSample + rank_slot(rank)); }
+  // Every rank's, in rank order (after the exchange).
+  std::vector<double> seconds_per_sample() const {
+    return {values_.begin() + kSecondsPerSample, values_.begin() + kSecondsPerSample + world_};
+  }
 
   std::vector<double>& values() { return values_; }
 
  private:
+  std::size_t rank_slot(int rank) const {
+    return rank >= 0 && static_cast<std::size_t>(rank) < world_ ? static_cast<std::size_t>(rank)
+                                                                : world_;  // at() throws
+  }
+
   static constexpr std::size_t kStopRequests = 0;
   static constexpr std::size_t kCheckpointDue = 1;
-  static constexpr std::size_t kCount = 2;
+  static constexpr std::size_t kSecondsPerSample = 2;  // W slots
+  std::size_t world_;
   std::vector<double> values_;
 };
 

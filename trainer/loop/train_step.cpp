@@ -5,6 +5,9 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
+#include <chrono>
+#include <thread>
+
 namespace partrain {
 
 TrainStepOptions train_step_options(const TrainConfig& train) {
@@ -39,6 +42,10 @@ at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at:
     out = strategy_.forward(model, images);
   }
   at::Tensor loss = classification_loss(out, labels, options_.label_smoothing);
+  if (sample_delay_s_ > 0) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(sample_delay_s_ * static_cast<double>(images.size(0))));
+  }
   t = mark(Phase::kForward, t);
   strategy_.prepare_for_backward(sync);
   precision_.scale_loss(group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();

@@ -56,6 +56,9 @@ class TrainStep {
   PrecisionPlugin& precision() { return precision_; }
   // From here on, run() marks forward, backward, comm_exposed and optimizer in `times`.
   void time_phases(PhaseTimes& times) { times_ = &times; }
+  // Test-only (PARTRAIN_TEST_SAMPLE_DELAY): forward waits this long per sample, as a slower
+  // device would take.
+  void slow_forward(double seconds_per_sample) { sample_delay_s_ = seconds_per_sample; }
 
  private:
   void update(TrainModel& model, std::int64_t step, Clock::time_point since);
@@ -72,6 +75,7 @@ class TrainStep {
   double lr_ = 0;
   std::int64_t skipped_ = 0;
   PhaseTimes* times_ = nullptr;
+  double sample_delay_s_ = 0;
 };
 
 }  // namespace partrain

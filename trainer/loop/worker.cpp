@@ -85,7 +85,7 @@ void dump_flight_record(const Config& cfg, const WorkerEnv& env, const char* err
 int run_worker(Config config, const WorkerEnv& env) {
   const auto run_start = Clock::now();
   // Global-batch mode: each rank's share of the batch, known now that the world size is.
-  resolve_batch_size(config, env.world_size);
+  resolve_batch_size(config, env.world_size, env.rank);
   const Config& cfg = config;
   // Flight records of an earlier failure in this folder would read as this run's. No rank dumps
   // before the ranks have met, which needs rank 0 past this point.
@@ -154,7 +154,7 @@ int run_worker(Config config, const WorkerEnv& env) {
 
   observer.write_trace(strategy.comm() ? strategy.comm()->name() : "none");
   gather_and_write_report(cfg, env, device, strategy, loop.compute_seconds(), loop.epochs(),
-                          run_start, observer);
+                          run_start, observer, loop.balance());
   if (group.comm) group.comm->barrier();
   return 0;
 }

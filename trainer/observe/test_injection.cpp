@@ -85,6 +85,9 @@ InjectedFaults injected_faults(int rank) {
   f.step_delay_s = seconds_for("PARTRAIN_TEST_STEP_DELAY", rank);
   PARTRAIN_CHECK(f.step_delay_s >= 0.0 && f.step_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STEP_DELAY: the delay must be within 0..60 seconds");
+  f.sample_delay_s = seconds_for("PARTRAIN_TEST_SAMPLE_DELAY", rank);
+  PARTRAIN_CHECK(f.sample_delay_s >= 0.0 && f.sample_delay_s <= 1.0, UsageError,
+                 "PARTRAIN_TEST_SAMPLE_DELAY: the delay must be within 0..1 seconds per sample");
   f.stop_save_delay_s = seconds_for("PARTRAIN_TEST_STOP_SAVE_DELAY", rank);
   PARTRAIN_CHECK(f.stop_save_delay_s >= 0.0 && f.stop_save_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STOP_SAVE_DELAY: the delay must be within 0..60 seconds");

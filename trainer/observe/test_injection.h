@@ -1,11 +1,15 @@
 // defines: InjectedFaults, SaveFault, injected_faults() and die_at_once() — distortions the
-// tests of the breakdown, the trace, the straggler verdict, the stop and the checkpoint save ask
-// for through the environment, so that they can check the figures against a known cause.
+// tests of the breakdown, the trace, the straggler verdict, the stop, the checkpoint save and
+// data.balance auto ask for through the environment, so that they can check the figures against
+// a known cause.
 // Test-only: unset (as in every real run), they are zero. LibTorch-free.
 //
 //   PARTRAIN_TEST_CLOCK_SKEW=RANK:SECONDS   rank RANK's clock reads SECONDS ahead
 //   PARTRAIN_TEST_STEP_DELAY=RANK:SECONDS   rank RANK waits SECONDS before each batch (as a
 //                                           slow input pipeline would), so it arrives late
+//   PARTRAIN_TEST_SAMPLE_DELAY=RANK:SECONDS rank RANK waits SECONDS per sample of each batch
+//                                           inside its forward (as a slower device would), so
+//                                           data.balance auto measures it slower
 //   PARTRAIN_TEST_STOP_SAVE_DELAY=RANK:SECONDS  rank RANK, writing the checkpoint of a stop,
 //                                           waits SECONDS between the temp file and its rename
 //                                           (as a slow disk would), so a test can signal it
@@ -38,6 +42,7 @@ struct SaveFault {
 struct InjectedFaults {
   double clock_skew_s = 0;
   double step_delay_s = 0;
+  double sample_delay_s = 0;
   double stop_save_delay_s = 0;
   SaveFault save_fault;
 };

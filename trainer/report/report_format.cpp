@@ -278,6 +278,56 @@ CompressionRecord compression_from_json(const JsonAt& j) {
   return c;
 }
 
+Json balance_to_json(const BalanceRecord& b) {
+  Json changes = Json::array();
+  for (const BalanceChangeRecord& c : b.changes) {
+    changes.push_back(Json{{"step", c.step},
+                           {"shares", c.shares},
+                           {"seconds_per_sample", c.seconds_per_sample},
+                           {"predicted_before", c.predicted_before},
+                           {"predicted_after", c.predicted_after}});
+  }
+  return Json{{"mode", b.mode}, {"shares", b.shares}, {"changes", changes}};
+}
+
+namespace {
+
+std::vector<std::int64_t> shares_from_json(const JsonAt& j) {
+  std::vector<std::int64_t> shares;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    shares.push_back(j.at(i).count());
+    if (shares.back() < 1) j.at(i).fail("must be at least 1");
+  }
+  return shares;
+}
+
+}  // namespace
+
+BalanceRecord balance_from_json(const JsonAt& j) {
+  BalanceRecord b;
+  b.mode = j["mode"].string();
+  if (b.mode != "even" && b.mode != "weights" && b.mode != "auto") {
+    j["mode"].fail("is \"" + b.mode + "\", expected even, weights or auto");
+  }
+  b.shares = shares_from_json(j["shares"]);
+  const JsonAt changes = j["changes"];
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    const JsonAt c = changes.at(i);
+    BalanceChangeRecord r;
+    r.step = c["step"].count();
+    r.shares = shares_from_json(c["shares"]);
+    const JsonAt times = c["seconds_per_sample"];
+    for (std::size_t k = 0; k < times.size(); ++k) {
+      r.seconds_per_sample.push_back(times.at(k).non_negative());
+    }
+    if (r.seconds_per_sample.size() != r.shares.size()) times.fail("needs one time per share");
+    r.predicted_before = c["predicted_before"].non_negative();
+    r.predicted_after = c["predicted_after"].non_negative();
+    b.changes.push_back(r);
+  }
+  return b;
+}
+
 Json report_to_json(const RunSummary& s) {
   Json report;
   report["schema"] = std::string(kReportSchema);
@@ -294,6 +344,7 @@ Json report_to_json(const RunSummary& s) {
   // Only with compression, so that the reports of runs without it read as before.
   if (s.compression) report["compression"] = compression_to_json(*s.compression);
   report["straggler"] = straggler_to_json(s.straggler);
+  if (s.balance) report["balance"] = balance_to_json(*s.balance);
   if (!s.epochs.empty()) {
     report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
                        {"test_loss", s.epochs.back().test_loss},
@@ -324,6 +375,7 @@ RunSummary report_from_json(const JsonAt& j) {
     s.compression = compression_from_json(j["compression"]);
   }
   if (j.has("straggler")) s.straggler = straggler_from_json(j["straggler"]);
+  if (j.has("balance")) s.balance = balance_from_json(j["balance"]);
   j["final"].object();  // derived from the epochs, so only its presence is checked
   return s;
 }

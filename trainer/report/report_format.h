@@ -1,5 +1,6 @@
 // defines: the report.json format, in one place — kReportSchema, the records a run reports
-// (EpochRecord, Breakdown, RankRecord, Straggler, RunEnv, CompressionRecord, RunSummary) and,
+// (EpochRecord, Breakdown, RankRecord, Straggler, RunEnv, CompressionRecord, BalanceRecord,
+// RunSummary) and,
 // for each, the pair of
 // functions that write it as JSON and read it back (epoch_to_json/epoch_from_json, rank_...,
 // env_..., report_...); JsonAt, a value of a parsed document with its JSON path; os_name().
@@ -158,6 +159,25 @@ struct CompressionRecord {
 nlohmann::ordered_json compression_to_json(const CompressionRecord& record);
 CompressionRecord compression_from_json(const JsonAt& j);
 
+// How each micro-step was split over the ranks in global-batch mode (data.balance). mode: even,
+// weights or auto; shares: the split at the end of the run, in rank order; changes: auto's moves,
+// each with the figures it was decided on (empty for even and weights).
+struct BalanceChangeRecord {
+  std::int64_t step = 0;  // optimizer steps taken when the split moved
+  std::vector<std::int64_t> shares;
+  std::vector<double> seconds_per_sample;  // each rank's compute time per sample measured
+  double predicted_before = 0;             // a step's compute seconds with the old split
+  double predicted_after = 0;              // and with the new one
+};
+struct BalanceRecord {
+  std::string mode;
+  std::vector<std::int64_t> shares;
+  std::vector<BalanceChangeRecord> changes;
+};
+
+nlohmann::ordered_json balance_to_json(const BalanceRecord& record);
+BalanceRecord balance_from_json(const JsonAt& j);
+
 // What report.json holds. Its "final" object is not a field: it repeats the last epoch's
 // figures (null without epochs) for readers that want only those.
 struct RunSummary {
@@ -170,6 +190,8 @@ struct RunSummary {
   // Without compression: absent from the file (and from reports written before it).
   std::optional<CompressionRecord> compression;
   std::optional<Straggler> straggler;  // null: the ranks were even, or one rank only
+  // Global-batch mode only: absent from the file otherwise (and from reports written before it).
+  std::optional<BalanceRecord> balance;
 };
 
 // The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch

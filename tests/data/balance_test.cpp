@@ -1,0 +1,149 @@
+#include "trainer/data/balance.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <numeric>
+#include <vector>
+
+#include "common/errors.h"
+#include "trainer/data/batch_plan.h"
+
+namespace partrain::data {
+namespace {
+
+using Shares = std::vector<std::int64_t>;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WeightedShares, ProportionalAndSummingToTheMicroBatch) {
+  EXPECT_EQ(weighted_shares(64, {3, 1}), (Shares{48, 16}));
+  EXPECT_EQ(weighted_shares(64, {1, 1}), (Shares{32, 32}));
+  EXPECT_EQ(weighted_shares(64, {0.75, 0.25}), (Shares{48, 16}));
+  // 10 by 1:1:1 is 3.33 each: the one sample left goes to the first of the equal remainders.
+  EXPECT_EQ(weighted_shares(10, {1, 1, 1}), (Shares{4, 3, 3}));
+  // 10 by 2:1 is 6.67 and 3.33: the larger remainder (0.67) takes the sample left.
+  EXPECT_EQ(weighted_shares(10, {2, 1}), (Shares{7, 3}));
+  // 100 by 5:3:2:1 (45.45, 27.27, 18.18, 9.09): remainders .45 .27 .18 .09, one left -> rank 0.
+  EXPECT_EQ(weighted_shares(100, {5, 3, 2, 1}), (Shares{46, 27, 18, 9}));
+  for (std::int64_t m : {100, 101, 1000, 4097}) {
+    const Shares s = weighted_shares(m, {0.3, 2.9, 1.7, 0.11, 5});
+    EXPECT_EQ(std::accumulate(s.begin(), s.end(), std::int64_t{0}), m) << m;
+  }
+}
+
+TEST(WeightedShares, RefusesBadWeightsAndEmptySharesNamingTheNumbers) {
+  EXPECT_EQ(error_of([] {
+              weighted_shares(64, {3, 0});
+            }),
+            "rank 1's weight is 0; every weight must be > 0");
+  EXPECT_EQ(error_of([] {
+              weighted_shares(64, {-1, 2});
+            }),
+            "rank 0's weight is -1; every weight must be > 0");
+  EXPECT_EQ(error_of([] {
+              weighted_shares(8, {100, 1});
+            }),
+            "rank 1's share of 8 samples per micro-step rounds to 0 (weights 100,1); every rank "
+            "needs at least 1 sample");
+  EXPECT_THROW(weighted_shares(8, {}), UsageError);
+}
+
+TEST(SpeedShares, FollowTheSpeedAndKeepEveryRankASample) {
+  // Rank 1 half as fast: two thirds to rank 0.
+  EXPECT_EQ(speed_shares(256, {0.001, 0.002}), (Shares{171, 85}));
+  EXPECT_EQ(speed_shares(256, {0.002, 0.002}), (Shares{128, 128}));
+  // Rank 2 so slow that its quota rounds to 0: it keeps one sample, taken from the largest.
+  EXPECT_EQ(speed_shares(8, {0.001, 0.001, 1.0}), (Shares{3, 4, 1}));
+  EXPECT_THROW(speed_shares(8, {0.001, 0.0}), UsageError);
+  EXPECT_THROW(speed_shares(1, {0.001, 0.001}), UsageError);
+  // The speed split shortens the predicted step; the even one waits for the slow rank.
+  EXPECT_DOUBLE_EQ(predicted_step_seconds({128, 128}, {0.001, 0.002}), 0.256);
+  EXPECT_DOUBLE_EQ(predicted_step_seconds({171, 85}, {0.001, 0.002}), 0.171);
+}
+
+TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
+  AutoBalance balance({128, 128}, {2, 3, 0.05, 0.5});
+  const std::vector<double> slow1{0.001, 0.002};
+  std::int64_t step = 0;
+  // Two warm-up steps are ignored, then 3 measured: the decision comes at the 5th.
+  for (; step < 4; ++step) EXPECT_FALSE(balance.observe(step + 1, slow1)) << step;
+  const auto change = balance.observe(++step, slow1);
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->step, 5);
+  // The speed split is 171:85; the move goes half way there (149.5:106.5, the tie to rank 0).
+  EXPECT_EQ(change->shares, (Shares{150, 106}));
+  EXPECT_EQ(balance.shares(), (Shares{150, 106}));
+  EXPECT_DOUBLE_EQ(change->predicted_before, 0.256);
+  EXPECT_DOUBLE_EQ(change->predicted_after, 0.212);
+  EXPECT_EQ(describe(*change),
+            "step 5: shares 150,106 (compute s/sample 0.001,0.002; predicted step compute 0.256 s "
+            "-> 0.212 s)");
+  // The same speeds: half way again while that gains more than 5 % (161:95, then 166:90), then
+  // it holds: 169:87 would predict 0.174 s against 0.180 s.
+  std::vector<Shares> moves;
+  for (int i = 0; i < 30; ++i) {
+    if (const auto c = balance.observe(++step, slow1)) moves.push_back(c->shares);
+  }
+  EXPECT_EQ(moves, (std::vector<Shares>{{161, 95}, {166, 90}}));
+  // Noise within 5 %: the split holds.
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(balance.observe(++step, {0.00102, 0.00199}));
+  // Rank 0 becomes the slow one: within a few windows the split moves towards rank 1.
+  std::optional<BalanceChange> back;
+  for (int i = 0; i < 9 && !back; ++i) back = balance.observe(++step, {0.004, 0.001});
+  ASSERT_TRUE(back);
+  EXPECT_LT(back->shares[0], 166);
+  EXPECT_GT(back->seconds_per_sample[0], back->seconds_per_sample[1]);
+  // The figures are the window's means: one odd step among three moves the mean only.
+  AutoBalance mean_of_window({10, 10}, {0, 3, 0.05, 0.5});
+  EXPECT_FALSE(mean_of_window.observe(1, {0.001, 0.001}));
+  EXPECT_FALSE(mean_of_window.observe(2, {0.001, 0.001}));
+  const auto third = mean_of_window.observe(3, {0.001, 0.007});
+  ASSERT_TRUE(third);
+  EXPECT_DOUBLE_EQ(third->seconds_per_sample[1], 0.003);
+  EXPECT_EQ(third->shares, (Shares{13, 7}));  // half way to 15:5
+}
+
+TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {
+  // smoothing 0.5: after windows of 0.001 and then one of 0.003, rank 1's estimate is 0.002.
+  AutoBalance balance({10, 10}, {0, 1, 0.05, 0.5});
+  EXPECT_FALSE(balance.observe(1, {0.001, 0.001}));
+  const auto change = balance.observe(2, {0.001, 0.003});
+  ASSERT_TRUE(change);
+  EXPECT_DOUBLE_EQ(change->seconds_per_sample[1], 0.002);
+  // The speed split of 0.001:0.002 is 13.3:6.7 -> 13:7; half way from 10:10 is 11.5:8.5 -> 12:8.
+  EXPECT_EQ(change->shares, (Shares{12, 8}));
+}
+
+TEST(AutoBalance, OneRankOrAMissingFigureChangesNothing) {
+  AutoBalance one({64}, {0, 1, 0.05, 0.5});
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(one.observe(i + 1, {0.5}));
+  AutoBalance missing({32, 32}, {0, 2, 0.05, 0.5});
+  EXPECT_FALSE(missing.observe(1, {0.001, 0.0}));
+  EXPECT_FALSE(missing.observe(2, {0.001, 0.0}));
+  EXPECT_EQ(missing.shares(), (Shares{32, 32}));
+}
+
+TEST(AutoBalance, SharesItChoosesMakeABatchPlanOfTheSameMicroSteps) {
+  const BatchPlan even(100, 3, BatchPlan::even_shares(20, 2));
+  const BatchPlan moved(100, 3, speed_shares(20, {0.001, 0.003}));
+  EXPECT_EQ(moved.shares(), (Shares{15, 5}));
+  ASSERT_EQ(moved.num_steps(), even.num_steps());
+  for (std::int64_t k = 0; k < even.num_steps(); ++k) {
+    std::vector<std::int64_t> a = even.indices(1, k, 0), b = moved.indices(1, k, 0);
+    const std::vector<std::int64_t> a1 = even.indices(1, k, 1), b1 = moved.indices(1, k, 1);
+    a.insert(a.end(), a1.begin(), a1.end());
+    b.insert(b.end(), b1.begin(), b1.end());
+    EXPECT_EQ(a, b) << "micro-step " << k;
+  }
+}
+
+}  // namespace
+}  // namespace partrain::data

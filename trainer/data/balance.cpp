@@ -1,0 +1,172 @@
+#include "trainer/data/balance.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "common/errors.h"
+
+namespace partrain::data {
+
+namespace {
+
+std::string joined(const std::vector<double>& values, const char* format) {
+  std::string text;
+  char buf[64];
+  for (double v : values) {
+    std::snprintf(buf, sizeof(buf), format, v);
+    text += (text.empty() ? "" : ",") + std::string(buf);
+  }
+  return text;
+}
+
+std::string joined(const std::vector<std::int64_t>& values) {
+  std::string text;
+  for (std::int64_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
+}
+
+// M split in proportion to `weights` by largest remainder; a share may be 0.
+std::vector<std::int64_t> largest_remainder(std::int64_t micro_batch,
+                                            const std::vector<double>& weights) {
+  double total = 0;
+  for (double w : weights) total += w;
+  const auto world = weights.size();
+  std::vector<std::int64_t> shares(world);
+  std::vector<double> remainder(world);
+  std::int64_t given = 0;
+  for (std::size_t r = 0; r < world; ++r) {
+    // In long double, so that small integer weights (the usual case) split exactly.
+    const long double quota =
+        static_cast<long double>(micro_batch) * weights[r] / static_cast<long double>(total);
+    shares[r] = static_cast<std::int64_t>(std::floor(quota));
+    remainder[r] = static_cast<double>(quota - static_cast<long double>(shares[r]));
+    given += shares[r];
+  }
+  std::vector<std::size_t> order(world);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return remainder[a] > remainder[b]; });
+  // The floors leave fewer than W samples over; the rounding of a quota can leave one more or
+  // less, which the two loops absorb (each ends within 2W turns).
+  for (std::size_t i = 0; given < micro_batch; i = (i + 1) % world, ++given) ++shares[order[i]];
+  for (std::size_t r = 0; given > micro_batch; r = (r + 1) % world) {
+    if (shares[r] > 0) --shares[r], --given;
+  }
+  return shares;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
+                                          const std::vector<double>& weights) {
+  PARTRAIN_CHECK(!weights.empty(), UsageError, "no weights to split ", micro_batch, " samples by");
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    PARTRAIN_CHECK(std::isfinite(weights[r]) && weights[r] > 0, UsageError, "rank ", r,
+                   "'s weight is ", weights[r], "; every weight must be > 0");
+  }
+  const std::vector<std::int64_t> shares = largest_remainder(micro_batch, weights);
+  for (std::size_t r = 0; r < shares.size(); ++r) {
+    PARTRAIN_CHECK(shares[r] >= 1, UsageError, "rank ", r, "'s share of ", micro_batch,
+                   " samples per micro-step rounds to 0 (weights ", joined(weights, "%g"),
+                   "); every rank needs at least 1 sample");
+  }
+  return shares;
+}
+
+std::vector<std::int64_t> speed_shares(std::int64_t micro_batch,
+                                       const std::vector<double>& seconds_per_sample) {
+  const auto world = static_cast<std::int64_t>(seconds_per_sample.size());
+  PARTRAIN_CHECK(world >= 1 && micro_batch >= world, UsageError, micro_batch,
+                 " samples per micro-step cannot give each of ", world, " ranks one");
+  std::vector<double> speeds;
+  for (double s : seconds_per_sample) {
+    PARTRAIN_CHECK(std::isfinite(s) && s > 0, UsageError, "a compute time per sample of ", s,
+                   " s; every rank needs a positive one");
+    speeds.push_back(1.0 / s);
+  }
+  // A very slow rank may round to 0, which BatchPlan refuses: it takes 1 from the largest.
+  std::vector<std::int64_t> shares = largest_remainder(micro_batch, speeds);
+  for (auto& b : shares) {
+    if (b >= 1) continue;
+    b = 1;
+    *std::max_element(shares.begin(), shares.end()) -= 1;
+  }
+  return shares;
+}
+
+double predicted_step_seconds(const std::vector<std::int64_t>& shares,
+                              const std::vector<double>& seconds_per_sample) {
+  PARTRAIN_CHECK_EQ(shares.size(), seconds_per_sample.size(), Error,
+                    "one compute time per rank's share");
+  double slowest = 0;
+  for (std::size_t r = 0; r < shares.size(); ++r) {
+    slowest = std::max(slowest, static_cast<double>(shares[r]) * seconds_per_sample[r]);
+  }
+  return slowest;
+}
+
+std::string describe(const BalanceChange& change) {
+  char tail[128];
+  std::snprintf(tail, sizeof(tail), "; predicted step compute %.3g s -> %.3g s)",
+                change.predicted_before, change.predicted_after);
+  return "step " + std::to_string(change.step) + ": shares " + joined(change.shares) +
+         " (compute s/sample " + joined(change.seconds_per_sample, "%.3g") + tail;
+}
+
+AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options)
+    : shares_(std::move(shares)),
+      options_(options),
+      skip_(options.warmup_steps),
+      sums_(shares_.size(), 0.0) {
+  PARTRAIN_CHECK(!shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0,
+                 UsageError, "auto balance: needs ranks, a window of >= 1 step, warm-up >= 0");
+}
+
+std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
+                                                  const std::vector<double>& seconds_per_sample) {
+  PARTRAIN_CHECK_EQ(seconds_per_sample.size(), shares_.size(), Error,
+                    "auto balance: one compute time per rank");
+  if (shares_.size() < 2) return std::nullopt;
+  if (skip_ > 0) {
+    --skip_;
+    return std::nullopt;
+  }
+  for (std::size_t r = 0; r < sums_.size(); ++r) sums_[r] += seconds_per_sample[r];
+  if (++measured_ < options_.window_steps) return std::nullopt;
+
+  std::vector<double> mean(sums_.size());
+  bool measured_all = true;
+  for (std::size_t r = 0; r < sums_.size(); ++r) {
+    mean[r] = sums_[r] / measured_;
+    measured_all = measured_all && std::isfinite(mean[r]) && mean[r] > 0;
+  }
+  std::fill(sums_.begin(), sums_.end(), 0.0);
+  measured_ = 0;
+  if (!measured_all) return std::nullopt;
+  if (estimates_.empty()) {
+    estimates_ = mean;
+  } else {
+    for (std::size_t r = 0; r < mean.size(); ++r) {
+      estimates_[r] += options_.smoothing * (mean[r] - estimates_[r]);
+    }
+  }
+
+  const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
+  const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
+  // Half way from the current split to the target (both sum to M, so their mean does).
+  std::vector<double> halfway(target.size());
+  for (std::size_t r = 0; r < target.size(); ++r) {
+    halfway[r] = 0.5 * static_cast<double>(shares_[r] + target[r]);
+  }
+  const std::vector<std::int64_t> proposed = weighted_shares(micro_batch, halfway);
+  const double before = predicted_step_seconds(shares_, estimates_);
+  const double after = predicted_step_seconds(proposed, estimates_);
+  if (proposed == shares_ || !(after < (1.0 - options_.min_gain) * before)) return std::nullopt;
+  shares_ = proposed;
+  skip_ = options_.warmup_steps > 0 ? 1 : 0;
+  return BalanceChange{step, proposed, estimates_, before, after};
+}
+
+}  // namespace partrain::data

@@ -1,0 +1,93 @@
+// defines: weighted_shares(), speed_shares(), predicted_step_seconds() and AutoBalance — how a
+// micro-step's M samples are split over ranks of unequal speed (data.balance), and when `auto`
+// changes that split. LibTorch-free.
+//
+// A split is a vector of shares b_0 .. b_{W-1} summing to M, each >= 1 (what BatchPlan takes).
+// Shares only change how each micro-step is cut, never which samples it holds, so a split may
+// change between any two optimizer steps and the run still sees the same samples in the same
+// groups (batch_plan.h); the gradient stays the mean over all M (Strategy::set_rank_share).
+//
+// auto: each rank measures its compute seconds per sample (forward and backward) each step;
+// the step exchange gives every rank every rank's figure. A step's compute takes about
+// max_r b_r * s_r, which is smallest when b_r is proportional to the speed 1 / s_r. Each window
+// of steps updates a running estimate of s_r, and a change moves the split half way from the
+// current one to the speed split: a rank stopped from outside part of the time measures slow or
+// fast depending on where its stops land (in compute or in a wait), and a full move on one
+// window's figures swings back and forth. Every rank runs the same AutoBalance on the same
+// numbers, so all of them switch at the same step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace partrain::data {
+
+// M split in proportion to `weights` (each > 0), rounded by largest remainder so that the
+// shares sum to M exactly: each rank first gets floor(M * w_r / sum w); the samples left go one
+// each to the largest fractional parts, ties to the lower rank. Throws UsageError (the message
+// names the numbers, not the key: the caller knows where the weights came from) when a weight
+// is not a positive finite number, when there are none, or when a share rounds to 0.
+std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
+                                          const std::vector<double>& weights);
+
+// M split in proportion to the speeds 1 / seconds_per_sample[r], every rank keeping at least
+// one sample (a rank too slow for its rounded share still takes 1, from the largest share).
+// Each time must be > 0 and finite; M >= W. Throws UsageError otherwise.
+std::vector<std::int64_t> speed_shares(std::int64_t micro_batch,
+                                       const std::vector<double>& seconds_per_sample);
+
+// The compute time of a step that splits M as `shares`: the slowest rank's b_r * s_r.
+double predicted_step_seconds(const std::vector<std::int64_t>& shares,
+                              const std::vector<double>& seconds_per_sample);
+
+struct AutoBalanceOptions {
+  // Steps at the start whose figures are not used (the first steps allocate); after a change
+  // one step is skipped too (the loader rebuilds its look-ahead).
+  int warmup_steps = 3;
+  // Steps measured per decision; also the fewest steps between two changes, which bounds how
+  // often the split can move.
+  int window_steps = 5;
+  // A new split is taken only when it shortens the predicted step by more than this fraction:
+  // measurement noise must not move the split back and forth.
+  double min_gain = 0.05;
+  // Weight of the newest window in each rank's running estimate (1: that window alone). A rank
+  // slowed from outside (stopped part of the time) measures noisily over a few steps.
+  double smoothing = 0.5;
+};
+
+// One change of the split, for the log line and report.json.
+struct BalanceChange {
+  std::int64_t step = 0;  // the optimizer steps taken when it was decided
+  std::vector<std::int64_t> shares;
+  std::vector<double> seconds_per_sample;  // each rank's running estimate it was decided on
+  double predicted_before = 0;             // compute seconds of a step, old split
+  double predicted_after = 0;              // and new split
+};
+
+// "step 8: shares 171,85 (s/sample 1.20e-03,2.41e-03; predicted step 0.309 s -> 0.206 s)".
+std::string describe(const BalanceChange& change);
+
+class AutoBalance {
+ public:
+  AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options = {});
+
+  // After optimizer step `step`: each rank's compute seconds per sample over it (0 for a rank
+  // that measured nothing, e.g. no sample). Returns the change when the split moves; then
+  // shares() is the new split from the next step on. Deterministic in its inputs.
+  std::optional<BalanceChange> observe(std::int64_t step,
+                                       const std::vector<double>& seconds_per_sample);
+
+  const std::vector<std::int64_t>& shares() const { return shares_; }
+
+ private:
+  std::vector<std::int64_t> shares_;
+  AutoBalanceOptions options_;
+  int skip_ = 0;  // warm-up steps still to ignore
+  int measured_ = 0;
+  std::vector<double> sums_;
+  std::vector<double> estimates_;  // empty until the first window
+};
+
+}  // namespace partrain::data
