@@ -5,6 +5,11 @@
 # be. Prints per contender training images/s, the final train loss and report.json's
 # straggler record, and what `partrain explain` says of each run.
 #
+# SLOW_MODE=share slows rank 1 another way: rank 0 runs alone on CPU 0, rank 1 on CPU 1 beside
+# a busy loop of another process, so the kernel gives rank 1 about half of its CPU in time
+# slices of a few milliseconds (a device shared with another job, evenly), instead of 50 ms
+# stops that land in its computation or in its waits.
+#
 # A contender is NAME or NAME+slow; NAME is what the run sets with EXTRA_NAME (an
 # environment variable holding `--set` arguments; unset: none), "+slow" throttles rank 1.
 #
@@ -20,9 +25,15 @@ set -euo pipefail
 prepare slow_rank
 CONTENDERS=${CONTENDERS:-even even+slow}
 SLOW_MS=${SLOW_MS:-50}
+SLOW_MODE=${SLOW_MODE:-stop}
 EPOCHS=${EPOCHS:-3}
 read -ra contenders <<< "$CONTENDERS"
-echo "benchmark: slow rank, rank 1 stopped ${SLOW_MS} ms of every $((2 * SLOW_MS)) ms, epochs=$EPOCHS" >> "$OUT/machine.txt"
+case $SLOW_MODE in
+  stop) how="rank 1 stopped ${SLOW_MS} ms of every $((2 * SLOW_MS)) ms" ;;
+  share) how="rank 1 sharing CPU 1 with a busy loop, rank 0 alone on CPU 0" ;;
+  *) echo "SLOW_MODE is stop or share, not $SLOW_MODE" >&2; exit 2 ;;
+esac
+echo "benchmark: slow rank, $how, epochs=$EPOCHS" >> "$OUT/machine.txt"
 
 # worker_of LAUNCHER RANK: the pid of the launcher's child that runs RANK (its environment
 # holds RANK=N), or nothing yet.
@@ -52,6 +63,26 @@ throttle() {
   done
 }
 
+# share LAUNCHER: pins rank 0 to CPU 0 and rank 1 to CPU 1, with a busy loop on CPU 1, while
+# the launcher lives; at most 20 minutes (the bound of the loop). The loop ends with it.
+share() {
+  local launcher=$1 w0="" w1="" hog="" ticks=0
+  while kill -0 "$launcher" 2>/dev/null && (( ticks++ < 12000 )); do
+    if [[ -z $hog ]]; then
+      [[ -n $w0 ]] || w0=$(worker_of "$launcher" 0)
+      [[ -n $w1 ]] || w1=$(worker_of "$launcher" 1)
+      if [[ -n $w0 && -n $w1 ]]; then
+        taskset -a -pc 0 "$w0" > /dev/null
+        taskset -a -pc 1 "$w1" > /dev/null
+        taskset -c 1 bash -c 'while :; do :; done' &
+        hog=$!
+      fi
+    fi
+    sleep 0.1
+  done
+  [[ -z $hog ]] || kill "$hog" 2>/dev/null || true
+}
+
 for contender in "${contenders[@]}"; do
   name=${contender%+slow}
   var=EXTRA_${name//[^A-Za-z0-9]/_}
@@ -61,7 +92,11 @@ for contender in "${contenders[@]}"; do
   OMP_NUM_THREADS=1 "$EXE" run "$CONFIG" --output "$OUT/$contender" --set "data.root=$DATA" \
     --set train.epochs="$EPOCHS" "${extra[@]}" > "$OUT/$contender.log" 2>&1 &
   launcher=$!
-  [[ $contender == *+slow ]] && throttle "$launcher" &
+  if [[ $contender == *+slow && $SLOW_MODE == share ]]; then
+    share "$launcher" &
+  elif [[ $contender == *+slow ]]; then
+    throttle "$launcher" &
+  fi
   thrott=$!
   wait "$launcher" || { tail -20 "$OUT/$contender.log" >&2; exit 1; }
   wait "$thrott" || true

@@ -86,8 +86,8 @@ TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   EXPECT_EQ(describe(*change),
             "step 5: shares 150,106 (compute s/sample 0.001,0.002; predicted step compute 0.256 s "
             "-> 0.212 s)");
-  // The same speeds: half way again while that gains more than 5 % (161:95, then 166:90), then
-  // it holds: 169:87 would predict 0.174 s against 0.180 s.
+  // The same speeds: half way again while the speed split gains more than 5 % (161:95, then
+  // 166:90), then it holds: 171:85 would predict 0.171 s against 0.180 s, 5 % and no more.
   std::vector<Shares> moves;
   for (int i = 0; i < 30; ++i) {
     if (const auto c = balance.observe(++step, slow1)) moves.push_back(c->shares);
@@ -109,6 +109,16 @@ TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   ASSERT_TRUE(third);
   EXPECT_DOUBLE_EQ(third->seconds_per_sample[1], 0.003);
   EXPECT_EQ(third->shares, (Shares{13, 7}));  // half way to 15:5
+}
+
+// The decision to move weighs the speed split, not the half-way step: at 151:105 with 0.492
+// and 0.803 ms a sample, the half-way split (155:101) gains under 5 % but the speed split
+// (159:97) gains 7 %, so the split still moves. Judging by the half-way step stalls it here.
+TEST(AutoBalance, KeepsMovingWhileTheSpeedSplitGainsEnough) {
+  AutoBalance balance({151, 105}, {0, 1, 0.05, 0.5});
+  const auto change = balance.observe(1, {0.000492, 0.000803});
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->shares, (Shares{155, 101}));
 }
 
 TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {

@@ -161,9 +161,13 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     halfway[r] = 0.5 * static_cast<double>(shares_[r] + target[r]);
   }
   const std::vector<std::int64_t> proposed = weighted_shares(micro_batch, halfway);
+  // Whether to move is judged by the target, not by the half-way split: judged by the latter,
+  // the moves would stop once half the remaining gain fell under min_gain, short of the target
+  // by about twice min_gain.
   const double before = predicted_step_seconds(shares_, estimates_);
+  const double best = predicted_step_seconds(target, estimates_);
   const double after = predicted_step_seconds(proposed, estimates_);
-  if (proposed == shares_ || !(after < (1.0 - options_.min_gain) * before)) return std::nullopt;
+  if (proposed == shares_ || !(best < (1.0 - options_.min_gain) * before)) return std::nullopt;
   shares_ = proposed;
   skip_ = options_.warmup_steps > 0 ? 1 : 0;
   return BalanceChange{step, proposed, estimates_, before, after};

@@ -49,8 +49,8 @@ struct AutoBalanceOptions {
   // Steps measured per decision; also the fewest steps between two changes, which bounds how
   // often the split can move.
   int window_steps = 5;
-  // A new split is taken only when it shortens the predicted step by more than this fraction:
-  // measurement noise must not move the split back and forth.
+  // The split moves only when the speed split would shorten the predicted step by more than
+  // this fraction: measurement noise must not move it back and forth.
   double min_gain = 0.05;
   // Weight of the newest window in each rank's running estimate (1: that window alone). A rank
   // slowed from outside (stopped part of the time) measures noisily over a few steps.
