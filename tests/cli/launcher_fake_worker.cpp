@@ -102,6 +102,15 @@ void wait_for_file(const std::string& path) {
   }
 }
 
+// One stderr line in one write, as `partrain worker` writes its lines: the heartbeat thread
+// (--heartbeat) writes on stderr too, and a line written piece by piece could take the
+// heartbeat into its middle.
+void error_line(const std::string& text) {
+  const std::string line = text + "\n";
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,10 +224,10 @@ int main(int argc, char** argv) {
                         (fail_until_restart < 0 || restart < fail_until_restart);
   for (int e = 1; e <= epochs; ++e) {
     std::cout << partrain::format_epoch_line(e, epochs) << " loss 1.0" << std::endl;
-    std::cerr << "warning from rank " << rank << " in epoch " << e << std::endl;
+    error_line("warning from rank " + std::to_string(rank) + " in epoch " + std::to_string(e));
     if (fail_now && field(fail, 2) == e) {
       wait_for_file(wait_for);
-      std::cerr << "rank " << rank << " fails on purpose" << std::endl;
+      error_line("rank " + std::to_string(rank) + " fails on purpose");
       return field(fail, 1);
     }
     if (!kill_self.empty() && field(kill_self, 0) == rank && field(kill_self, 1) == e) {
@@ -238,10 +247,8 @@ int main(int argc, char** argv) {
                      (hang_ms >= 0 ? std::chrono::milliseconds(hang_ms) : std::chrono::seconds(30));
     while (std::chrono::steady_clock::now() < end) {
       if (stop_request && partrain::StopRequest::requested()) {
-        std::cerr << partrain::format_stopped_line(
-                         stop_politely,
-                         partrain::StopRequest::signal_name(partrain::StopRequest::signal()))
-                  << std::endl;
+        error_line(partrain::format_stopped_line(
+            stop_politely, partrain::StopRequest::signal_name(partrain::StopRequest::signal())));
         return partrain::kExitStopped;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(hang_ms >= 0 ? 5 : 50));
