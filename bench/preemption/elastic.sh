@@ -26,18 +26,8 @@ trap netns_down EXIT
 netns_up 2 || { echo "elastic.sh: cannot make two network-namespace hosts" >&2; exit 1; }
 mkdir -p "$D"
 
-cat > "$D/elastic.yaml" <<'YAML'
-name: elastic
-seed: 3
-device: cpu
-strategy: ddp
-launch: {nproc_per_node: 2}
-comm: {backend: asio-ring, timeout_s: 20}
-data: {dataset: synthetic, synthetic_train: 4096, synthetic_test: 64, global_batch_size: 32, num_workers: 1}
-model: {name: digitalnet, width: 8, norm: none}
-train: {epochs: 1, threads: 1, log_every: 1, optimizer: {lr: 0.01}}
-checkpoint: {every_epochs: 1, every_steps: 4, keep: 2, resume: auto}
-YAML
+# The engines.torchrun_elastic test's config, so that the times are of the run it checks.
+cp tests/engines/elastic.yaml "$D/elastic.yaml"
 "$P" run "$D/elastic.yaml" --output "$D/ref" > "$D/ref.log" 2>&1
 
 now() { date +%s.%N; }

@@ -50,6 +50,20 @@ compare_losses() {
   "$python" "$here/compare_losses.py" "$@"
 }
 
+# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds; else runs the
+# test's show_state (what to print for a person, if it defines one) and fails naming WHAT.
+wait_for() {
+  local what=$1 seconds=$2
+  shift 2
+  for _ in $(seq 1 $((seconds * 5))); do
+    "$@" && return 0
+    sleep 0.2
+  done
+  if declare -F show_state > /dev/null; then show_state; fi
+  echo "FAIL: $what within $seconds s"
+  exit 1
+}
+
 # A TCP port on 127.0.0.1 that was free a moment ago, and the one above it too.
 free_port_pair() {
   "$python" - <<'PY'

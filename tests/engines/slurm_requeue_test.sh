@@ -23,18 +23,10 @@ show() {
   scontrol -o show job "$job" 2> /dev/null | tr ' ' '\n' | sed -n "s/^$1=//p"
 }
 
-# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds.
-wait_for() {
-  local what=$1 seconds=$2
-  shift 2
-  for _ in $(seq 1 $((seconds * 5))); do
-    "$@" && return 0
-    sleep 0.2
-  done
+# show_state: what wait_for (engine_common.sh) prints when a wait runs out.
+show_state() {
   cat "$work/job.log" 2> /dev/null || true
   scontrol show job "$job" || true
-  echo "FAIL: $what within $seconds s"
-  exit 1
 }
 
 echo "== sbatch docs/partrain.sbatch (1 node, 2 ranks) at ${SECONDS} s"

@@ -27,18 +27,7 @@ netns_up 2 || { echo "FAIL: cannot make two network-namespace hosts"; exit 1; }
 # learning rate they stay within 1e-8 of the losses through the first epoch (compare_losses'
 # tolerance is 1e-6), but reach 3e-5 (uninterrupted runs of 1 and 2 ranks) to 1e-4 (runs that
 # changed world) in a second one, and 4e-4 at a learning rate of 0.05.
-cat > "$work/elastic.yaml" <<'YAML'
-name: elastic
-seed: 3
-device: cpu
-strategy: ddp
-launch: {nproc_per_node: 2}
-comm: {backend: asio-ring, timeout_s: 20}
-data: {dataset: synthetic, synthetic_train: 4096, synthetic_test: 64, global_batch_size: 32, num_workers: 1}
-model: {name: digitalnet, width: 8, norm: none}
-train: {epochs: 1, threads: 1, log_every: 1, optimizer: {lr: 0.01}}
-checkpoint: {every_epochs: 1, every_steps: 4, keep: 2, resume: auto}
-YAML
+cp "$here/elastic.yaml" "$work/elastic.yaml"
 timeout -k 5 120 "$exe" run "$work/elastic.yaml" --output "$work/ref" > "$work/ref.log" 2>&1 ||
   { cat "$work/ref.log"; echo "FAIL: partrain run (the reference) failed"; exit 1; }
 
@@ -54,17 +43,9 @@ start_host() {
   started=$!
 }
 
-# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 0.2 s until it succeeds.
-wait_for() {
-  local what=$1 seconds=$2
-  shift 2
-  for _ in $(seq 1 $((seconds * 5))); do
-    "$@" && return 0
-    sleep 0.2
-  done
+# show_state: what wait_for (engine_common.sh) prints when a wait runs out.
+show_state() {
   for log in "$work"/host*.log; do echo "---- $log"; cat "$log"; done
-  echo "FAIL: $what within $seconds s"
-  exit 1
 }
 # seen LOG PATTERN: LOG holds a line matching PATTERN.
 seen() { grep -q -E "$2" "$1" 2> /dev/null; }
