@@ -124,14 +124,20 @@ TEST(GlobalBatch, StoppedAtTwoRanksResumedAtOneEndsAsTheUninterruptedRun) {
   expect_same_training(figures(back), expected);
 }
 
+// One process at the global batch of 64: what every split must train as.
+void run_one_process(EpochFigures& out) {
+  auto single = scratch("balance_single");
+  const Result r = partrain(joined(global_args(write_config(single, kGlobalBody), 1)), single);
+  ASSERT_EQ(r.code, 0) << r.output;
+  out = figures(single);
+}
+
 // data.balance [3, 1]: rank 0 takes 48 of each 64, rank 1 16, and the run trains as one process
 // at 64 does; stopped mid-epoch it saves that split, and resumed at one rank it still ends as the
 // uninterrupted run.
 TEST(GlobalBatch, WeightedSharesTrainAsOneProcessAndResumeElsewhere) {
-  auto single = scratch("balance_single");
-  const Result r = partrain(joined(global_args(write_config(single, kGlobalBody), 1)), single);
-  ASSERT_EQ(r.code, 0) << r.output;
-  const EpochFigures expected = figures(single);
+  EpochFigures expected;
+  ASSERT_NO_FATAL_FAILURE(run_one_process(expected));
 
   auto weighted = scratch("balance_weighted");
   const fs::path cfg = write_config(weighted, kGlobalBody);
@@ -163,10 +169,8 @@ TEST(GlobalBatch, WeightedSharesTrainAsOneProcessAndResumeElsewhere) {
 // forward): after the warm-up steps the split moves towards rank 0, rank 0 says so, report.json
 // records it, and the training is still one process's at 64.
 TEST(GlobalBatch, AutoMovesSamplesOffASlowRankAndTrainsAsOneProcess) {
-  auto single = scratch("balance_auto_single");
-  const Result r = partrain(joined(global_args(write_config(single, kGlobalBody), 1)), single);
-  ASSERT_EQ(r.code, 0) << r.output;
-  const EpochFigures expected = figures(single);
+  EpochFigures expected;
+  ASSERT_NO_FATAL_FAILURE(run_one_process(expected));
 
   auto dir = scratch("balance_auto");
   const fs::path cfg = write_config(dir, kGlobalBody);
