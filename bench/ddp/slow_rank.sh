@@ -2,7 +2,8 @@
 # One rank slowed from outside: the 2-rank CPU run (cifar100_synth_w16.yaml) once as it is and
 # once with rank 1's worker stopped for half of every period (SIGSTOP, then SIGCONT after
 # SLOW_MS of every 2 x SLOW_MS), as a GPU shared with another job or a throttled laptop would
-# be. Prints per contender training images/s, the final train loss and report.json's
+# be. Prints per contender training images/s over the run and over its last epoch (once
+# data.balance auto has settled), the final train loss, the split at the end and report.json's
 # straggler record, and what `partrain explain` says of each run.
 #
 # SLOW_MODE=share slows rank 1 another way: rank 0 runs alone on CPU 0, rank 1 on CPU 1 beside
@@ -18,6 +19,10 @@
 #   # data.balance auto against even, both at the same global batch (2 x 128):
 #   G="--set data.batch_size=null --set data.global_batch_size=256"
 #   CONTENDERS="even even+slow auto auto+slow" EXTRA_even="$G" \
+#     EXTRA_auto="$G --set data.balance=auto" bench/ddp/slow_rank.sh
+#   # steps long beside the throttle's period (BENCHMARKS.md says why that matters):
+#   G="--set data.batch_size=null --set data.global_batch_size=512 --set model.width=32"
+#   EPOCHS=8 CONTENDERS="even even+slow auto auto+slow" EXTRA_even="$G" \
 #     EXTRA_auto="$G --set data.balance=auto" bench/ddp/slow_rank.sh
 set -euo pipefail
 # shellcheck source=bench/ddp/common.sh
@@ -109,17 +114,25 @@ import json, sys
 out, contenders = sys.argv[1], sys.argv[2:]
 print(open(f"{out}/machine.txt").read().strip())
 print()
-print("| contender | train images/s | vs first | final train loss | straggler |")
-print("|---|--:|--:|--:|---|")
-first = None
+print("| contender | train images/s | vs first | last epoch images/s | vs first | final train loss "
+      "| split at the end | straggler |")
+print("|---|--:|--:|--:|--:|--:|---|---|")
+first = first_last = None
 for c in contenders:
     rep = json.load(open(f"{out}/{c}/report.json"))
     rate = rep["images_per_s"]
+    last = rep["epochs"][-1]
+    last_rate = last["images"] / last["train_seconds"]
     first = first or rate
+    first_last = first_last or last_rate
+    b = rep.get("balance")
+    split = "per rank" if not b else ":".join(str(x) for x in b["shares"]) + (
+        f" ({len(b['changes'])} changes)" if b["changes"] else "")
     s = rep.get("straggler")
     who = "none" if not s else (f"rank {s['rank']}, last at {s['steps_last']} of {s['steps']} steps, "
                                 f"cost {s['seconds_cost']:.1f} s")
-    print(f"| {c} | {rate:.0f} | {rate / first:.2f}x | {rep['epochs'][-1]['train_loss']:.4f} | {who} |")
+    print(f"| {c} | {rate:.0f} | {rate / first:.2f}x | {last_rate:.0f} | {last_rate / first_last:.2f}x "
+          f"| {last['train_loss']:.4f} | {split} | {who} |")
 PY
 for contender in "${contenders[@]}"; do
   echo

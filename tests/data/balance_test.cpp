@@ -84,8 +84,8 @@ TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   EXPECT_DOUBLE_EQ(change->predicted_before, 0.256);
   EXPECT_DOUBLE_EQ(change->predicted_after, 0.212);
   EXPECT_EQ(describe(*change),
-            "step 5: shares 150,106 (compute s/sample 0.001,0.002; predicted step compute 0.256 s "
-            "-> 0.212 s)");
+            "step 5: shares 150,106 (busy s/sample 0.001,0.002; running 100%,100%; predicted "
+            "step 0.256 s -> 0.212 s)");
   // The same speeds: half way again while the speed split gains more than 5 % (161:95, then
   // 166:90), then it holds: 171:85 would predict 0.171 s against 0.180 s, 5 % and no more.
   std::vector<Shares> moves;
@@ -119,6 +119,23 @@ TEST(AutoBalance, KeepsMovingWhileTheSpeedSplitGainsEnough) {
   const auto change = balance.observe(1, {0.000492, 0.000803});
   ASSERT_TRUE(change);
   EXPECT_EQ(change->shares, (Shares{155, 101}));
+}
+
+// The fraction of the time each rank ran is recorded with a change and said in its line; the
+// split follows the busy seconds alone (a stopped rank's stops are in them already).
+TEST(AutoBalance, RecordsTheFractionOfTheTimeEachRankRan) {
+  AutoBalance balance({128, 128}, {0, 2, 0.05, 0.5});
+  EXPECT_FALSE(balance.observe(1, {0.001, 0.002}, {1.0, 0.6}));
+  const auto change = balance.observe(2, {0.001, 0.002}, {1.0, 0.4});
+  ASSERT_TRUE(change);
+  EXPECT_DOUBLE_EQ(change->running[1], 0.5);
+  EXPECT_EQ(change->shares, (Shares{150, 106}));  // half way to 171:85
+  EXPECT_EQ(describe(*change),
+            "step 2: shares 150,106 (busy s/sample 0.001,0.002; running 100%,50%; predicted "
+            "step 0.256 s -> 0.212 s)");
+  // Equal busy seconds: nothing moves, whatever the fractions.
+  AutoBalance even({128, 128}, {0, 2, 0.05, 0.5});
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(even.observe(i + 1, {0.001, 0.001}, {1.0, 0.5}));
 }
 
 TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {

@@ -115,6 +115,7 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
       EXPECT_EQ(x.changes[i].step, y.changes[i].step) << i;
       EXPECT_EQ(x.changes[i].shares, y.changes[i].shares) << i;
       EXPECT_EQ(x.changes[i].seconds_per_sample, y.changes[i].seconds_per_sample) << i;
+      EXPECT_EQ(x.changes[i].running, y.changes[i].running) << i;
       EXPECT_EQ(x.changes[i].predicted_before, y.changes[i].predicted_before) << i;
       EXPECT_EQ(x.changes[i].predicted_after, y.changes[i].predicted_after) << i;
     }
@@ -170,8 +171,8 @@ RunSummary every_field_set(const ScratchDir& dir) {
   s.straggler = Straggler{1, 180, 196, 3.375};
   s.balance = BalanceRecord{"auto",
                             {340, 172},
-                            {{8, {342, 170}, {0.0012375, 0.00249}, 0.6375, 0.4233},
-                             {96, {340, 172}, {0.00125, 0.0024}, 0.43, 0.425}}};
+                            {{8, {342, 170}, {0.0012375, 0.00249}, {1.0, 0.5}, 0.6375, 0.4233},
+                             {96, {340, 172}, {0.00125, 0.0024}, {0.875, 1.0}, 0.43, 0.425}}};
   return s;
 }
 
@@ -233,6 +234,21 @@ TEST(ReportFormat, ABadBreakdownOrStragglerIsNamed) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), bad + ": ranks[0].breakdown.forward: must not be negative");
   }
+  doc = report_to_json(s);
+  doc["balance"]["changes"][0]["running"][1] = 1.5;
+  const std::string over = dir.write("over.json", doc.dump());
+  try {
+    read_run_report(over);
+    ADD_FAILURE() << "a running fraction over 1 was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              over + ": balance.changes[0].running[1]: is a fraction of the time, at most 1");
+  }
+  // A report from before the running fractions reads them as 1 (never stopped).
+  doc = report_to_json(s);
+  doc["balance"]["changes"][0].erase("running");
+  const RunReport older = read_run_report(dir.write("older.json", doc.dump()));
+  EXPECT_EQ(older.summary.balance->changes[0].running, (std::vector<double>{1.0, 1.0}));
   doc = report_to_json(s);
   doc["straggler"]["steps_last"] = 500;
   const std::string worse = dir.write("worse.json", doc.dump());

@@ -80,6 +80,15 @@ std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
   return shares;
 }
 
+std::vector<std::int64_t> proportional_split(std::int64_t n, const std::vector<double>& weights) {
+  PARTRAIN_CHECK(!weights.empty(), UsageError, "no weights to split ", n, " samples by");
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    PARTRAIN_CHECK(std::isfinite(weights[r]) && weights[r] > 0, UsageError, "weight ", r, " is ",
+                   weights[r], "; every weight must be > 0");
+  }
+  return largest_remainder(n, weights);
+}
+
 std::vector<std::int64_t> speed_shares(std::int64_t micro_batch,
                                        const std::vector<double>& seconds_per_sample) {
   const auto world = static_cast<std::int64_t>(seconds_per_sample.size());
@@ -114,50 +123,65 @@ double predicted_step_seconds(const std::vector<std::int64_t>& shares,
 
 std::string describe(const BalanceChange& change) {
   char tail[128];
-  std::snprintf(tail, sizeof(tail), "; predicted step compute %.3g s -> %.3g s)",
-                change.predicted_before, change.predicted_after);
+  std::snprintf(tail, sizeof(tail), "; predicted step %.3g s -> %.3g s)", change.predicted_before,
+                change.predicted_after);
+  std::vector<double> percent;
+  for (double a : change.running) percent.push_back(100 * a);
   return "step " + std::to_string(change.step) + ": shares " + joined(change.shares) +
-         " (compute s/sample " + joined(change.seconds_per_sample, "%.3g") + tail;
+         " (busy s/sample " + joined(change.seconds_per_sample, "%.3g") + "; running " +
+         joined(percent, "%.0f%%") + tail;
 }
 
 AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options)
     : shares_(std::move(shares)),
       options_(options),
       skip_(options.warmup_steps),
-      sums_(shares_.size(), 0.0) {
+      sums_(shares_.size(), 0.0),
+      running_sums_(shares_.size(), 0.0) {
   PARTRAIN_CHECK(!shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0,
                  UsageError, "auto balance: needs ranks, a window of >= 1 step, warm-up >= 0");
 }
 
 std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
-                                                  const std::vector<double>& seconds_per_sample) {
+                                                  const std::vector<double>& seconds_per_sample,
+                                                  const std::vector<double>& running) {
   PARTRAIN_CHECK_EQ(seconds_per_sample.size(), shares_.size(), Error,
                     "auto balance: one compute time per rank");
+  PARTRAIN_CHECK(running.empty() || running.size() == shares_.size(), Error,
+                 "auto balance: one running fraction per rank");
   if (shares_.size() < 2) return std::nullopt;
   if (skip_ > 0) {
     --skip_;
     return std::nullopt;
   }
-  for (std::size_t r = 0; r < sums_.size(); ++r) sums_[r] += seconds_per_sample[r];
+  for (std::size_t r = 0; r < sums_.size(); ++r) {
+    sums_[r] += seconds_per_sample[r];
+    running_sums_[r] += running.empty() ? 1.0 : running[r];
+  }
   if (++measured_ < options_.window_steps) return std::nullopt;
 
   std::vector<double> mean(sums_.size());
+  std::vector<double> ran(sums_.size());
   bool measured_all = true;
   for (std::size_t r = 0; r < sums_.size(); ++r) {
     mean[r] = sums_[r] / measured_;
-    measured_all = measured_all && std::isfinite(mean[r]) && mean[r] > 0;
+    ran[r] = std::clamp(running_sums_[r] / measured_, 0.0, 1.0);
+    measured_all = measured_all && std::isfinite(mean[r]) && mean[r] > 0 && std::isfinite(ran[r]) &&
+                   ran[r] > 0;
   }
   std::fill(sums_.begin(), sums_.end(), 0.0);
+  std::fill(running_sums_.begin(), running_sums_.end(), 0.0);
   measured_ = 0;
   if (!measured_all) return std::nullopt;
   if (estimates_.empty()) {
     estimates_ = mean;
+    running_ = ran;
   } else {
     for (std::size_t r = 0; r < mean.size(); ++r) {
       estimates_[r] += options_.smoothing * (mean[r] - estimates_[r]);
+      running_[r] += options_.smoothing * (ran[r] - running_[r]);
     }
   }
-
   const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
   const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
   // Half way from the current split to the target (both sum to M, so their mean does).
@@ -175,7 +199,7 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   if (proposed == shares_ || !(best < (1.0 - options_.min_gain) * before)) return std::nullopt;
   shares_ = proposed;
   skip_ = options_.warmup_steps > 0 ? 1 : 0;
-  return BalanceChange{step, proposed, estimates_, before, after};
+  return BalanceChange{step, proposed, estimates_, running_, before, after};
 }
 
 }  // namespace partrain::data

@@ -7,14 +7,20 @@
 // change between any two optimizer steps and the run still sees the same samples in the same
 // groups (batch_plan.h); the gradient stays the mean over all M (Strategy::set_rank_share).
 //
-// auto: each rank measures its compute seconds per sample (forward and backward) each step;
-// the step exchange gives every rank every rank's figure. A step's compute takes about
-// max_r b_r * s_r, which is smallest when b_r is proportional to the speed 1 / s_r. Each window
-// of steps updates a running estimate of s_r, and a change moves the split half way from the
-// current one to the speed split: a rank stopped from outside part of the time measures slow or
-// fast depending on where its stops land (in compute or in a wait), and a full move on one
-// window's figures swings back and forth. Every rank runs the same AutoBalance on the same
-// numbers, so all of them switch at the same step.
+// auto: each rank measures, each step, its busy seconds per sample: the wall time of its own
+// work (data wait, forward, backward and optimizer, not its waits at the collectives) plus
+// every time the process was stopped from outside outside that work (trainer/observe/
+// stall_meter.h), over its samples. A stop that lands in a wait at the gradient allreduce
+// holds every other rank up as well: compute timers alone do not see it, and a rank of a small
+// share, computing between two stops and waiting through them, would look as fast as any.
+// A step takes about max_r b_r * s_r, which is smallest when b_r is proportional to the speed
+// 1 / s_r. Work of a fixed size a step (the optimizer) counts per sample too: a rank of a small
+// share then measures slower per sample, and the split settles where the ranks' busy times
+// are equal, which is the aim. Each rank also reports the fraction of the step it was not
+// stopped, for the record. Each window of steps updates a running estimate per rank, and a
+// change moves the split half way from the current one to the speed split, so that one odd
+// window does not swing it. Every rank runs the same AutoBalance on the same numbers, so all
+// of them switch at the same step.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +38,17 @@ namespace partrain::data {
 std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
                                           const std::vector<double>& weights);
 
+// n split in proportion to `weights` (each > 0) by largest remainder, as weighted_shares(), but
+// a share may round to 0 (strategy dp's pieces of a batch smaller than its devices).
+std::vector<std::int64_t> proportional_split(std::int64_t n, const std::vector<double>& weights);
+
 // M split in proportion to the speeds 1 / seconds_per_sample[r], every rank keeping at least
 // one sample (a rank too slow for its rounded share still takes 1, from the largest share).
 // Each time must be > 0 and finite; M >= W. Throws UsageError otherwise.
 std::vector<std::int64_t> speed_shares(std::int64_t micro_batch,
                                        const std::vector<double>& seconds_per_sample);
 
-// The compute time of a step that splits M as `shares`: the slowest rank's b_r * s_r.
+// The time of a step that splits M as `shares`: the slowest rank's b_r * s_r.
 double predicted_step_seconds(const std::vector<std::int64_t>& shares,
                               const std::vector<double>& seconds_per_sample);
 
@@ -61,23 +71,29 @@ struct AutoBalanceOptions {
 struct BalanceChange {
   std::int64_t step = 0;  // the optimizer steps taken when it was decided
   std::vector<std::int64_t> shares;
-  std::vector<double> seconds_per_sample;  // each rank's running estimate it was decided on
-  double predicted_before = 0;             // compute seconds of a step, old split
-  double predicted_after = 0;              // and new split
+  // Each rank's running estimates it was decided on: busy seconds per sample, and the
+  // fraction of the time it ran (1: never stopped from outside; not used in the decision).
+  std::vector<double> seconds_per_sample;
+  std::vector<double> running;
+  double predicted_before = 0;  // seconds of a step's busiest rank, old split
+  double predicted_after = 0;   // and new split
 };
 
-// "step 8: shares 171,85 (s/sample 1.20e-03,2.41e-03; predicted step 0.309 s -> 0.206 s)".
+// "step 8: shares 171,85 (busy s/sample 0.00047,0.00047; running 100%,50%; predicted step
+// 0.12 s -> 0.08 s)".
 std::string describe(const BalanceChange& change);
 
 class AutoBalance {
  public:
   AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options = {});
 
-  // After optimizer step `step`: each rank's compute seconds per sample over it (0 for a rank
-  // that measured nothing, e.g. no sample). Returns the change when the split moves; then
+  // After optimizer step `step`: each rank's busy seconds per sample over it (0 for a rank
+  // that measured nothing, e.g. no sample) and the fraction of the step it ran (in [0, 1];
+  // empty: all ran the whole time; recorded only). Returns the change when the split moves; then
   // shares() is the new split from the next step on. Deterministic in its inputs.
   std::optional<BalanceChange> observe(std::int64_t step,
-                                       const std::vector<double>& seconds_per_sample);
+                                       const std::vector<double>& seconds_per_sample,
+                                       const std::vector<double>& running = {});
 
   const std::vector<std::int64_t>& shares() const { return shares_; }
 
@@ -86,8 +102,10 @@ class AutoBalance {
   AutoBalanceOptions options_;
   int skip_ = 0;  // warm-up steps still to ignore
   int measured_ = 0;
-  std::vector<double> sums_;
-  std::vector<double> estimates_;  // empty until the first window
+  std::vector<double> sums_;          // busy seconds per sample, over the window
+  std::vector<double> running_sums_;  // fractions of the time run, over the window
+  std::vector<double> estimates_;     // empty until the first window
+  std::vector<double> running_;       // likewise (for the record)
 };
 
 }  // namespace partrain::data

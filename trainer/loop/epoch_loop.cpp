@@ -87,6 +87,8 @@ void EpochLoop::run(const TrainingPosition& start) {
     if (!start.shares.empty() && start.shares != shares_) use_shares(start.shares);
     if (config_.data.balance == BalanceMode::kAuto && env_.world_size > 1) {
       auto_balance_.emplace(shares_);
+      stalls_ = std::make_unique<StallMeter>();
+      times.keep_work_spans();
     }
   }
   const EpochTotals resumed = resumed_totals(mid);
@@ -178,8 +180,7 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   PhaseTimes& times = observer.times();
   times.set_step(step_);
   flight_recorder().set_step(step_);
-  measured_from_ = times.snapshot();
-  step_samples_ = 0;
+  start_measuring(times);
   // Images of all ranks per micro-step, for the rate on the progress line.
   const std::int64_t images_per_batch_all = shares_.empty() ? 0 : micro_batch_size(config_);
   Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
@@ -260,10 +261,14 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
   StepSlots slots(env_.world_size);
   slots.stop_requests() = StopRequest::requested() ? 1.0 : 0.0;
   if (env_.rank == 0) slots.checkpoint_due() = parts_.checkpointer.timed_checkpoint_due() ? 1 : 0;
-  if (auto_balance_) slots.seconds_per_sample(env_.rank) = measure_seconds_per_sample();
+  if (auto_balance_) {
+    const RankSpeed speed = measure_speed();
+    slots.seconds_per_sample(env_.rank) = speed.seconds_per_sample;
+    slots.running(env_.rank) = speed.running;
+  }
   exchange_step(slots, parts_.strategy.comm(), parts_.device);
   // Before a checkpoint of this step, so that it records the split the next steps take.
-  if (auto_balance_) rebalance(slots.seconds_per_sample());
+  if (auto_balance_) rebalance(slots.seconds_per_sample(), slots.running());
   const bool stop = slots.stop_requests() > 0;
   const bool save =
       stop || slots.checkpoint_due() > 0 || parts_.checkpointer.step_checkpoint_due(step_);
@@ -311,22 +316,41 @@ void EpochLoop::use_shares(const std::vector<std::int64_t>& shares) {
                                  micro_batch_size(config_));
 }
 
-double EpochLoop::measure_seconds_per_sample() {
-  const PhaseTimes::Snapshot now = parts_.observer.times().snapshot();
-  auto spent = [&](Phase phase) {
-    const auto p = static_cast<std::size_t>(phase);
-    return std::chrono::duration<double>(now.totals[p] - measured_from_.totals[p]).count();
-  };
-  const double seconds = spent(Phase::kForward) + spent(Phase::kBackward);
-  const double per_sample = step_samples_ > 0 ? seconds / static_cast<double>(step_samples_) : 0;
-  measured_from_ = now;
+void EpochLoop::start_measuring(PhaseTimes& times) {
+  times.take_work_spans();
+  measured_from_ = Clock::now();
   step_samples_ = 0;
-  return per_sample;
 }
 
-void EpochLoop::rebalance(const std::vector<double>& seconds_per_sample) {
+EpochLoop::RankSpeed EpochLoop::measure_speed() {
+  using Seconds = std::chrono::duration<double>;
+  const std::vector<TimeSpan> work = parts_.observer.times().take_work_spans();
+  const Clock::time_point now = Clock::now();
+  Clock::duration busy{0};
+  for (const TimeSpan& span : work) busy += span.end - span.start;
+  // A stall outside the work spans (in a wait at a collective) held every other rank up too:
+  // it is this rank's, and counts with its work.
+  const Clock::duration held = stalls_->stalled_within({{measured_from_, now}});
+  const Clock::duration held_outside =
+      std::max(held - stalls_->stalled_within(work), Clock::duration{0});
+  RankSpeed speed;
+  if (step_samples_ > 0) {
+    speed.seconds_per_sample =
+        Seconds(busy + held_outside).count() / static_cast<double>(step_samples_);
+  }
+  const Clock::duration elapsed = now - measured_from_;
+  if (elapsed > Clock::duration{0}) {
+    speed.running = std::clamp(1.0 - Seconds(held).count() / Seconds(elapsed).count(), 0.0, 1.0);
+  }
+  measured_from_ = now;
+  step_samples_ = 0;
+  return speed;
+}
+
+void EpochLoop::rebalance(const std::vector<double>& seconds_per_sample,
+                          const std::vector<double>& running) {
   const std::optional<data::BalanceChange> change =
-      auto_balance_->observe(step_, seconds_per_sample);
+      auto_balance_->observe(step_, seconds_per_sample, running);
   if (!change) return;
   use_shares(change->shares);
   balance_changes_.push_back(*change);
@@ -343,7 +367,7 @@ std::optional<BalanceRecord> EpochLoop::balance() const {
   record.shares = shares_;
   for (const data::BalanceChange& c : balance_changes_) {
     record.changes.push_back(
-        {c.step, c.shares, c.seconds_per_sample, c.predicted_before, c.predicted_after});
+        {c.step, c.shares, c.seconds_per_sample, c.running, c.predicted_before, c.predicted_after});
   }
   return record;
 }

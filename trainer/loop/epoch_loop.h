@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "trainer/data/loader.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/observer.h"
+#include "trainer/observe/stall_meter.h"
 #include "trainer/report/report_writer.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/loop/worker.h"
@@ -94,12 +96,20 @@ class EpochLoop {
   bool reached_max_steps() const;
   // The split the next micro-steps take: the loader's slices and the gradient's scale.
   void use_shares(const std::vector<std::int64_t>& shares);
-  // data.balance auto, after a step's exchange: every rank's compute seconds per sample in
-  // rank order; moves the split when AutoBalance says so (the same on every rank).
-  void rebalance(const std::vector<double>& seconds_per_sample);
-  // This rank's forward and backward seconds per sample since the last call (0 without
-  // samples), from the phase timers.
-  double measure_seconds_per_sample();
+  // data.balance auto, after a step's exchange: every rank's compute seconds per sample and
+  // fraction of the time it ran, in rank order; moves the split when AutoBalance says so (the
+  // same on every rank).
+  void rebalance(const std::vector<double>& seconds_per_sample, const std::vector<double>& running);
+  // This rank since the last call: the wall seconds of its own work (data wait, forward,
+  // backward, optimizer) and of every stall outside it, per sample (0 without samples), and
+  // the fraction of the wall time it was not stalled.
+  struct RankSpeed {
+    double seconds_per_sample = 0;
+    double running = 1;
+  };
+  RankSpeed measure_speed();
+  // Where this step's measurement starts (an epoch's first starts after its evaluation).
+  void start_measuring(PhaseTimes& times);
 
   const Config& config_;
   WorkerEnv env_;
@@ -112,7 +122,8 @@ class EpochLoop {
   std::vector<std::int64_t> shares_;
   std::optional<data::AutoBalance> auto_balance_;  // data.balance auto with several ranks
   std::vector<data::BalanceChange> balance_changes_;
-  PhaseTimes::Snapshot measured_from_;  // where this step's compute time starts
+  std::unique_ptr<StallMeter> stalls_;  // data.balance auto: when this process was held off
+  Clock::time_point measured_from_;     // where this step's measurement starts
   std::int64_t step_samples_ = 0;       // this rank's samples since then
   // Rank 0, observe.tensorboard: each optimizer step's loss (on the device, so that logging it
   // does not wait for the device every step), learning rate and end, until written.

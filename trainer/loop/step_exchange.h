@@ -10,8 +10,11 @@
 //
 //   [0]          stop requests: ranks that got SIGTERM, SIGINT or SIGUSR1 (common/stop_request.h)
 //   [1]          checkpoint due: 1 when rank 0's clock says checkpoint.every_seconds has passed
-//   [2 .. 2+W)   compute seconds per sample: rank r's forward and backward time over the step
-//                divided by its samples, in slot 2 + r (data.balance auto; 0 when not measured)
+//   [2 .. 2+W)   busy seconds per sample: the wall time of rank r's own work over a step
+//                (data wait, forward, backward, optimizer) and of its stalls outside that work
+//                (trainer/observe/stall_meter.h), divided by its samples, in slot 2 + r
+//                (data.balance auto; 0 when not measured)
+//   [2+W .. 2+2W) the fraction of that step's wall time rank r ran, in slot 2 + W + r (auto)
 #pragma once
 
 #include <c10/core/Device.h>
@@ -28,19 +31,24 @@ class Communicator;
 class StepSlots {
  public:
   explicit StepSlots(int world_size = 1)
-      : world_(static_cast<std::size_t>(world_size)), values_(kSecondsPerSample + world_, 0.0) {}
+      : world_(static_cast<std::size_t>(world_size)),
+        values_(kSecondsPerSample + 2 * world_, 0.0) {}
 
   double& stop_requests() { return values_[kStopRequests]; }
   double& checkpoint_due() { return values_[kCheckpointDue]; }
   double& seconds_per_sample(int rank) { return values_.at(kSecondsPerSample + rank_slot(rank)); }
   // Every rank's, in rank order (after the exchange).
-  std::vector<double> seconds_per_sample() const {
-    return {values_.begin() + kSecondsPerSample, values_.begin() + kSecondsPerSample + world_};
-  }
+  std::vector<double> seconds_per_sample() const { return ranks_from(kSecondsPerSample); }
+  double& running(int rank) { return values_.at(kSecondsPerSample + world_ + rank_slot(rank)); }
+  std::vector<double> running() const { return ranks_from(kSecondsPerSample + world_); }
 
   std::vector<double>& values() { return values_; }
 
  private:
+  std::vector<double> ranks_from(std::size_t first) const {
+    const auto begin = values_.begin() + static_cast<std::ptrdiff_t>(first);
+    return {begin, begin + static_cast<std::ptrdiff_t>(world_)};
+  }
   std::size_t rank_slot(int rank) const {
     return rank >= 0 && static_cast<std::size_t>(rank) < world_ ? static_cast<std::size_t>(rank)
                                                                 : world_;  // at() throws
@@ -48,7 +56,7 @@ class StepSlots {
 
   static constexpr std::size_t kStopRequests = 0;
   static constexpr std::size_t kCheckpointDue = 1;
-  static constexpr std::size_t kSecondsPerSample = 2;  // W slots
+  static constexpr std::size_t kSecondsPerSample = 2;  // W slots, then W of running
   std::size_t world_;
   std::vector<double> values_;
 };

@@ -11,7 +11,21 @@ Clock::time_point PhaseTimes::mark(Phase phase, Clock::time_point since) {
   const Clock::time_point now = Clock::now();
   totals_[static_cast<std::size_t>(phase)] += now - since;
   if (tracing_) keep(TimedSpan{phase, -1, step_, 0, since, now});
+  if (keep_work_ && (phase == Phase::kDataWait || phase == Phase::kForward ||
+                     phase == Phase::kBackward || phase == Phase::kOptimizer)) {
+    if (!work_spans_.empty() && work_spans_.back().end == since) {
+      work_spans_.back().end = now;
+    } else {
+      work_spans_.push_back({since, now});
+    }
+  }
   return now;
+}
+
+std::vector<TimeSpan> PhaseTimes::take_work_spans() {
+  std::vector<TimeSpan> spans;
+  spans.swap(work_spans_);
+  return spans;
 }
 
 void PhaseTimes::trace_steps(std::int64_t first, std::int64_t last, std::size_t max_spans) {

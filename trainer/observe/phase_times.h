@@ -76,6 +76,12 @@ class PhaseTimes {
   // The buckets of a sync step, as spans on the communication thread (when tracing).
   void add_collectives(std::int64_t step, const std::vector<BucketTiming>& buckets);
 
+  // From here on, keeps the intervals of a step's own work: data wait, forward, backward and
+  // optimizer, not the wait at the gradient allreduce (data.balance auto measures the stalls
+  // within them, trainer/observe/stall_meter.h); take_work_spans() empties them.
+  void keep_work_spans() { keep_work_ = true; }
+  std::vector<TimeSpan> take_work_spans();
+
   Snapshot snapshot() const;
   const Snapshot& start() const { return start_; }
   const std::vector<TimedSpan>& spans() const { return spans_; }
@@ -90,6 +96,8 @@ class PhaseTimes {
   std::int64_t first_ = 0;
   std::int64_t last_ = -1;
   bool tracing_ = false;
+  bool keep_work_ = false;
+  std::vector<TimeSpan> work_spans_;  // adjoining ones merged
   std::size_t max_spans_ = 0;
   std::size_t dropped_ = 0;
   std::vector<TimedSpan> spans_;

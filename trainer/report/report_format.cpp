@@ -284,6 +284,7 @@ Json balance_to_json(const BalanceRecord& b) {
     changes.push_back(Json{{"step", c.step},
                            {"shares", c.shares},
                            {"seconds_per_sample", c.seconds_per_sample},
+                           {"running", c.running},
                            {"predicted_before", c.predicted_before},
                            {"predicted_after", c.predicted_after}});
   }
@@ -321,6 +322,16 @@ BalanceRecord balance_from_json(const JsonAt& j) {
       r.seconds_per_sample.push_back(times.at(k).non_negative());
     }
     if (r.seconds_per_sample.size() != r.shares.size()) times.fail("needs one time per share");
+    if (c.has("running")) {
+      const JsonAt running = c["running"];
+      for (std::size_t k = 0; k < running.size(); ++k) {
+        r.running.push_back(running.at(k).non_negative());
+        if (r.running.back() > 1) running.at(k).fail("is a fraction of the time, at most 1");
+      }
+      if (r.running.size() != r.shares.size()) running.fail("needs one fraction per share");
+    } else {
+      r.running.assign(r.shares.size(), 1.0);
+    }
     r.predicted_before = c["predicted_before"].non_negative();
     r.predicted_after = c["predicted_after"].non_negative();
     b.changes.push_back(r);

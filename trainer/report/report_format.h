@@ -165,9 +165,10 @@ CompressionRecord compression_from_json(const JsonAt& j);
 struct BalanceChangeRecord {
   std::int64_t step = 0;  // optimizer steps taken when the split moved
   std::vector<std::int64_t> shares;
-  std::vector<double> seconds_per_sample;  // each rank's compute time per sample measured
-  double predicted_before = 0;             // a step's compute seconds with the old split
-  double predicted_after = 0;              // and with the new one
+  std::vector<double> seconds_per_sample;  // each rank's busy time per sample measured
+  std::vector<double> running;  // the fraction of the time each ran (absent in older reports: 1)
+  double predicted_before = 0;  // a step's seconds (busiest rank), old split
+  double predicted_after = 0;   // and with the new one
 };
 struct BalanceRecord {
   std::string mode;
