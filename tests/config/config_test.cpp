@@ -618,10 +618,10 @@ TEST_F(ConfigTest, BalanceThatDoesNotFitIsRefusedNamingTheKeyAndNumbers) {
   EXPECT_EQ(error_of("data: {global_batch_size: 64, balance: weights}\n"),
             ":1:40: data.balance: 'weights' is not one of even | auto | a list of weights, one "
             "per rank");
-  EXPECT_EQ(error_of("strategy: ddp\ndata: {global_batch_size: 64, balance: auto}\n"
-                     "model: {sync_batchnorm: true}\n"),
-            ":2:40: data.balance: auto splits the batch unevenly, which model.sync_batchnorm "
-            "does not support; use balance: even or model.sync_batchnorm: false");
+  // SyncBatchNorm weighs each rank by its samples (trainer/parallel/sync_batchnorm.cpp).
+  EXPECT_TRUE(load_config(write("strategy: ddp\ndata: {global_batch_size: 64, balance: auto}\n"
+                                "model: {sync_batchnorm: true}\n"))
+                  .model.sync_batchnorm);
   // The world size is known at launch: the count of weights and the rounding are checked then.
   const std::string path = write("data:\n  global_batch_size: 8\n  balance: [100, 1]\n");
   Config c = load_config(path);

@@ -81,9 +81,11 @@ inline void expect_batchnorm_statistics_kept(const std::vector<torch::Device>& d
   EXPECT_EQ(net->named_buffers()["bn1.num_batches_tracked"].item<int64_t>(), 1);
 }
 
-// The gradients of a batch split over the devices are those of the whole batch on one.
+// The gradients of a batch split over the devices (evenly, or by `weights`) are those of the
+// whole batch on one, and so are the outputs.
 inline void expect_gradients_of_every_replica(const std::vector<torch::Device>& devices,
-                                              double tolerance) {
+                                              double tolerance,
+                                              const std::vector<double>& weights = {}) {
   auto net = make_net(Norm::kNone, devices[0]);
   auto twin = copy_of(net);
   const int64_t n = 2 * static_cast<int64_t>(devices.size()) + 1;  // pieces of unequal size
@@ -91,9 +93,11 @@ inline void expect_gradients_of_every_replica(const std::vector<torch::Device>& 
   const auto y =
       torch::arange(n, torch::TensorOptions().dtype(torch::kLong).device(devices[0])) % 10;
 
-  torch::nn::functional::cross_entropy(data_parallel_forward(*net, x, devices, devices[0]), y)
-      .backward();
-  torch::nn::functional::cross_entropy(twin->forward(x), y).backward();
+  const auto split = data_parallel_forward(*net, x, devices, devices[0], weights);
+  const auto whole = twin->forward(x);
+  EXPECT_TRUE(close(split, whole, tolerance));
+  torch::nn::functional::cross_entropy(split, y).backward();
+  torch::nn::functional::cross_entropy(whole, y).backward();
 
   const auto ours = net->named_parameters();
   const auto theirs = twin->named_parameters();

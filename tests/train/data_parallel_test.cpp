@@ -22,6 +22,18 @@ TEST(DataParallel, GradientsOfEveryReplicaReachTheModel) {
   expect_gradients_of_every_replica(kThreeCpus, 1e-5);
 }
 
+// data.balance under strategy dp: pieces in proportion to the weights (5 rows as 4 and 1 for
+// 3:1); a device whose piece rounds to 0 sits the batch out, device 0 included (1:1:100 gives
+// the third device all 7 rows), and the gradients still reach the model.
+TEST(DataParallel, WeightedPiecesGiveTheGradientsOfTheWholeBatch) {
+  expect_gradients_of_every_replica(kTwoCpus, 1e-5, {3, 1});
+  expect_gradients_of_every_replica(kThreeCpus, 1e-5, {1, 1, 100});
+  expect_gradients_of_every_replica(kThreeCpus, 1e-5, {0.5, 2, 1});
+  auto net = make_net(Norm::kNone, torch::kCPU);
+  EXPECT_THROW(data_parallel_forward(*net, images(4, torch::kCPU), kTwoCpus, torch::kCPU, {1}),
+               Error);
+}
+
 TEST(DataParallel, EvaluationMatchesTheModel) {
   expect_evaluation_matches_the_model(kTwoCpus, 1e-6);
 }

@@ -165,6 +165,39 @@ TEST(GlobalBatch, WeightedSharesTrainAsOneProcessAndResumeElsewhere) {
   expect_same_training(figures(resumed), expected);
 }
 
+// Uneven shares with the rest of the step. With SyncBatchNorm (the ranks' statistics and
+// gradients weighed by their samples) a 3:1 split trains as one process with plain BatchNorm at
+// 64, to the 1e-3 that BatchNorm's amplified rounding allows over 76 steps (an even split with
+// SyncBatchNorm is 1.4e-4 from it; a backward that adds the ranks' sums unweighed is off by far
+// more, trainer's SyncBatchNormUneven test). Accumulated over 2 micro-steps of 32 (24 + 8 each),
+// as one process accumulating the same micro-steps.
+TEST(GlobalBatch, UnevenSharesWithSyncBatchNormOrAccumulationTrainAsOneProcess) {
+  auto train = [](const std::string& name, int ranks, const std::vector<std::string>& sets) {
+    auto dir = scratch(name);
+    std::vector<std::string> args = global_args(write_config(dir, kGlobalBody), ranks);
+    for (const std::string& set : sets) args = with(args, set);
+    const Result r = partrain(joined(args), dir);
+    EXPECT_EQ(r.code, 0) << r.output;
+    return dir;
+  };
+  const EpochFigures single = figures(train("balance_single_bn", 1, {"model.norm=batch"}));
+  const EpochFigures synced =
+      figures(train("balance_syncbn", 2,
+                    {"model.norm=batch", "model.sync_batchnorm=true", "data.balance=[3,1]"}));
+  ASSERT_EQ(synced.losses.size(), single.losses.size());
+  for (std::size_t i = 0; i < single.losses.size(); ++i) {
+    EXPECT_NEAR(synced.losses[i], single.losses[i], 1e-3 * single.losses[i]) << "epoch " << i + 1;
+    EXPECT_EQ(synced.images[i], single.images[i]) << "epoch " << i + 1;
+  }
+  EXPECT_NEAR(synced.test_loss, single.test_loss, 1e-3 * single.test_loss);
+
+  const EpochFigures one = figures(train("balance_single_acc", 1, {"train.accumulate_steps=2"}));
+  const fs::path accumulated =
+      train("balance_accumulated", 2, {"train.accumulate_steps=2", "data.balance=[3,1]"});
+  EXPECT_EQ(read_report(accumulated)["balance"]["shares"], Json::parse("[24, 8]"));
+  expect_same_training(figures(accumulated), one);
+}
+
 // data.balance auto with rank 1 slowed (PARTRAIN_TEST_SAMPLE_DELAY: 3 ms a sample in its
 // forward): after the warm-up steps the split moves towards rank 0, rank 0 says so, report.json
 // records it, and the training is still one process's at 64.

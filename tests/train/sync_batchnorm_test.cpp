@@ -4,7 +4,8 @@
 // the same gradients once the Reducer has averaged them, and in the end the same running
 // statistics and parameters. The Reducer runs on its own communicator at the same time as the
 // layers' allreduces, as in a real run. Also: plain BatchNorm across ranks does NOT give this
-// (so the comparison can fail), and eval mode needs no communication.
+// (so the comparison can fail), and eval mode needs no communication. With uneven shares of the
+// batch (data.balance), each rank's gradient counted by its share, the same holds.
 #include "trainer/parallel/sync_batchnorm.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <numeric>
 #include <tuple>
 #include <thread>
 
@@ -66,15 +68,26 @@ torch::Dtype dtype_for(ModelName model) {
   return model == ModelName::kResnet18 ? torch::kDouble : torch::kFloat;
 }
 
-void train(torch::nn::Sequential& net, int world, int rank, Reducer* reducer, Trace& trace,
-           torch::Dtype dtype = torch::kFloat) {
+// Each rank's rows of a step: `shares` (empty: kBatch each).
+std::vector<int> rank_shares(int world, std::vector<int> shares) {
+  if (shares.empty()) shares.assign(static_cast<std::size_t>(world), kBatch);
+  return shares;
+}
+
+void train(torch::nn::Sequential& net, const std::vector<int>& shares, int rank, Reducer* reducer,
+           Trace& trace, torch::Dtype dtype = torch::kFloat) {
   net->to(dtype);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  int total = 0, first = 0;
+  for (int r = 0; r < static_cast<int>(shares.size()); ++r) {
+    if (r < rank) first += shares[r];
+    total += shares[r];
+  }
   for (int s = 0; s < kSteps; ++s) {
-    auto [x, y] = step_data(s, world * kBatch);
+    auto [x, y] = step_data(s, total);
     if (rank >= 0) {
-      x = x.narrow(0, rank * kBatch, kBatch);
-      y = y.narrow(0, rank * kBatch, kBatch);
+      x = x.narrow(0, first, shares[rank]);
+      y = y.narrow(0, first, shares[rank]);
     }
     auto out = net->forward(x.to(dtype));
     trace.outputs.push_back(out.detach().clone());
@@ -94,7 +107,10 @@ void train(torch::nn::Sequential& net, int world, int rank, Reducer* reducer, Tr
 // Each rank: a communicator for the Reducer and one for the BatchNorm layers, over one store.
 // The communicators are made in threads (they rendezvous), the models then in this thread
 // (the global generator seeds them), and the ranks train in threads again.
-std::vector<Trace> train_ranks(const std::string& backend, ModelName model, int world, bool sync) {
+std::vector<Trace> train_ranks(const std::string& backend, ModelName model, int world, bool sync,
+                               std::vector<int> shares = {}) {
+  shares = rank_shares(world, shares);
+  const int total = std::accumulate(shares.begin(), shares.end(), 0);
   const std::string dir = (fs::temp_directory_path() /
                            ("partrain_syncbn_" + std::to_string(::getpid()) + "_" + backend + "_" +
                             std::string(name_of(model)) + "_" + std::to_string(sync)))
@@ -139,7 +155,9 @@ std::vector<Trace> train_ranks(const std::string& backend, ModelName model, int 
     }
     in_ranks([&](int r) {
       Reducer reducer(nets[r]->parameters(), *comms[r], ReducerOptions{0.0005, 0.0001});
-      train(nets[r], world, r, &reducer, traces[r], dtype_for(model));
+      // As Strategy::set_rank_share: each rank's gradient counts its share of the samples.
+      if (shares[r] * world != total) reducer.set_scale(static_cast<float>(shares[r]) / total);
+      train(nets[r], shares, r, &reducer, traces[r], dtype_for(model));
     });
   }
   // Each rank closes its own: a communicator may wait at close for its peers to close too.
@@ -189,10 +207,10 @@ double compare(const std::vector<Trace>& ranks, const Trace& single, bool& shape
   return worst;
 }
 
-Trace train_single(ModelName model, int world) {
+Trace train_single(ModelName model, int world, const std::vector<int>& shares = {}) {
   auto net = make_net(model);
   Trace trace;
-  train(net, world, -1, nullptr, trace, dtype_for(model));
+  train(net, rank_shares(world, shares), -1, nullptr, trace, dtype_for(model));
   return trace;
 }
 
@@ -215,6 +233,21 @@ TEST_P(SyncBatchNormEquivalence, RanksMatchOneProcessWithPlainBatchNorm) {
   const double plain = compare(train_ranks(backend, model, world, false), single, shapes_match);
   EXPECT_GT(plain, 1e-2);
   std::printf("plain %g\n", plain);
+}
+
+// Rank 0 holds 8 of a step's 10 samples and rank 1 2: the layers weigh each rank's sums by its
+// samples in the statistics (forward) and in the input gradient (backward), where each rank's
+// dy is the gradient of its own mean loss.
+TEST(SyncBatchNormUneven, RanksOfUnequalSharesMatchOneProcess) {
+  torch::set_num_threads(1);
+  const std::vector<int> shares{8, 2};
+  const Trace single = train_single(ModelName::kDigitalNet, 2, shares);
+  bool shapes_match = false;
+  const double synced = compare(train_ranks("asio-ring", ModelName::kDigitalNet, 2, true, shares),
+                                single, shapes_match);
+  ASSERT_TRUE(shapes_match);
+  EXPECT_LT(synced, 1e-4) << "outputs, gradients, parameters or statistics differ";
+  std::printf("synced %g\n", synced);
 }
 
 // resnet18's BatchNorm layers sit inside its blocks and their shortcuts.

@@ -134,7 +134,7 @@ TEST_F(TorchScriptModel, DataParallelOverCpuDevicesGivesTheWholeBatchsGradients)
   const std::vector<c10::Device> devices{torch::kCPU, torch::kCPU, torch::kCPU};
   const auto x = torch::randn({7, 1, 2, 2});  // pieces of 3, 3, 1
   const auto y = torch::tensor({0, 1, 2, 0, 1, 2, 0});
-  auto split = model->forward_data_parallel(x, devices, torch::kCPU);
+  auto split = model->forward_data_parallel(x, devices, torch::kCPU, {});
   auto whole = twin->forward(x);
   EXPECT_TRUE(torch::allclose(split, whole, 1e-5, 1e-6));
   torch::nn::functional::cross_entropy(split, y).backward();

@@ -461,12 +461,10 @@ void read_config(Section& top, Config& c) {
   read_comm(top.section("comm"), c.comm, c.strategy);
   const YAML::Node global_batch = read_data(top.section("data"), c.data);
   read_model(top.section("model"), c.model, c.strategy);
-  // SyncBatchNorm's backward adds the ranks' sums as they are, which is the mean over all
-  // samples only when every rank holds the same number of them.
-  if (c.model.sync_batchnorm && c.data.balance != BalanceMode::kEven) {
-    throw UsageError(c.data.balance_at + ": data.balance: " + std::string(name_of(c.data.balance)) +
-                     " splits the batch unevenly, which model.sync_batchnorm does not support; "
-                     "use balance: even or model.sync_batchnorm: false");
+  if (c.strategy == StrategyKind::kDp && c.data.balance == BalanceMode::kAuto) {
+    throw UsageError(c.data.balance_at +
+                     ": data.balance: auto measures the ranks of strategy ddp; strategy dp splits "
+                     "its batch over its devices by a list of weights, one per device");
   }
   read_train(top.section("train"), c.train, c.device, c.comm.compression);
   // Every micro-step of an accumulation group holds the same number of samples.
@@ -523,7 +521,10 @@ void resolve_batch_size(Config& config, int world_size, int rank) {
           ? detail::concat(micro, " samples per step")
           : detail::concat(micro, " samples per micro-step (", d.global_batch_size, " / ",
                            config.train.accumulate_steps, " accumulate_steps)");
-  if (d.balance == BalanceMode::kWeights) {
+  if (d.balance == BalanceMode::kWeights && config.strategy == StrategyKind::kDp) {
+    // One process takes the batch; the weights split it over the devices (Strategy).
+    d.shares.assign(1, micro);
+  } else if (d.balance == BalanceMode::kWeights) {
     const auto weights = static_cast<int>(d.balance_weights.size());
     if (weights != world_size) {
       throw UsageError(detail::concat(d.balance_at, ": data.balance: ", weights,

@@ -147,7 +147,8 @@ class TorchScriptModel final : public TrainModel {
 
   at::Tensor forward_data_parallel(const at::Tensor& images,
                                    const std::vector<c10::Device>& devices,
-                                   const c10::Device& output_device) override {
+                                   const c10::Device& output_device,
+                                   const std::vector<double>& weights) override {
     const std::vector<at::Tensor> parameters = root_->parameters();
     jit::Module& script = root_->script();
     auto replicate = [&](const c10::Device& device) {
@@ -165,7 +166,7 @@ class TorchScriptModel final : public TrainModel {
     };
     return data_parallel_forward(
         parameters, [this](const at::Tensor& x) { return forward(x); }, replicate, images, devices,
-        output_device);
+        output_device, weights);
   }
 
  private:

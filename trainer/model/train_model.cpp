@@ -19,8 +19,9 @@ class SequentialModel final : public TrainModel {
   at::Tensor forward(const at::Tensor& images) override { return net_->forward(images); }
   at::Tensor forward_data_parallel(const at::Tensor& images,
                                    const std::vector<c10::Device>& devices,
-                                   const c10::Device& output_device) override {
-    return data_parallel_forward(*net_, images, devices, output_device);
+                                   const c10::Device& output_device,
+                                   const std::vector<double>& weights) override {
+    return data_parallel_forward(*net_, images, devices, output_device, weights);
   }
 
  private:

@@ -31,11 +31,12 @@ class TrainModel {
   // A batch of images [N, C, H, W] to logits [N, num_classes].
   virtual at::Tensor forward(const at::Tensor& images) = 0;
 
-  // strategy dp: the batch split over `devices`, a replica on each, the outputs gathered on
-  // `output_device` (see data_parallel.h).
+  // strategy dp: the batch split over `devices` (evenly, or in proportion to `weights`), a
+  // replica on each, the outputs gathered on `output_device` (see data_parallel.h).
   virtual at::Tensor forward_data_parallel(const at::Tensor& images,
                                            const std::vector<c10::Device>& devices,
-                                           const c10::Device& output_device) = 0;
+                                           const c10::Device& output_device,
+                                           const std::vector<double>& weights) = 0;
 };
 
 namespace comm {

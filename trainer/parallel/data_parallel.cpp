@@ -2,7 +2,7 @@
 // -------------------
 // What Python's nn.DataParallel does, in one process:
 //
-//   input --split--+--> piece 0 -> the module itself (devices[0]) --+
+//   input --split--+--> piece 0 -> the module itself (devices[0]) --+   (even, or by weights)
 //                  +--> piece 1 -> replica 1 (devices[1])          --+--> cat on the
 //                  +--> ...                                         --+    output device
 //
@@ -25,10 +25,12 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "common/errors.h"
+#include "trainer/data/balance.h"
 
 namespace partrain {
 namespace {
@@ -61,17 +63,37 @@ at::Tensor data_parallel_forward(
     const std::function<at::Tensor(const at::Tensor&)>& forward,
     const std::function<DataParallelReplica(const c10::Device&)>& replicate,
     const at::Tensor& input, const std::vector<c10::Device>& devices,
-    const c10::Device& output_device) {
+    const c10::Device& output_device, const std::vector<double>& weights) {
   PARTRAIN_CHECK(!devices.empty(), Error, "DataParallel over no devices");
+  PARTRAIN_CHECK(weights.empty() || weights.size() == devices.size(), Error,
+                 "DataParallel: ", weights.size(), " weights for ", devices.size(), " devices");
   for (const auto& p : parameters) {
     PARTRAIN_CHECK(p.device() == devices[0], Error, "DataParallel: the model is on ",
                    p.device().str(), ", not on the first of its devices, ", devices[0].str());
   }
   if (devices.size() == 1) return forward(input.to(devices[0])).to(output_device);
 
-  const auto pieces = input.chunk(static_cast<int64_t>(devices.size()), 0);
-  std::vector<DataParallelReplica> replicas;
-  for (std::size_t k = 1; k < pieces.size(); ++k) {
+  // Each device's piece: `on[k]` runs pieces[k].
+  std::vector<at::Tensor> pieces;
+  std::vector<std::size_t> on;
+  if (weights.empty()) {
+    pieces = input.chunk(static_cast<int64_t>(devices.size()), 0);
+    for (std::size_t k = 0; k < pieces.size(); ++k) on.push_back(k);
+  } else {
+    const std::vector<std::int64_t> sizes = data::proportional_split(input.size(0), weights);
+    std::int64_t first = 0;
+    for (std::size_t k = 0; k < sizes.size(); first += sizes[k], ++k) {
+      if (sizes[k] == 0) continue;
+      pieces.push_back(input.narrow(0, first, sizes[k]));
+      on.push_back(k);
+    }
+  }
+  std::vector<DataParallelReplica> replicas;  // replicas[k - 1] on devices[k], where used
+  for (std::size_t k = 1; k < devices.size(); ++k) {
+    if (std::find(on.begin(), on.end(), k) == on.end()) {
+      replicas.push_back({});
+      continue;
+    }
     replicas.push_back(replicate(devices[k]));
     const auto& theirs = replicas.back().parameters;
     PARTRAIN_CHECK(theirs.size() == parameters.size(), Error, "DataParallel: a replica has ",
@@ -89,21 +111,25 @@ at::Tensor data_parallel_forward(
       if (!original.requires_grad()) continue;
       auto node = std::make_shared<SumReplicaGradients>(original.device());
       node->set_next_edges(torch::autograd::collect_next_edges(original));
-      for (auto& replica : replicas) torch::autograd::set_history(replica.parameters[i], node);
+      for (auto& replica : replicas) {
+        if (!replica.parameters.empty()) torch::autograd::set_history(replica.parameters[i], node);
+      }
     }
   }
 
   std::vector<at::Tensor> outputs;
-  outputs.push_back(forward(pieces[0].to(devices[0])).to(output_device));
-  for (std::size_t k = 1; k < pieces.size(); ++k) {
-    outputs.push_back(replicas[k - 1].forward(pieces[k].to(devices[k])).to(output_device));
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    const std::size_t k = on[p];
+    const at::Tensor piece = pieces[p].to(devices[k]);
+    outputs.push_back((k == 0 ? forward(piece) : replicas[k - 1].forward(piece)).to(output_device));
   }
   return at::cat(outputs, 0);
 }
 
 at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
                                  const std::vector<c10::Device>& devices,
-                                 const c10::Device& output_device) {
+                                 const c10::Device& output_device,
+                                 const std::vector<double>& weights) {
   auto replicate = [&module](const c10::Device& device) {
     auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
     PARTRAIN_CHECK(replica != nullptr, Error,
@@ -116,7 +142,7 @@ at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Te
   };
   return data_parallel_forward(
       module.parameters(), [&module](const at::Tensor& x) { return module.forward(x); }, replicate,
-      input, devices, output_device);
+      input, devices, output_device, weights);
 }
 
 }  // namespace partrain

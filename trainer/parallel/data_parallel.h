@@ -16,12 +16,17 @@ namespace partrain {
 
 // Splits `input` along dim 0 over `devices` (fewer when the batch is smaller), runs a
 // replica of `module` on each piece and returns the outputs concatenated on `output_device`.
+// `weights` (one > 0 per device; empty: even pieces) sizes the pieces in proportion, by
+// largest remainder (data.balance under strategy dp); a device whose piece rounds to 0 sits
+// the batch out. The outputs are the input's rows in order whatever the split, so a loss over
+// them is the same function of the parameters.
 // `module` must live on devices[0]; it is the replica there, so its buffers (BatchNorm
 // running statistics) advance with that device's piece of every training batch, and the
 // gradients of every replica reach its parameters. Works on any device type, CPU included.
 at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Tensor& input,
                                  const std::vector<c10::Device>& devices,
-                                 const c10::Device& output_device);
+                                 const c10::Device& output_device,
+                                 const std::vector<double>& weights = {});
 
 // A copy of a model placed on another device, for the general form below: its forward, and
 // its parameters in the order of the model's own.
@@ -38,6 +43,6 @@ at::Tensor data_parallel_forward(
     const std::function<at::Tensor(const at::Tensor&)>& forward,
     const std::function<DataParallelReplica(const c10::Device&)>& replicate,
     const at::Tensor& input, const std::vector<c10::Device>& devices,
-    const c10::Device& output_device);
+    const c10::Device& output_device, const std::vector<double>& weights = {});
 
 }  // namespace partrain

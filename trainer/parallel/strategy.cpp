@@ -4,9 +4,11 @@
 #include <torch/utils.h>
 
 #include "comm_backends/communicator.h"
+#include "common/errors.h"
 #include "trainer/device/rank_device.h"
 #include "trainer/parallel/powersgd.h"
 #include "trainer/parallel/reducer.h"
+#include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 namespace {
@@ -17,10 +19,26 @@ std::vector<at::Tensor> state_tensors(const torch::nn::Module& model) {
   return tensors;
 }
 
+// data.balance's weights under strategy dp size each device's piece of the batch: one per
+// device (the count is known only here, where the devices are).
+std::vector<double> data_parallel_weights(const Config& config, std::size_t devices) {
+  const DataConfig& d = config.data;
+  if (devices == 0 || d.balance != BalanceMode::kWeights) return {};
+  PARTRAIN_CHECK(d.balance_weights.size() == devices, UsageError, d.balance_at,
+                 ": data.balance: ", d.balance_weights.size(),
+                 d.balance_weights.size() == 1 ? " weight" : " weights", " for the ", devices,
+                 " devices of strategy dp; give one per device");
+  return d.balance_weights;
+}
+
 }  // namespace
 
 Strategy::Strategy(const Config& config, const c10::Device& device, comm::Communicator* comm)
-    : config_(config), device_(device), comm_(comm), dp_devices_(data_parallel_devices(config)) {}
+    : config_(config),
+      device_(device),
+      comm_(comm),
+      dp_devices_(data_parallel_devices(config)),
+      dp_weights_(data_parallel_weights(config, dp_devices_.size())) {}
 
 Strategy::~Strategy() = default;
 
@@ -60,6 +78,9 @@ void Strategy::set_rank_share(std::int64_t share, std::int64_t micro_batch) {
   // Even shares take the Reducer's own 1.0f / W, so that an even run keeps its bits whatever
   // the size of M (share / M in f32 is exact only below 2^24).
   const int world = comm_->size();
+  share_of_samples_ = share * world == micro_batch
+                          ? 0.0
+                          : static_cast<double>(share) / static_cast<double>(micro_batch);
   gradient_scale_ =
       share * world == micro_batch
           ? 1.0f / static_cast<float>(world)
@@ -71,7 +92,7 @@ CheckpointState* Strategy::checkpoint_state() const { return powersgd_.get(); }
 
 at::Tensor Strategy::forward(TrainModel& model, const at::Tensor& images) const {
   if (dp_devices_.empty()) return model.forward(images);
-  return model.forward_data_parallel(images, dp_devices_, device_);
+  return model.forward_data_parallel(images, dp_devices_, device_, dp_weights_);
 }
 
 void Strategy::prepare_for_backward(bool sync) {
@@ -83,7 +104,21 @@ void Strategy::finish_backward() {
 }
 
 void Strategy::share_buffers(TrainModel& model) {
-  if (comm_ != nullptr) broadcast_from_rank0(model.module().buffers(), *comm_);
+  if (comm_ == nullptr) return;
+  const std::vector<at::Tensor> buffers = model.module().buffers();
+  // SyncBatchNorm's statistics are the same on every rank already.
+  if (share_of_samples_ == 0 || config_.model.sync_batchnorm) {
+    broadcast_from_rank0(buffers, *comm_);
+    return;
+  }
+  // Uneven shares: each rank's running statistics count by its share of the samples (the
+  // counters, such as num_batches_tracked, are the same on every rank and stay as they are).
+  torch::NoGradGuard no_grad;
+  for (const at::Tensor& b : buffers) {
+    if (!at::isFloatingType(b.scalar_type())) continue;
+    b.mul_(share_of_samples_);
+    allreduce_tensor(*comm_, b, comm::ReduceOp::sum);
+  }
 }
 
 // The PowerSGD state outlives the Reducer: the report still reads its byte counts.

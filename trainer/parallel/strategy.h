@@ -58,7 +58,8 @@ class Strategy {
   void prepare_for_backward(bool sync);
   void finish_backward();
 
-  // Before evaluation: rank 0's buffers (BatchNorm statistics) everywhere, as DDP does.
+  // Before evaluation: rank 0's buffers (BatchNorm statistics) everywhere, as DDP does; with
+  // uneven shares (set_rank_share) the mean of every rank's, each counted by its share.
   void share_buffers(TrainModel& model);
 
   // Ends gradient averaging (the Reducer's thread and hooks).
@@ -83,9 +84,11 @@ class Strategy {
   c10::Device device_;
   comm::Communicator* comm_;
   std::vector<c10::Device> dp_devices_;
+  std::vector<double> dp_weights_;      // data.balance weights under dp, one per device
   std::unique_ptr<PowerSgd> powersgd_;  // before reducer_: the Reducer's thread uses it
   std::unique_ptr<Reducer> reducer_;
-  float gradient_scale_ = 0;  // 0: the Reducer's own 1 / W
+  float gradient_scale_ = 0;     // 0: the Reducer's own 1 / W
+  double share_of_samples_ = 0;  // b_r / M with uneven shares; 0 with even ones
 };
 
 }  // namespace partrain

@@ -13,6 +13,13 @@
 //             grad weight / bias from this rank's own sums: the Reducer averages them, as it
 //             averages every parameter's gradient.
 //
+// Uneven shares (data.balance). Rank r holds n_r of the n values and its dy is the gradient of
+// its own mean loss, which the Reducer later counts by n_r / n (Strategy::set_rank_share); the
+// gradient of the mean loss over all samples is (n_r / n) dy on rank r. So each rank sends its
+// backward sums times n_r / n, and divides what comes back by the same factor, to return dx in
+// the scale of its own loss like every other layer. With even shares that is the formula above,
+// which the layer keeps as it is.
+//
 // Sums travel in f64: var = E[x^2] - mean^2 loses digits in f32 when mean^2 >> var.
 //
 // Why a communicator of its own. The backward allreduce runs on the autograd thread while
@@ -90,6 +97,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     ctx->saved_data["mean"] = mean;
     ctx->saved_data["invstd"] = invstd;
     ctx->saved_data["count"] = count;
+    ctx->saved_data["local_count"] = local_count;
     ctx->saved_data["has_bias"] = bias.defined();
     // AutogradContext stores IValues only; the communicator outlives the graph (the model
     // holds it), so its address is kept as an integer.
@@ -110,6 +118,10 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     const double count = ctx->saved_data["count"].toDouble();
     auto* comm = reinterpret_cast<comm::Communicator*>(
         static_cast<std::intptr_t>(ctx->saved_data["comm"].toInt()));
+    const double local_count = ctx->saved_data["local_count"].toDouble();
+    const int world = comm != nullptr ? comm->size() : 1;
+    // Even shares keep the sums as they are, and so the bits of an even run.
+    const double share = local_count * world == count ? 1.0 : local_count / count;
     const int64_t channels = x.size(1);
 
     const at::Tensor xmu = x - per_channel(mean, x);
@@ -121,10 +133,10 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
     if (ctx->saved_data["has_bias"].toBool())
       grad_bias = sums.narrow(0, 0, channels).to(x.scalar_type());
     // The local sums are read above before the allreduce overwrites them.
-    sums = sums.clone();
+    sums = share == 1.0 ? sums.clone() : sums * share;
     sum_over_ranks(comm, sums);
-    const at::Tensor mean_dy = sums.narrow(0, 0, channels) / count;
-    const at::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / count;
+    const at::Tensor mean_dy = sums.narrow(0, 0, channels) / (count * share);
+    const at::Tensor mean_dy_xmu = sums.narrow(0, channels, channels) / (count * share);
     const at::Tensor scale = weight.defined() ? invstd * weight.to(at::kDouble) : invstd;
     at::Tensor dx =
         (dy - per_channel(mean_dy, x) - xmu * per_channel(invstd * invstd * mean_dy_xmu, x)) *
