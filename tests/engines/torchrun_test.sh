@@ -2,7 +2,9 @@
 # partrain worker under torchrun, one host, static rendezvous, two ranks: the same losses as
 # partrain run. Then torchrun's restart: a second torchrun continues the run to epoch 2, its
 # first attempt loses rank 1 at once, and the restarted group resumes from the epoch-1
-# checkpoint with a fresh store and token, ending with partrain run's epoch-2 losses.
+# checkpoint with a fresh store and token, ending with partrain run's epoch-2 losses. Last, a
+# global batch with data.balance auto and rank 1 slowed (3 ms a sample, the test hook): the
+# ranks under torchrun move samples to rank 0 and say so.
 #   torchrun_test.sh PARTRAIN_EXE
 # shellcheck source=tests/engines/engine_common.sh
 . "$(dirname "$0")/engine_common.sh" "$1"
@@ -56,4 +58,19 @@ wait "$launcher" || rc=$?  # bounded: torchrun runs under timeout (124 when it r
 grep -q "resumed from .*epoch 1 done" "$log" ||
   { cat "$log"; echo "FAIL: the restarted group did not resume from the epoch-1 checkpoint"; exit 1; }
 compare_losses "$work/ref" "$work/tr" --epochs 2
-echo "PASS: torchrun (static rendezvous, 2 ranks, one restart) trained as partrain run did"
+
+echo "== torchrun, 2 ranks, data.balance auto, rank 1 slowed"
+(export PARTRAIN_TEST_SAMPLE_DELAY=1:0.003
+ torchrun --max_restarts=0 -- --set output.dir="$work/tr-auto" --set data.synthetic_train=512 \
+   --set data.batch_size=null --set data.global_batch_size=32 --set data.balance=auto) \
+  > "$work/tr-auto.log" 2>&1 || { cat "$work/tr-auto.log"; echo "FAIL: torchrun with auto"; exit 1; }
+grep -q "balance auto: step" "$work/tr-auto.log" ||
+  { cat "$work/tr-auto.log"; echo "FAIL: auto did not move the split under torchrun"; exit 1; }
+"$python" - "$work/tr-auto/report.json" <<'PY' || { cat "$work/tr-auto.log"; exit 1; }
+import json, sys
+balance = json.load(open(sys.argv[1]))["balance"]
+shares = balance["shares"]
+if balance["mode"] != "auto" or sum(shares) != 32 or not shares[0] > shares[1]:
+    sys.exit(f"FAIL: balance {balance}: expected rank 0 to hold more of the 32 samples")
+PY
+echo "PASS: torchrun (static rendezvous, 2 ranks, a restart, auto balance) trained as partrain run did"

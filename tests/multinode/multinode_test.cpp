@@ -1,9 +1,10 @@
 // `partrain run --nnodes 2 --node-rank R` on two test hosts made of network namespaces
 // (netns.h): the same command on each host, only --node-rank and the node-local --output
 // differ, real TCP between 10.x addresses. What a user of two machines would do, and what
-// must hold: one run forms, DDP across hosts equals one process at the global batch, a
-// resume agrees without a shared filesystem, strangers on the store port are refused, and
-// a pulled cable, a killed launcher or a frozen rank stops every launcher, naming whom it lost.
+// must hold: one run forms, DDP across hosts equals one process at the global batch (also with
+// data.balance auto moving samples between hosts), a resume agrees without a shared
+// filesystem, strangers on the store port are refused, and a pulled cable, a killed launcher
+// or a frozen rank stops every launcher, naming whom it lost.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -202,6 +203,35 @@ INSTANTIATE_TEST_SUITE_P(
                       // the same layout from the config
                       Shape{"hierarchical", "2,1", Shape::Master::ipv4, "", true}),
     [](const auto& info) { return info.param.tag(); });
+
+// data.balance auto across hosts: ranks 0-1 on host 0, rank 2 on host 1 slowed by 3 ms a
+// sample (the test hook), a global batch of 48. The ranks agree on each move through the step
+// exchange over real TCP, rank 2's share shrinks, and the run still trains as one process at
+// batch 48.
+TEST(TwoHostsBalance, AutoMovesSamplesOffASlowRankOnTheOtherHost) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_balance");
+  const auto config = small_config(dir, 1);
+  const int train = 48 * 16;  // sixteen steps
+  auto overrides = small_overrides("hierarchical", train);
+  overrides.insert(overrides.end(), {"--set", "data.batch_size=null", "--set",
+                                     "data.global_batch_size=48", "--set", "data.balance=auto"});
+  ::setenv("PARTRAIN_TEST_SAMPLE_DELAY", "2:0.003", 1);
+  auto runs =
+      start_on_hosts(hosts, dir, config, hosts.address(0), kPortBase + 20, "2,1", overrides);
+  ::unsetenv("PARTRAIN_TEST_SAMPLE_DELAY");
+  ASSERT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
+  EXPECT_NE(read_text(runs[0].log).find("balance auto: step "), std::string::npos) << logs(runs);
+  const Json balance = Json::parse(std::ifstream(runs[0].output / "report.json"))["balance"];
+  const auto shares = balance["shares"].get<std::vector<std::int64_t>>();
+  ASSERT_EQ(shares.size(), 3u) << balance.dump();
+  EXPECT_EQ(shares[0] + shares[1] + shares[2], 48);
+  EXPECT_LT(shares[2], shares[0]) << balance.dump();
+  EXPECT_LT(shares[2], shares[1]) << balance.dump();
+  expect_same_losses(losses_in(runs[0].output),
+                     single_process_losses(dir / "single", "hierarchical", 3, 1, train));
+}
 
 // The hosts share no filesystem (each has its own --output), so only host 0 holds the
 // checkpoint. The second command resumes both hosts from it, at the same epoch, and the two
