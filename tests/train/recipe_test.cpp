@@ -1,7 +1,9 @@
 // The training recipe's parts, in one process: learning-rate schedules at given steps, label
 // smoothing against its formula, top-5 counting, the loss scaler's rules, and an f16 step whose
 // gradients overflow on one of two ranks (threads over a real communicator): both ranks skip
-// it, keep their parameters and halve the scale, then train on together.
+// it, keep their parameters and halve the scale, then train on together. And the BatchNorm
+// statistics the ranks share before evaluation: rank 0's with even shares, the ranks' mean
+// weighed by their shares with uneven ones.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -23,6 +25,36 @@ namespace partrain {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A scratch folder for a file store, removed at the end of the test.
+struct StoreDir {
+  fs::path path =
+      fs::temp_directory_path() / ("partrain_recipe_test_" + std::to_string(::getpid()));
+  StoreDir() {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~StoreDir() { fs::remove_all(path); }
+};
+
+// Rank `rank` of 2 over an asio-ring communicator whose store lives in `dir`.
+struct PairRank {
+  std::unique_ptr<comm::Store> store;
+  std::unique_ptr<comm::Communicator> comm;
+  PairRank(const fs::path& dir, int rank) {
+    comm::StoreOptions so;
+    so.token = "recipe-test";
+    so.timeout = std::chrono::seconds(30);
+    so.rank = rank;
+    so.world_size = 2;
+    store = comm::open_store("file://" + dir.string(), so);
+    comm::CommOptions co;
+    co.backend = "asio-ring";
+    co.timeout = std::chrono::seconds(30);
+    co.token = so.token;
+    comm = comm::make_communicator(co, *store, rank, 2);
+  }
+};
 
 ScheduleConfig schedule(ScheduleName name, std::int64_t warmup) {
   ScheduleConfig s;
@@ -142,10 +174,7 @@ TEST(PrecisionPlugin, ForTrainingTiesAutocastAndTheLossScale) {
 // Two ranks over asio-ring, each with its own model copy and a TrainStep with loss scaling.
 // Rank 1's first batch holds an inf, so its gradients, and the average, are not finite.
 TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("partrain_recipe_test_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const StoreDir dir;
   Config cfg;
   cfg.strategy = StrategyKind::kDdp;
   cfg.model.name = ModelName::kDigitalNet;
@@ -164,19 +193,10 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   };
   Seen seen[2];
   auto rank_main = [&](int rank) {
-    comm::StoreOptions so;
-    so.token = "recipe-test";
-    so.timeout = std::chrono::seconds(30);
-    so.rank = rank;
-    so.world_size = 2;
-    auto store = comm::open_store("file://" + dir.string(), so);
-    comm::CommOptions co;
-    co.backend = "asio-ring";
-    co.timeout = std::chrono::seconds(30);
-    co.token = so.token;
-    auto comm = comm::make_communicator(co, *store, rank, 2);
+    PairRank pair(dir.path, rank);
+    comm::Communicator* comm = pair.comm.get();
     TrainModel& model = *models[rank];
-    Strategy strategy(cfg, torch::kCPU, comm.get());
+    Strategy strategy(cfg, torch::kCPU, comm);
     strategy.start_gradient_averaging(model);
     OptimizerConfig oc;
     oc.lr = 0.1;
@@ -208,7 +228,6 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   std::thread r1(rank_main, 1);
   rank_main(0);
   r1.join();
-  fs::remove_all(dir);
 
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -226,6 +245,73 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   }
   for (std::size_t i = 0; i < seen[0].after_step.size(); ++i) {
     EXPECT_TRUE(torch::equal(seen[0].after_step[i], seen[1].after_step[i])) << "parameter " << i;
+  }
+}
+
+// Rank 0's running statistics are 1 and rank 1's 5 (counters 3 and 7). Shares 3:1 of 4 give
+// 0.75 x 1 + 0.25 x 5 = 2 everywhere, and leave each rank's counter as it is; even shares give
+// rank 0's, counter too.
+TEST(Strategy, SharedBatchNormStatisticsWeighTheRanksByTheirShares) {
+  const StoreDir dir;
+  Config cfg;
+  cfg.strategy = StrategyKind::kDdp;
+  cfg.model.name = ModelName::kDigitalNet;
+  cfg.model.width = 4;
+  cfg.model.norm = Norm::kBatch;
+  std::vector<std::unique_ptr<TrainModel>> models;
+  for (int r = 0; r < 2; ++r) models.push_back(make_train_model(cfg.model, ModelShape{3, 16, 10}));
+  struct Seen {
+    float uneven_mean = 0, uneven_var = 0, even_mean = 0;
+    std::int64_t uneven_count = 0, even_count = 0;
+  };
+  Seen seen[2];
+  auto rank_main = [&](int rank) {
+    PairRank pair(dir.path, rank);
+    TrainModel& model = *models[rank];
+    auto fill = [&] {
+      torch::NoGradGuard no_grad;
+      for (auto& b : model.module().named_buffers()) {
+        if (b.key().find("num_batches_tracked") != std::string::npos) {
+          b.value().fill_(rank == 0 ? 3 : 7);
+        } else {
+          b.value().fill_(rank == 0 ? 1.0 : 5.0);
+        }
+      }
+    };
+    auto read = [&](const std::string& suffix) {
+      for (auto& b : model.module().named_buffers()) {
+        const std::string& key = b.key();
+        if (key.size() >= suffix.size() &&
+            key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          return b.value();
+        }
+      }
+      return torch::Tensor();
+    };
+    Strategy strategy(cfg, torch::kCPU, pair.comm.get());
+    fill();
+    strategy.set_rank_share(rank == 0 ? 3 : 1, 4);
+    strategy.share_buffers(model);
+    seen[rank].uneven_mean = read("running_mean").max().item<float>();
+    seen[rank].uneven_var = read("running_var").min().item<float>();
+    seen[rank].uneven_count = read("num_batches_tracked").item<std::int64_t>();
+    fill();
+    strategy.set_rank_share(2, 4);
+    strategy.share_buffers(model);
+    seen[rank].even_mean = read("running_mean").max().item<float>();
+    seen[rank].even_count = read("num_batches_tracked").item<std::int64_t>();
+    pair.comm->barrier();
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_FLOAT_EQ(seen[r].uneven_mean, 2.0f);
+    EXPECT_FLOAT_EQ(seen[r].uneven_var, 2.0f);
+    EXPECT_EQ(seen[r].uneven_count, r == 0 ? 3 : 7);
+    EXPECT_FLOAT_EQ(seen[r].even_mean, 1.0f);
+    EXPECT_EQ(seen[r].even_count, 3);
   }
 }
 
