@@ -37,6 +37,26 @@ struct StoreDir {
   ~StoreDir() { fs::remove_all(path); }
 };
 
+// Strategy ddp over a small DigitalNet, and a copy of its model for each of 2 ranks, drawn in
+// turn from LibTorch's one generator (the same weights for both).
+Config small_ddp(Norm norm) {
+  Config cfg;
+  cfg.strategy = StrategyKind::kDdp;
+  cfg.model.name = ModelName::kDigitalNet;
+  cfg.model.width = 4;
+  cfg.model.norm = norm;
+  return cfg;
+}
+
+std::vector<std::unique_ptr<TrainModel>> two_models(const Config& cfg) {
+  std::vector<std::unique_ptr<TrainModel>> models;
+  for (int r = 0; r < 2; ++r) {
+    torch::manual_seed(5);
+    models.push_back(make_train_model(cfg.model, ModelShape{3, 16, 10}));
+  }
+  return models;
+}
+
 // Rank `rank` of 2 over an asio-ring communicator whose store lives in `dir`.
 struct PairRank {
   std::unique_ptr<comm::Store> store;
@@ -175,17 +195,9 @@ TEST(PrecisionPlugin, ForTrainingTiesAutocastAndTheLossScale) {
 // Rank 1's first batch holds an inf, so its gradients, and the average, are not finite.
 TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   const StoreDir dir;
-  Config cfg;
-  cfg.strategy = StrategyKind::kDdp;
-  cfg.model.name = ModelName::kDigitalNet;
-  cfg.model.width = 4;
-  cfg.model.norm = Norm::kNone;  // BatchNorm would carry the inf into its running statistics
-  const ModelShape shape{3, 16, 10};
-  std::vector<std::unique_ptr<TrainModel>> models;
-  for (int r = 0; r < 2; ++r) {
-    torch::manual_seed(5);  // LibTorch's generator is shared: draw the weights here, in turn
-    models.push_back(make_train_model(cfg.model, shape));
-  }
+  // No BatchNorm: it would carry the inf into its running statistics.
+  const Config cfg = small_ddp(Norm::kNone);
+  std::vector<std::unique_ptr<TrainModel>> models = two_models(cfg);
   struct Seen {
     std::vector<torch::Tensor> before, after_skip, after_step;
     LossScalerState after_skip_state, after_step_state;
@@ -253,13 +265,8 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
 // rank 0's, counter too.
 TEST(Strategy, SharedBatchNormStatisticsWeighTheRanksByTheirShares) {
   const StoreDir dir;
-  Config cfg;
-  cfg.strategy = StrategyKind::kDdp;
-  cfg.model.name = ModelName::kDigitalNet;
-  cfg.model.width = 4;
-  cfg.model.norm = Norm::kBatch;
-  std::vector<std::unique_ptr<TrainModel>> models;
-  for (int r = 0; r < 2; ++r) models.push_back(make_train_model(cfg.model, ModelShape{3, 16, 10}));
+  const Config cfg = small_ddp(Norm::kBatch);
+  std::vector<std::unique_ptr<TrainModel>> models = two_models(cfg);
   struct Seen {
     float uneven_mean = 0, uneven_var = 0, even_mean = 0;
     std::int64_t uneven_count = 0, even_count = 0;
