@@ -69,7 +69,7 @@ TEST(SpeedShares, FollowTheSpeedAndKeepEveryRankASample) {
   EXPECT_DOUBLE_EQ(predicted_step_seconds({171, 85}, {0.001, 0.002}), 0.171);
 }
 
-TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
+TEST(AutoBalance, MovesToTheSpeedSplitThenHalfWayAndHoldsWithinTheMargin) {
   AutoBalance balance({128, 128}, {2, 3, 0.05, 0.5});
   const std::vector<double> slow1{0.001, 0.002};
   std::int64_t step = 0;
@@ -78,29 +78,27 @@ TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   const auto change = balance.observe(++step, slow1);
   ASSERT_TRUE(change);
   EXPECT_EQ(change->step, 5);
-  // The speed split is 171:85; the move goes half way there (149.5:106.5, the tie to rank 0).
-  EXPECT_EQ(change->shares, (Shares{150, 106}));
-  EXPECT_EQ(balance.shares(), (Shares{150, 106}));
+  // The first move goes all the way to the speed split, 171:85.
+  EXPECT_EQ(change->shares, (Shares{171, 85}));
+  EXPECT_EQ(balance.shares(), (Shares{171, 85}));
   EXPECT_DOUBLE_EQ(change->predicted_before, 0.256);
-  EXPECT_DOUBLE_EQ(change->predicted_after, 0.212);
+  EXPECT_DOUBLE_EQ(change->predicted_after, 0.171);
   EXPECT_EQ(describe(*change),
-            "step 5: shares 150,106 (busy s/sample 0.001,0.002; running 100%,100%; predicted "
-            "step 0.256 s -> 0.212 s)");
-  // The same speeds: half way again while the speed split gains more than 5 % (161:95, then
-  // 166:90), then it holds: 171:85 would predict 0.171 s against 0.180 s, 5 % and no more.
-  std::vector<Shares> moves;
-  for (int i = 0; i < 30; ++i) {
-    if (const auto c = balance.observe(++step, slow1)) moves.push_back(c->shares);
-  }
-  EXPECT_EQ(moves, (std::vector<Shares>{{161, 95}, {166, 90}}));
+            "step 5: shares 171,85 (busy s/sample 0.001,0.002; running 100%,100%; predicted "
+            "step 0.256 s -> 0.171 s)");
+  // The same speeds: it holds there.
+  for (int i = 0; i < 30; ++i) EXPECT_FALSE(balance.observe(++step, slow1));
   // Noise within 5 %: the split holds.
   for (int i = 0; i < 12; ++i) EXPECT_FALSE(balance.observe(++step, {0.00102, 0.00199}));
-  // Rank 0 becomes the slow one: within a few windows the split moves towards rank 1.
+  // Rank 0 becomes the slow one: within a few windows the split moves towards rank 1, half way
+  // from 171:85 to the speed split of the running estimates.
   std::optional<BalanceChange> back;
   for (int i = 0; i < 9 && !back; ++i) back = balance.observe(++step, {0.004, 0.001});
   ASSERT_TRUE(back);
-  EXPECT_LT(back->shares[0], 166);
-  EXPECT_GT(back->seconds_per_sample[0], back->seconds_per_sample[1]);
+  const Shares target = speed_shares(256, back->seconds_per_sample);
+  EXPECT_EQ(back->shares, weighted_shares(256, {0.5 * (171 + target[0]), 0.5 * (85 + target[1])}));
+  EXPECT_LT(back->shares[0], 171);
+  EXPECT_LT(back->predicted_after, back->predicted_before);
   // The figures are the window's means: one odd step among three moves the mean only.
   AutoBalance mean_of_window({10, 10}, {0, 3, 0.05, 0.5});
   EXPECT_FALSE(mean_of_window.observe(1, {0.001, 0.001}));
@@ -108,15 +106,29 @@ TEST(AutoBalance, MovesHalfWayAfterWarmUpAndWindowThenHoldsWithinTheMargin) {
   const auto third = mean_of_window.observe(3, {0.001, 0.007});
   ASSERT_TRUE(third);
   EXPECT_DOUBLE_EQ(third->seconds_per_sample[1], 0.003);
-  EXPECT_EQ(third->shares, (Shares{13, 7}));  // half way to 15:5
+  EXPECT_EQ(third->shares, (Shares{15, 5}));  // the speed split of 0.001:0.003
 }
 
-// The decision to move weighs the speed split, not the half-way step: at 151:105 with 0.492
-// and 0.803 ms a sample, the half-way split (155:101) gains under 5 % but the speed split
-// (159:97) gains 7 %, so the split still moves. Judging by the half-way step stalls it here.
+// The first move goes all the way, so it must promise twice the margin: ranks 15 % apart (the
+// speed split 137:119 would gain 7 %) stay even; 30 % apart they move.
+TEST(AutoBalance, TheFirstMoveNeedsTwiceTheMargin) {
+  AutoBalance balance({128, 128}, {0, 1, 0.05, 1.0});
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(balance.observe(i + 1, {0.001, 0.00115}));
+  const auto change = balance.observe(6, {0.001, 0.0013});
+  ASSERT_TRUE(change);
+  EXPECT_EQ(change->shares, speed_shares(256, {0.001, 0.0013}));
+}
+
+// The decision to move weighs the speed split, not the half-way step: at 151:105 (the first
+// move's, to the speed split of 1 and 1.438 ms a sample) with 0.492 and 0.803 ms a sample, the
+// half-way split (155:101) gains under 5 % but the speed split (159:97) gains 7 %, so the split
+// still moves. Judging by the half-way step stalls it here.
 TEST(AutoBalance, KeepsMovingWhileTheSpeedSplitGainsEnough) {
-  AutoBalance balance({151, 105}, {0, 1, 0.05, 0.5});
-  const auto change = balance.observe(1, {0.000492, 0.000803});
+  AutoBalance balance({128, 128}, {0, 1, 0.05, 1.0});
+  const auto first = balance.observe(1, {0.001, 0.001438});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->shares, (Shares{151, 105}));
+  const auto change = balance.observe(2, {0.000492, 0.000803});
   ASSERT_TRUE(change);
   EXPECT_EQ(change->shares, (Shares{155, 101}));
 }
@@ -129,10 +141,10 @@ TEST(AutoBalance, RecordsTheFractionOfTheTimeEachRankRan) {
   const auto change = balance.observe(2, {0.001, 0.002}, {1.0, 0.4});
   ASSERT_TRUE(change);
   EXPECT_DOUBLE_EQ(change->running[1], 0.5);
-  EXPECT_EQ(change->shares, (Shares{150, 106}));  // half way to 171:85
+  EXPECT_EQ(change->shares, (Shares{171, 85}));
   EXPECT_EQ(describe(*change),
-            "step 2: shares 150,106 (busy s/sample 0.001,0.002; running 100%,50%; predicted "
-            "step 0.256 s -> 0.212 s)");
+            "step 2: shares 171,85 (busy s/sample 0.001,0.002; running 100%,50%; predicted "
+            "step 0.256 s -> 0.171 s)");
   // Equal busy seconds: nothing moves, whatever the fractions.
   AutoBalance even({128, 128}, {0, 2, 0.05, 0.5});
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(even.observe(i + 1, {0.001, 0.001}, {1.0, 0.5}));
@@ -145,8 +157,8 @@ TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {
   const auto change = balance.observe(2, {0.001, 0.003});
   ASSERT_TRUE(change);
   EXPECT_DOUBLE_EQ(change->seconds_per_sample[1], 0.002);
-  // The speed split of 0.001:0.002 is 13.3:6.7 -> 13:7; half way from 10:10 is 11.5:8.5 -> 12:8.
-  EXPECT_EQ(change->shares, (Shares{12, 8}));
+  // The speed split of 0.001:0.002 is 13.3:6.7 -> 13:7, where the first move goes.
+  EXPECT_EQ(change->shares, (Shares{13, 7}));
 }
 
 TEST(AutoBalance, OneRankOrAMissingFigureChangesNothing) {

@@ -184,20 +184,26 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   }
   const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
   const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
-  // Half way from the current split to the target (both sum to M, so their mean does).
+  // The first move goes to the target; later ones half way from the current split to it (both
+  // sum to M, so their mean does).
   std::vector<double> halfway(target.size());
   for (std::size_t r = 0; r < target.size(); ++r) {
     halfway[r] = 0.5 * static_cast<double>(shares_[r] + target[r]);
   }
-  const std::vector<std::int64_t> proposed = weighted_shares(micro_batch, halfway);
+  const std::vector<std::int64_t> proposed =
+      moved_ ? weighted_shares(micro_batch, halfway) : target;
   // Whether to move is judged by the target, not by the half-way split: judged by the latter,
   // the moves would stop once half the remaining gain fell under min_gain, short of the target
   // by about twice min_gain.
   const double before = predicted_step_seconds(shares_, estimates_);
   const double best = predicted_step_seconds(target, estimates_);
   const double after = predicted_step_seconds(proposed, estimates_);
-  if (proposed == shares_ || !(best < (1.0 - options_.min_gain) * before)) return std::nullopt;
+  // A first move, all the way, risks twice what a half-way one does on a noisy window: it must
+  // promise twice the gain.
+  const double min_gain = moved_ ? options_.min_gain : 2 * options_.min_gain;
+  if (proposed == shares_ || !(best < (1.0 - min_gain) * before)) return std::nullopt;
   shares_ = proposed;
+  moved_ = true;
   skip_ = options_.warmup_steps > 0 ? 1 : 0;
   return BalanceChange{step, proposed, estimates_, running_, before, after};
 }

@@ -17,9 +17,11 @@
 // 1 / s_r. Work of a fixed size a step (the optimizer) counts per sample too: a rank of a small
 // share then measures slower per sample, and the split settles where the ranks' busy times
 // are equal, which is the aim. Each rank also reports the fraction of the step it was not
-// stopped, for the record. Each window of steps updates a running estimate per rank, and a
-// change moves the split half way from the current one to the speed split, so that one odd
-// window does not swing it. Every rank runs the same AutoBalance on the same numbers, so all
+// stopped, for the record. Each window of steps updates a running estimate per rank. The
+// first change goes to the speed split (a fresh run has nothing better to go by); later ones
+// move half way from the current split to it, so that one odd window does not swing it (and
+// the fixed work, which grows per sample as a share shrinks, is approached rather than
+// chased). Every rank runs the same AutoBalance on the same numbers, so all
 // of them switch at the same step.
 #pragma once
 
@@ -60,7 +62,8 @@ struct AutoBalanceOptions {
   // often the split can move.
   int window_steps = 5;
   // The split moves only when the speed split would shorten the predicted step by more than
-  // this fraction: measurement noise must not move it back and forth.
+  // this fraction (twice it for the first move, which goes all the way): measurement noise
+  // must not move it back and forth.
   double min_gain = 0.05;
   // Weight of the newest window in each rank's running estimate (1: that window alone). A rank
   // slowed from outside (stopped part of the time) measures noisily over a few steps.
@@ -100,7 +103,8 @@ class AutoBalance {
  private:
   std::vector<std::int64_t> shares_;
   AutoBalanceOptions options_;
-  int skip_ = 0;  // warm-up steps still to ignore
+  int skip_ = 0;        // warm-up steps still to ignore
+  bool moved_ = false;  // whether the split has moved yet
   int measured_ = 0;
   std::vector<double> sums_;          // busy seconds per sample, over the window
   std::vector<double> running_sums_;  // fractions of the time run, over the window
