@@ -9,11 +9,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <thread>
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
+#include "tests/support/rank_threads.h"
 #include "trainer/loop/evaluation.h"
 #include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
@@ -237,9 +237,7 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
     strategy.stop();
     comm->barrier();
   };
-  std::thread r1(rank_main, 1);
-  rank_main(0);
-  r1.join();
+  testing::run_ranks(2, rank_main);
 
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -309,9 +307,7 @@ TEST(Strategy, SharedBatchNormStatisticsWeighTheRanksByTheirShares) {
     seen[rank].even_count = read("num_batches_tracked").item<std::int64_t>();
     pair.comm->barrier();
   };
-  std::thread r1(rank_main, 1);
-  rank_main(0);
-  r1.join();
+  testing::run_ranks(2, rank_main);
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_FLOAT_EQ(seen[r].uneven_mean, 2.0f);

@@ -62,15 +62,21 @@ std::vector<std::int64_t> largest_remainder(std::int64_t micro_batch,
   return shares;
 }
 
+// Throws UsageError unless there are weights and each is a positive finite number; `owner`
+// names what weight r belongs to ("rank", "device").
+void require_positive(const std::vector<double>& weights, std::int64_t n, const char* owner) {
+  PARTRAIN_CHECK(!weights.empty(), UsageError, "no weights to split ", n, " samples by");
+  for (std::size_t r = 0; r < weights.size(); ++r) {
+    PARTRAIN_CHECK(std::isfinite(weights[r]) && weights[r] > 0, UsageError, owner, " ", r,
+                   "'s weight is ", weights[r], "; every weight must be > 0");
+  }
+}
+
 }  // namespace
 
 std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
                                           const std::vector<double>& weights) {
-  PARTRAIN_CHECK(!weights.empty(), UsageError, "no weights to split ", micro_batch, " samples by");
-  for (std::size_t r = 0; r < weights.size(); ++r) {
-    PARTRAIN_CHECK(std::isfinite(weights[r]) && weights[r] > 0, UsageError, "rank ", r,
-                   "'s weight is ", weights[r], "; every weight must be > 0");
-  }
+  require_positive(weights, micro_batch, "rank");
   const std::vector<std::int64_t> shares = largest_remainder(micro_batch, weights);
   for (std::size_t r = 0; r < shares.size(); ++r) {
     PARTRAIN_CHECK(shares[r] >= 1, UsageError, "rank ", r, "'s share of ", micro_batch,
@@ -81,11 +87,7 @@ std::vector<std::int64_t> weighted_shares(std::int64_t micro_batch,
 }
 
 std::vector<std::int64_t> proportional_split(std::int64_t n, const std::vector<double>& weights) {
-  PARTRAIN_CHECK(!weights.empty(), UsageError, "no weights to split ", n, " samples by");
-  for (std::size_t r = 0; r < weights.size(); ++r) {
-    PARTRAIN_CHECK(std::isfinite(weights[r]) && weights[r] > 0, UsageError, "weight ", r, " is ",
-                   weights[r], "; every weight must be > 0");
-  }
+  require_positive(weights, n, "device");
   return largest_remainder(n, weights);
 }
 

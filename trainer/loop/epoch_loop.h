@@ -96,7 +96,7 @@ class EpochLoop {
   bool reached_max_steps() const;
   // The split the next micro-steps take: the loader's slices and the gradient's scale.
   void use_shares(const std::vector<std::int64_t>& shares);
-  // data.balance auto, after a step's exchange: every rank's compute seconds per sample and
+  // data.balance auto, after a step's exchange: every rank's busy seconds per sample and
   // fraction of the time it ran, in rank order; moves the split when AutoBalance says so (the
   // same on every rank).
   void rebalance(const std::vector<double>& seconds_per_sample, const std::vector<double>& running);

@@ -78,13 +78,9 @@ void Strategy::set_rank_share(std::int64_t share, std::int64_t micro_batch) {
   // Even shares take the Reducer's own 1.0f / W, so that an even run keeps its bits whatever
   // the size of M (share / M in f32 is exact only below 2^24).
   const int world = comm_->size();
-  share_of_samples_ = share * world == micro_batch
-                          ? 0.0
-                          : static_cast<double>(share) / static_cast<double>(micro_batch);
-  gradient_scale_ =
-      share * world == micro_batch
-          ? 1.0f / static_cast<float>(world)
-          : static_cast<float>(static_cast<double>(share) / static_cast<double>(micro_batch));
+  const bool even = share * world == micro_batch;
+  share_of_samples_ = even ? 0.0 : static_cast<double>(share) / static_cast<double>(micro_batch);
+  gradient_scale_ = even ? 1.0f / static_cast<float>(world) : static_cast<float>(share_of_samples_);
   if (reducer_) reducer_->set_scale(gradient_scale_);
 }
 
