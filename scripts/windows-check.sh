@@ -166,9 +166,27 @@ timeout 300 wine cmd /c exit </dev/null >/dev/null 2>&1
 # and Wine's file and socket calls are slower than Linux's; a busy machine would make them
 # fail for want of CPU. A Wine that hangs is stopped by the outer bound.
 bound=${WINDOWS_CHECK_TIMEOUT:-600}
+# A test that fails gets one more try, and the check names it: Wine has ended a freshly started
+# test program at once, with no output at all ("Failed 0.02 sec" for a test that otherwise
+# takes 0.09 s; seen once in CI, never in 55 runs of the launcher tests here, loaded or not).
+# A test that fails twice fails the check.
+wine_tests() {  # ctest arguments...
+  local log
+  log=$(mktemp)
+  local status=0
+  timeout "$bound" ctest --test-dir "$out/win" --output-on-failure --timeout 180 \
+    --repeat until-pass:2 "$@" </dev/null | tee "$log" || status=$?
+  local retried
+  retried=$(sed -n '/\*\*\*Skipped/d; s/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\*\*\*.*/\1/p' "$log" |
+    sort -u | paste -sd " ")
+  rm -f "$log"
+  if [ -n "$retried" ] && [ "$status" = 0 ]; then
+    echo "windows-check: WARNING: passed only on a second try under Wine: $retried"
+  fi
+  return "$status"
+}
 step "running the Windows tests under Wine"
-timeout "$bound" ctest --test-dir "$out/win" --output-on-failure --timeout 180 -LE interop \
-  </dev/null
+wine_tests -LE interop
 # The launcher's Ctrl-C test needs a console to send CTRL_C_EVENT through, and Wine gives a
 # program one only when it runs on a terminal, which ctest's pipes are not (there the test
 # skips, saying so). script(1) lends it a pseudo-terminal; gtest's XML report tells whether
@@ -188,6 +206,5 @@ if ! grep -q 'name="ConsoleCtrlCStopsEveryWorker"[^>]*result="completed"' "$cons
 fi
 echo "windows-check: LauncherProcessTest.ConsoleCtrlCStopsEveryWorker passed on a terminal"
 step "running the Linux <-> Windows interop tests"
-timeout "$bound" ctest --test-dir "$out/win" --output-on-failure --timeout 180 -L interop \
-  </dev/null
+wine_tests -L interop
 step "done"

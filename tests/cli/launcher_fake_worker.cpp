@@ -3,7 +3,8 @@
 //
 //   launcher_fake_worker [--epochs N] [--steps K] [--sleep-ms MS] [--spam N]
 //       [--fail RANK:CODE:EPOCH] [--fail-until-restart R] [--kill-self RANK:EPOCH]
-//       [--hang RANK|all] [--hang-ms MS] [--ready-file PATH] [--wait-for PATH] [--ignore-sigterm]
+//       [--hang RANK|all] [--hang-ms MS] [--ready-file PATH] [--wait-for PATH]
+//       [--failed-file PATH] [--ignore-sigterm]
 //       [--print-env] [--long-line BYTES] [--spawn-child] [--stop-politely STEP] [--heartbeat]
 //
 // Always prints "pid P" and "restart R" first (R = PARTRAIN_RESTART). Per epoch E it prints
@@ -12,7 +13,9 @@
 // PARTRAIN_RESTART < R when --fail-until-restart R is given. --hang sleeps after the epochs
 // (at most 30 s, then exits 99 so that a broken launcher cannot leak it for long); with
 // --hang-ms it prints "stopped hanging by itself" after MS and exits 1, as a rank does that
-// sees a peer's failure in a collective.
+// sees a peer's failure in a collective. With --failed-file the MS count from the moment PATH
+// exists, which a rank failing on purpose (--fail, --kill-self) creates just before it ends:
+// the peer's failure, however late a loaded machine starts that rank.
 // A hanging rank creates --ready-file once it hangs (SIGTERM already ignored if asked); a
 // rank about to fail or kill itself first waits up to 10 s for --wait-for, so tests know
 // the other ranks are where they should be when the failure comes.
@@ -29,6 +32,7 @@
 // --kill-self ends the process with STATUS_ACCESS_VIOLATION, the status a crash leaves:
 // Windows has no SIGKILL, and a real crash might wait in a debugger or error dialog.
 #include <boost/process.hpp>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -94,6 +98,10 @@ int field(const std::string& spec, int index) {
   return std::stoi(spec.substr(start, spec.find(':', start) - start));
 }
 
+void touch(const std::string& path) {
+  if (!path.empty()) std::ofstream(path) << "failed\n";
+}
+
 void wait_for_file(const std::string& path) {
   if (path.empty()) return;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -126,6 +134,7 @@ int main(int argc, char** argv) {
   int hang_ms = -1;
   std::string ready_file;
   std::string wait_for;
+  std::string failed_file;
   bool ignore_sigterm = false;
   bool print_env = false;
   bool spawn_child = false;
@@ -164,6 +173,8 @@ int main(int argc, char** argv) {
       ready_file = next();
     else if (arg == "--wait-for")
       wait_for = next();
+    else if (arg == "--failed-file")
+      failed_file = next();
     else if (arg == "--ignore-sigterm")
       ignore_sigterm = true;
     else if (arg == "--print-env")
@@ -228,10 +239,12 @@ int main(int argc, char** argv) {
     if (fail_now && field(fail, 2) == e) {
       wait_for_file(wait_for);
       error_line("rank " + std::to_string(rank) + " fails on purpose");
+      touch(failed_file);
       return field(fail, 1);
     }
     if (!kill_self.empty() && field(kill_self, 0) == rank && field(kill_self, 1) == e) {
       wait_for_file(wait_for);
+      touch(failed_file);
       die_like_a_crash();
     }
     for (int s = 1; s <= steps; ++s) {
@@ -243,9 +256,17 @@ int main(int argc, char** argv) {
   if (hang == "all" || (!hang.empty() && std::stoi(hang) == rank)) {
     std::cout << "hanging" << std::endl;
     if (!ready_file.empty()) std::ofstream(ready_file) << "ready\n";
-    const auto end = std::chrono::steady_clock::now() +
-                     (hang_ms >= 0 ? std::chrono::milliseconds(hang_ms) : std::chrono::seconds(30));
+    // At most 30 s in all; --hang-ms ends it sooner, counted from --failed-file if given.
+    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto end = bound;
+    bool counting = hang_ms >= 0 && failed_file.empty();
+    if (counting) end = std::chrono::steady_clock::now() + std::chrono::milliseconds(hang_ms);
     while (std::chrono::steady_clock::now() < end) {
+      if (hang_ms >= 0 && !counting && std::filesystem::exists(failed_file)) {
+        counting = true;
+        end =
+            std::min(bound, std::chrono::steady_clock::now() + std::chrono::milliseconds(hang_ms));
+      }
       if (stop_request && partrain::StopRequest::requested()) {
         error_line(partrain::format_stopped_line(
             stop_politely, partrain::StopRequest::signal_name(partrain::StopRequest::signal())));
@@ -253,7 +274,7 @@ int main(int argc, char** argv) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(hang_ms >= 0 ? 5 : 50));
     }
-    if (hang_ms < 0) return 99;
+    if (!counting) return 99;
     std::cout << "stopped hanging by itself" << std::endl;
     return 1;
   }

@@ -226,9 +226,13 @@ TEST(LauncherTest, OneFailingRankStopsTheOthersAndIsNamed) {
 // other nodes learn whom this node lost); with one node they are stopped at once.
 TEST(LauncherTest, WithSeveralNodesTheOthersMayEndByThemselvesFirst) {
   for (const int nnodes : {2, 1}) {
+    // Rank 0 ends by itself 400 ms after rank 1's failure: inside the second with two nodes,
+    // and later than the launcher's stop with one (it polls every 50 ms).
     const std::string ready = ready_file();
-    LaunchPlan plan = fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--hang-ms", "200",
-                                    "--ready-file", ready, "--wait-for", ready});
+    const std::string failed = ready + ".failed";
+    LaunchPlan plan =
+        fake_plan(2, {"--fail", "1:3:1", "--hang", "0", "--hang-ms", "400", "--ready-file", ready,
+                      "--wait-for", ready, "--failed-file", failed});
     plan.nodes = even_nodes(nnodes, 2);
     plan.master_port = 29400;  // required with several nodes; the fake workers never use it
     const Captured r = run_plan(plan);
@@ -245,6 +249,7 @@ TEST(LauncherTest, WithSeveralNodesTheOthersMayEndByThemselvesFirst) {
       EXPECT_EQ(r.out.find("stopped hanging by itself"), std::string::npos) << r.out;
     }
     std::filesystem::remove(ready);
+    std::filesystem::remove(failed);
   }
 }
 
