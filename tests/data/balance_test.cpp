@@ -150,6 +150,81 @@ TEST(AutoBalance, RecordsTheFractionOfTheTimeEachRankRan) {
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(even.observe(i + 1, {0.001, 0.001}, {1.0, 0.5}));
 }
 
+// A first move is judged by the steps after it: if the median step of the first window under
+// it is no faster than the median of the window it was decided on, the split goes back, and
+// the next two windows only measure before another move is weighed.
+TEST(AutoBalance, UndoesAMoveThatDidNotMakeTheStepsFaster) {
+  AutoBalance balance({128, 128}, {0, 2, 0.05, 1.0});
+  const std::vector<double> rates{0.001, 0.0015};  // noise that promises a gain
+  EXPECT_FALSE(balance.observe(1, rates, {}, 0.100));
+  const auto move = balance.observe(2, rates, {}, 0.102);
+  ASSERT_TRUE(move);
+  ASSERT_FALSE(move->undo);
+  EXPECT_EQ(move->shares, speed_shares(256, rates));
+  EXPECT_DOUBLE_EQ(move->step_seconds, 0.101);  // the median of 0.100 and 0.102
+  EXPECT_EQ(describe(*move),
+            "step 2: shares 154,102 (busy s/sample 0.001,0.0015; running 100%,100%; predicted "
+            "step 0.192 s -> 0.154 s; steps took 0.101 s)");
+  // Under the move the steps take 0.11 s: back to 128:128.
+  EXPECT_FALSE(balance.observe(3, rates, {}, 0.110));
+  const auto undo = balance.observe(4, rates, {}, 0.110);
+  ASSERT_TRUE(undo);
+  EXPECT_TRUE(undo->undo);
+  EXPECT_EQ(undo->step, 4);
+  EXPECT_EQ(undo->shares, (Shares{128, 128}));
+  EXPECT_EQ(balance.shares(), (Shares{128, 128}));
+  EXPECT_DOUBLE_EQ(undo->step_seconds, 0.110);
+  EXPECT_DOUBLE_EQ(undo->before_move_seconds, 0.101);
+  EXPECT_EQ(describe(*undo),
+            "step 4: back to shares 128,128 (steps took 0.11 s after the move, 0.101 s before "
+            "it; busy s/sample 0.001,0.0015; running 100%,100%)");
+  // Two windows only measure; the third may move again (the first move's margin again).
+  for (std::int64_t step = 5; step <= 8; ++step) {
+    EXPECT_FALSE(balance.observe(step, rates, {}, 0.1)) << step;
+  }
+  EXPECT_FALSE(balance.observe(9, rates, {}, 0.1));
+  const auto again = balance.observe(10, rates, {}, 0.1);
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(again->undo);
+  EXPECT_EQ(again->shares, speed_shares(256, rates));
+}
+
+// A move whose steps got faster stays, and so does one whose steps were not measured; one
+// slow step in a window (a checkpoint written, say) does not move the median. Half-way moves
+// are not judged.
+TEST(AutoBalance, KeepsAMoveThatMadeTheStepsFaster) {
+  const std::vector<double> slow1{0.001, 0.002};
+  AutoBalance faster({128, 128}, {0, 3, 0.05, 1.0});
+  for (std::int64_t step = 1; step <= 2; ++step)
+    EXPECT_FALSE(faster.observe(step, slow1, {}, 0.26));
+  ASSERT_TRUE(faster.observe(3, slow1, {}, 0.26));
+  const Shares moved = faster.shares();
+  const std::vector<double> settled{0.001, 0.002};
+  EXPECT_FALSE(faster.observe(4, settled, {}, 0.17));
+  EXPECT_FALSE(faster.observe(5, settled, {}, 0.90));  // one step held up
+  EXPECT_FALSE(faster.observe(6, settled, {}, 0.17));
+  for (std::int64_t step = 7; step <= 30; ++step) {
+    EXPECT_FALSE(faster.observe(step, settled, {}, 0.17)) << step;
+  }
+  EXPECT_EQ(faster.shares(), moved);
+  // A later, half-way move is not judged: slower steps after it keep it.
+  const std::vector<double> slow0{0.004, 0.001};
+  std::optional<BalanceChange> later;
+  std::int64_t step = 31;
+  for (; step < 40 && !later; ++step) later = faster.observe(step, slow0, {}, 0.17);
+  ASSERT_TRUE(later);
+  ASSERT_FALSE(later->undo);
+  for (int i = 0; i < 9; ++i) {
+    const auto change = faster.observe(step++, slow0, {}, 0.5 + 0.1 * i);
+    EXPECT_FALSE(change && change->undo) << i;
+  }
+
+  AutoBalance unmeasured({128, 128}, {0, 1, 0.05, 1.0});
+  ASSERT_TRUE(unmeasured.observe(1, slow1));
+  for (std::int64_t step = 2; step <= 10; ++step) EXPECT_FALSE(unmeasured.observe(step, slow1));
+  EXPECT_EQ(unmeasured.shares(), (Shares{171, 85}));
+}
+
 TEST(AutoBalance, RunningEstimateDampsOneOddWindow) {
   // smoothing 0.5: after windows of 0.001 and then one of 0.003, rank 1's estimate is 0.002.
   AutoBalance balance({10, 10}, {0, 1, 0.05, 0.5});

@@ -118,6 +118,9 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
       EXPECT_EQ(x.changes[i].running, y.changes[i].running) << i;
       EXPECT_EQ(x.changes[i].predicted_before, y.changes[i].predicted_before) << i;
       EXPECT_EQ(x.changes[i].predicted_after, y.changes[i].predicted_after) << i;
+      EXPECT_EQ(x.changes[i].step_seconds, y.changes[i].step_seconds) << i;
+      EXPECT_EQ(x.changes[i].undo, y.changes[i].undo) << i;
+      EXPECT_EQ(x.changes[i].before_move_seconds, y.changes[i].before_move_seconds) << i;
     }
   }
 }
@@ -169,10 +172,12 @@ RunSummary every_field_set(const ScratchDir& dir) {
     s.ranks[r].breakdown = b;
   }
   s.straggler = Straggler{1, 180, 196, 3.375};
-  s.balance = BalanceRecord{"auto",
-                            {340, 172},
-                            {{8, {342, 170}, {0.0012375, 0.00249}, {1.0, 0.5}, 0.6375, 0.4233},
-                             {96, {340, 172}, {0.00125, 0.0024}, {0.875, 1.0}, 0.43, 0.425}}};
+  s.balance =
+      BalanceRecord{"auto",
+                    {340, 172},
+                    {{8, {342, 170}, {0.0012375, 0.00249}, {1.0, 0.5}, 0.6375, 0.4233, 0.66},
+                     {14, {256, 256}, {0.0012, 0.0025}, {1.0, 0.5}, 0.4275, 0.64, 0.7, true, 0.66},
+                     {96, {340, 172}, {0.00125, 0.0024}, {0.875, 1.0}, 0.43, 0.425}}};
   return s;
 }
 
@@ -247,8 +252,24 @@ TEST(ReportFormat, ABadBreakdownOrStragglerIsNamed) {
   // A report from before the running fractions reads them as 1 (never stopped).
   doc = report_to_json(s);
   doc["balance"]["changes"][0].erase("running");
+  // ... and one from before the measured step times as unmeasured (0), no move undone.
+  doc["balance"]["changes"][0].erase("step_seconds");
+  doc["balance"]["changes"][1].erase("undo");
+  doc["balance"]["changes"][1].erase("before_move_seconds");
   const RunReport older = read_run_report(dir.write("older.json", doc.dump()));
   EXPECT_EQ(older.summary.balance->changes[0].running, (std::vector<double>{1.0, 1.0}));
+  EXPECT_EQ(older.summary.balance->changes[0].step_seconds, 0.0);
+  EXPECT_FALSE(older.summary.balance->changes[1].undo);
+  doc = report_to_json(s);
+  doc["balance"]["changes"][1]["undo"] = "yes";
+  const std::string word = dir.write("word.json", doc.dump());
+  try {
+    read_run_report(word);
+    ADD_FAILURE() << "undo as a string was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              word + ": balance.changes[1].undo: expected true or false, found a string");
+  }
   doc = report_to_json(s);
   doc["straggler"]["steps_last"] = 500;
   const std::string worse = dir.write("worse.json", doc.dump());

@@ -223,6 +223,8 @@ TEST(GlobalBatch, AutoMovesSamplesOffASlowRankAndTrainsAsOneProcess) {
             first["seconds_per_sample"][1].get<double>())
       << first.dump();
   EXPECT_LT(first["predicted_after"].get<double>(), first["predicted_before"].get<double>());
+  // Rank 0's steps, measured: at least rank 1's 32 delayed samples each.
+  EXPECT_GE(first["step_seconds"].get<double>(), 32 * 0.003) << first.dump();
   const auto shares = balance["shares"].get<std::vector<std::int64_t>>();
   ASSERT_EQ(shares.size(), 2u);
   EXPECT_EQ(shares[0] + shares[1], 64);

@@ -62,6 +62,12 @@ std::vector<std::int64_t> largest_remainder(std::int64_t micro_batch,
   return shares;
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 // Throws UsageError unless there are weights and each is a positive finite number; `owner`
 // names what weight r belongs to ("rank", "device").
 void require_positive(const std::vector<double>& weights, std::int64_t n, const char* owner) {
@@ -124,14 +130,26 @@ double predicted_step_seconds(const std::vector<std::int64_t>& shares,
 }
 
 std::string describe(const BalanceChange& change) {
-  char tail[128];
-  std::snprintf(tail, sizeof(tail), "; predicted step %.3g s -> %.3g s)", change.predicted_before,
-                change.predicted_after);
   std::vector<double> percent;
   for (double a : change.running) percent.push_back(100 * a);
-  return "step " + std::to_string(change.step) + ": shares " + joined(change.shares) +
-         " (busy s/sample " + joined(change.seconds_per_sample, "%.3g") + "; running " +
-         joined(percent, "%.0f%%") + tail;
+  const std::string figures = "busy s/sample " + joined(change.seconds_per_sample, "%.3g") +
+                              "; running " + joined(percent, "%.0f%%");
+  char text[160];
+  if (change.undo) {
+    std::snprintf(text, sizeof(text), "steps took %.3g s after the move, %.3g s before it; ",
+                  change.step_seconds, change.before_move_seconds);
+    return "step " + std::to_string(change.step) + ": back to shares " + joined(change.shares) +
+           " (" + text + figures + ")";
+  }
+  std::snprintf(text, sizeof(text), "; predicted step %.3g s -> %.3g s", change.predicted_before,
+                change.predicted_after);
+  std::string tail = text;
+  if (change.step_seconds > 0) {
+    std::snprintf(text, sizeof(text), "; steps took %.3g s", change.step_seconds);
+    tail += text;
+  }
+  return "step " + std::to_string(change.step) + ": shares " + joined(change.shares) + " (" +
+         figures + tail + ")";
 }
 
 AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options)
@@ -140,13 +158,17 @@ AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions op
       skip_(options.warmup_steps),
       sums_(shares_.size(), 0.0),
       running_sums_(shares_.size(), 0.0) {
-  PARTRAIN_CHECK(!shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0,
-                 UsageError, "auto balance: needs ranks, a window of >= 1 step, warm-up >= 0");
+  PARTRAIN_CHECK(
+      !shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0 &&
+          options_.windows_after_undo >= 0,
+      UsageError,
+      "auto balance: needs ranks, a window of >= 1 step, warm-up and quiet windows >= 0");
 }
 
 std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
                                                   const std::vector<double>& seconds_per_sample,
-                                                  const std::vector<double>& running) {
+                                                  const std::vector<double>& running,
+                                                  double step_seconds) {
   PARTRAIN_CHECK_EQ(seconds_per_sample.size(), shares_.size(), Error,
                     "auto balance: one compute time per rank");
   PARTRAIN_CHECK(running.empty() || running.size() == shares_.size(), Error,
@@ -160,6 +182,7 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     sums_[r] += seconds_per_sample[r];
     running_sums_[r] += running.empty() ? 1.0 : running[r];
   }
+  if (std::isfinite(step_seconds) && step_seconds > 0) step_times_.push_back(step_seconds);
   if (++measured_ < options_.window_steps) return std::nullopt;
 
   std::vector<double> mean(sums_.size());
@@ -171,8 +194,12 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     measured_all = measured_all && std::isfinite(mean[r]) && mean[r] > 0 && std::isfinite(ran[r]) &&
                    ran[r] > 0;
   }
+  // The median: one step held up by a checkpoint's write or an evaluation does not move it.
+  const double window_step =
+      step_times_.size() == static_cast<std::size_t>(measured_) ? median(step_times_) : 0.0;
   std::fill(sums_.begin(), sums_.end(), 0.0);
   std::fill(running_sums_.begin(), running_sums_.end(), 0.0);
+  step_times_.clear();
   measured_ = 0;
   if (!measured_all) return std::nullopt;
   if (estimates_.empty()) {
@@ -183,6 +210,33 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
       estimates_[r] += options_.smoothing * (mean[r] - estimates_[r]);
       running_[r] += options_.smoothing * (ran[r] - running_[r]);
     }
+  }
+  if (trial_) {
+    const Trial trial = *trial_;
+    trial_.reset();
+    if (window_step > 0 && trial.step_seconds_before > 0 &&
+        !(window_step < trial.step_seconds_before)) {
+      BalanceChange change{step,
+                           trial.shares_before,
+                           estimates_,
+                           running_,
+                           predicted_step_seconds(shares_, estimates_),
+                           predicted_step_seconds(trial.shares_before, estimates_)};
+      change.step_seconds = window_step;
+      change.undo = true;
+      change.before_move_seconds = trial.step_seconds_before;
+      shares_ = trial.shares_before;
+      moved_ = false;
+      estimates_.clear();
+      running_.clear();
+      quiet_windows_ = options_.windows_after_undo;
+      skip_ = options_.warmup_steps > 0 ? 1 : 0;
+      return change;
+    }
+  }
+  if (quiet_windows_ > 0) {
+    --quiet_windows_;
+    return std::nullopt;
   }
   const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
   const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
@@ -204,10 +258,17 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   // promise twice the gain.
   const double min_gain = moved_ ? options_.min_gain : 2 * options_.min_gain;
   if (proposed == shares_ || !(best < (1.0 - min_gain) * before)) return std::nullopt;
+  // Only a first move is judged: it goes all the way on one window's figures, the largest
+  // step a noisy window can cause. A later one goes half way for a few per cent, which a
+  // window's step times do not tell from noise (two such moves of 3-4 % were taken back on
+  // 5 % of step-time noise in a throttled run).
+  if (!moved_) trial_ = Trial{shares_, window_step};
   shares_ = proposed;
   moved_ = true;
   skip_ = options_.warmup_steps > 0 ? 1 : 0;
-  return BalanceChange{step, proposed, estimates_, running_, before, after};
+  BalanceChange change{step, proposed, estimates_, running_, before, after};
+  change.step_seconds = window_step;
+  return change;
 }
 
 }  // namespace partrain::data

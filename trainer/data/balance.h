@@ -23,6 +23,15 @@
 // the fixed work, which grows per sample as a share shrinks, is approached rather than
 // chased). Every rank runs the same AutoBalance on the same numbers, so all
 // of them switch at the same step.
+//
+// A move is a prediction; the steps after it are the measurement. Rank 0's wall time of each
+// step (the same for every rank: the gradient allreduce ends the step on all of them) comes
+// with the figures, and the median over the first window after a first move is held against
+// the median over the window it was decided on. If the steps were not faster, the move is
+// undone: the split goes back, the estimates start afresh, and the next few windows only
+// measure. A window whose noise promised a gain that the ranks do not deliver costs one
+// window, not the rest of the run. Later, half-way moves promise a few per cent, which a
+// window's step times cannot tell from noise: they are not judged.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +77,9 @@ struct AutoBalanceOptions {
   // Weight of the newest window in each rank's running estimate (1: that window alone). A rank
   // slowed from outside (stopped part of the time) measures noisily over a few steps.
   double smoothing = 0.5;
+  // Windows after an undone move that only measure (they make fresh estimates); bounds how often
+  // a move can be tried and taken back.
+  int windows_after_undo = 2;
 };
 
 // One change of the split, for the log line and report.json.
@@ -80,10 +92,18 @@ struct BalanceChange {
   std::vector<double> running;
   double predicted_before = 0;  // seconds of a step's busiest rank, old split
   double predicted_after = 0;   // and new split
+  // Measured: the median wall seconds of a step (rank 0's clock) over the window it was decided
+  // on, under the split it leaves; 0 when not measured.
+  double step_seconds = 0;
+  // An undo takes the previous (first) move back, because the steps under it (step_seconds)
+  // were no faster than the steps before it (before_move_seconds, the move's own step_seconds).
+  bool undo = false;
+  double before_move_seconds = 0;
 };
 
 // "step 8: shares 171,85 (busy s/sample 0.00047,0.00047; running 100%,50%; predicted step
-// 0.12 s -> 0.08 s)".
+// 0.12 s -> 0.08 s; steps took 0.121 s)"; an undo: "step 14: back to shares 128,128 (steps
+// took 0.13 s after the move, 0.121 s before it; busy s/sample ...)".
 std::string describe(const BalanceChange& change);
 
 class AutoBalance {
@@ -91,12 +111,14 @@ class AutoBalance {
   AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions options = {});
 
   // After optimizer step `step`: each rank's busy seconds per sample over it (0 for a rank
-  // that measured nothing, e.g. no sample) and the fraction of the step it ran (in [0, 1];
-  // empty: all ran the whole time; recorded only). Returns the change when the split moves; then
+  // that measured nothing, e.g. no sample), the fraction of the step it ran (in [0, 1];
+  // empty: all ran the whole time; recorded only) and the step's wall seconds (0: unknown;
+  // then no move is judged). Returns the change when the split moves or a move is undone; then
   // shares() is the new split from the next step on. Deterministic in its inputs.
   std::optional<BalanceChange> observe(std::int64_t step,
                                        const std::vector<double>& seconds_per_sample,
-                                       const std::vector<double>& running = {});
+                                       const std::vector<double>& running = {},
+                                       double step_seconds = 0);
 
   const std::vector<std::int64_t>& shares() const { return shares_; }
 
@@ -106,6 +128,14 @@ class AutoBalance {
   int skip_ = 0;        // warm-up steps still to ignore
   bool moved_ = false;  // whether the split has moved yet
   int measured_ = 0;
+  int quiet_windows_ = 0;  // windows still to only measure (after an undo)
+  // The move not judged yet, with what to go back to.
+  struct Trial {
+    std::vector<std::int64_t> shares_before;
+    double step_seconds_before = 0;
+  };
+  std::optional<Trial> trial_;
+  std::vector<double> step_times_;    // wall seconds of the window's steps (rank 0's)
   std::vector<double> sums_;          // busy seconds per sample, over the window
   std::vector<double> running_sums_;  // fractions of the time run, over the window
   std::vector<double> estimates_;     // empty until the first window

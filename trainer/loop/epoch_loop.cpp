@@ -265,10 +265,11 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
     const RankSpeed speed = measure_speed();
     slots.seconds_per_sample(env_.rank) = speed.seconds_per_sample;
     slots.running(env_.rank) = speed.running;
+    if (env_.rank == 0) slots.step_seconds() = speed.step_seconds;
   }
   exchange_step(slots, parts_.strategy.comm(), parts_.device);
   // Before a checkpoint of this step, so that it records the split the next steps take.
-  if (auto_balance_) rebalance(slots.seconds_per_sample(), slots.running());
+  if (auto_balance_) rebalance(slots.seconds_per_sample(), slots.running(), slots.step_seconds());
   const bool stop = slots.stop_requests() > 0;
   const bool save =
       stop || slots.checkpoint_due() > 0 || parts_.checkpointer.step_checkpoint_due(step_);
@@ -339,6 +340,7 @@ EpochLoop::RankSpeed EpochLoop::measure_speed() {
         Seconds(busy + held_outside).count() / static_cast<double>(step_samples_);
   }
   const Clock::duration elapsed = now - measured_from_;
+  speed.step_seconds = Seconds(elapsed).count();
   if (elapsed > Clock::duration{0}) {
     speed.running = std::clamp(1.0 - Seconds(held).count() / Seconds(elapsed).count(), 0.0, 1.0);
   }
@@ -348,9 +350,9 @@ EpochLoop::RankSpeed EpochLoop::measure_speed() {
 }
 
 void EpochLoop::rebalance(const std::vector<double>& seconds_per_sample,
-                          const std::vector<double>& running) {
+                          const std::vector<double>& running, double step_seconds) {
   const std::optional<data::BalanceChange> change =
-      auto_balance_->observe(step_, seconds_per_sample, running);
+      auto_balance_->observe(step_, seconds_per_sample, running, step_seconds);
   if (!change) return;
   use_shares(change->shares);
   balance_changes_.push_back(*change);
@@ -366,8 +368,8 @@ std::optional<BalanceRecord> EpochLoop::balance() const {
   record.mode = name_of(config_.data.balance);
   record.shares = shares_;
   for (const data::BalanceChange& c : balance_changes_) {
-    record.changes.push_back(
-        {c.step, c.shares, c.seconds_per_sample, c.running, c.predicted_before, c.predicted_after});
+    record.changes.push_back({c.step, c.shares, c.seconds_per_sample, c.running, c.predicted_before,
+                              c.predicted_after, c.step_seconds, c.undo, c.before_move_seconds});
   }
   return record;
 }

@@ -97,15 +97,17 @@ class EpochLoop {
   // The split the next micro-steps take: the loader's slices and the gradient's scale.
   void use_shares(const std::vector<std::int64_t>& shares);
   // data.balance auto, after a step's exchange: every rank's busy seconds per sample and
-  // fraction of the time it ran, in rank order; moves the split when AutoBalance says so (the
-  // same on every rank).
-  void rebalance(const std::vector<double>& seconds_per_sample, const std::vector<double>& running);
+  // fraction of the time it ran, in rank order, and the step's wall seconds on rank 0; moves
+  // the split, or takes a move back, when AutoBalance says so (the same on every rank).
+  void rebalance(const std::vector<double>& seconds_per_sample, const std::vector<double>& running,
+                 double step_seconds);
   // This rank since the last call: the wall seconds of its own work (data wait, forward,
   // backward, optimizer) and of every stall outside it, per sample (0 without samples), and
   // the fraction of the wall time it was not stalled.
   struct RankSpeed {
     double seconds_per_sample = 0;
     double running = 1;
+    double step_seconds = 0;  // the wall time since the last measurement
   };
   RankSpeed measure_speed();
   // Where this step's measurement starts (an epoch's first starts after its evaluation).

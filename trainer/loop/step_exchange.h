@@ -15,6 +15,7 @@
 //                (trainer/observe/stall_meter.h), divided by its samples, in slot 2 + r
 //                (data.balance auto; 0 when not measured)
 //   [2+W .. 2+2W) the fraction of that step's wall time rank r ran, in slot 2 + W + r (auto)
+//   [2+2W]       the step's wall seconds on rank 0's clock (auto: judges its moves)
 #pragma once
 
 #include <c10/core/Device.h>
@@ -32,7 +33,7 @@ class StepSlots {
  public:
   explicit StepSlots(int world_size = 1)
       : world_(static_cast<std::size_t>(world_size)),
-        values_(kSecondsPerSample + 2 * world_, 0.0) {}
+        values_(kSecondsPerSample + 2 * world_ + 1, 0.0) {}
 
   double& stop_requests() { return values_[kStopRequests]; }
   double& checkpoint_due() { return values_[kCheckpointDue]; }
@@ -41,6 +42,7 @@ class StepSlots {
   std::vector<double> seconds_per_sample() const { return ranks_from(kSecondsPerSample); }
   double& running(int rank) { return values_.at(kSecondsPerSample + world_ + rank_slot(rank)); }
   std::vector<double> running() const { return ranks_from(kSecondsPerSample + world_); }
+  double& step_seconds() { return values_[kSecondsPerSample + 2 * world_]; }
 
   std::vector<double>& values() { return values_; }
 
@@ -56,7 +58,7 @@ class StepSlots {
 
   static constexpr std::size_t kStopRequests = 0;
   static constexpr std::size_t kCheckpointDue = 1;
-  static constexpr std::size_t kSecondsPerSample = 2;  // W slots, then W of running
+  static constexpr std::size_t kSecondsPerSample = 2;  // W slots, W of running, step seconds
   std::size_t world_;
   std::vector<double> values_;
 };

@@ -110,6 +110,11 @@ std::string JsonAt::string() const {
   return value_->get<std::string>();
 }
 
+bool JsonAt::boolean() const {
+  if (!value_->is_boolean()) fail("expected true or false, found " + type_of(*value_));
+  return value_->get<bool>();
+}
+
 std::optional<std::string> JsonAt::string_or_null() const {
   if (value_->is_null()) return std::nullopt;
   return string();
@@ -281,12 +286,18 @@ CompressionRecord compression_from_json(const JsonAt& j) {
 Json balance_to_json(const BalanceRecord& b) {
   Json changes = Json::array();
   for (const BalanceChangeRecord& c : b.changes) {
-    changes.push_back(Json{{"step", c.step},
-                           {"shares", c.shares},
-                           {"seconds_per_sample", c.seconds_per_sample},
-                           {"running", c.running},
-                           {"predicted_before", c.predicted_before},
-                           {"predicted_after", c.predicted_after}});
+    Json change{{"step", c.step},
+                {"shares", c.shares},
+                {"seconds_per_sample", c.seconds_per_sample},
+                {"running", c.running},
+                {"predicted_before", c.predicted_before},
+                {"predicted_after", c.predicted_after},
+                {"step_seconds", c.step_seconds}};
+    if (c.undo) {
+      change["undo"] = true;
+      change["before_move_seconds"] = c.before_move_seconds;
+    }
+    changes.push_back(change);
   }
   return Json{{"mode", b.mode}, {"shares", b.shares}, {"changes", changes}};
 }
@@ -334,6 +345,11 @@ BalanceRecord balance_from_json(const JsonAt& j) {
     }
     r.predicted_before = c["predicted_before"].non_negative();
     r.predicted_after = c["predicted_after"].non_negative();
+    if (c.has("step_seconds")) r.step_seconds = c["step_seconds"].non_negative();
+    if (c.has("undo")) {
+      r.undo = c["undo"].boolean();
+      if (r.undo) r.before_move_seconds = c["before_move_seconds"].non_negative();
+    }
     b.changes.push_back(r);
   }
   return b;

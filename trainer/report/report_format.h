@@ -45,6 +45,7 @@ class JsonAt {
   int integer() const;
   std::int64_t count() const;  // an integer, not negative
   std::string string() const;
+  bool boolean() const;
   std::optional<std::string> string_or_null() const;
   std::vector<std::string> strings() const;  // an array of strings
 
@@ -169,6 +170,13 @@ struct BalanceChangeRecord {
   std::vector<double> running;  // the fraction of the time each ran (absent in older reports: 1)
   double predicted_before = 0;  // a step's seconds (busiest rank), old split
   double predicted_after = 0;   // and with the new one
+  // Measured on rank 0: the median seconds of a step over the window decided on, under the
+  // split left (absent in older reports: 0, not measured).
+  double step_seconds = 0;
+  // A move taken back: the steps under it (step_seconds) were no faster than before it
+  // (before_move_seconds). Absent in older reports: false.
+  bool undo = false;
+  double before_move_seconds = 0;
 };
 struct BalanceRecord {
   std::string mode;
