@@ -1,5 +1,6 @@
-// defines: write_bytes(), read_bytes(), gzip_bytes() and usage_error_of() — what the data tests
-// use to make good and bad files (in a tests/support ScratchDir) and check what a reader says.
+// defines: write_bytes(), read_bytes(), gzip_bytes() — what the data tests use to make good and
+// bad files (in a tests/support ScratchDir); usage_error_of() (tests/support/usage_error.h)
+// checks what a reader says of them.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "common/errors.h"
 #include "tests/support/scratch_dir.h"
+#include "tests/support/usage_error.h"
 
 namespace partrain::data::test_files {
 
@@ -44,19 +46,6 @@ inline std::vector<std::uint8_t> gzip_bytes(const std::vector<std::uint8_t>& byt
   return out;
 }
 
-// Runs `statement`, expects a UsageError, and returns its message ("" if none was thrown).
-template <typename F>
-std::string usage_error_of(F&& statement) {
-  try {
-    statement();
-  } catch (const UsageError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected UsageError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected UsageError, nothing was thrown";
-  return "";
-}
+using partrain::testing::usage_error_of;
 
 }  // namespace partrain::data::test_files

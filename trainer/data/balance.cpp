@@ -225,12 +225,11 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
       change.step_seconds = window_step;
       change.undo = true;
       change.before_move_seconds = trial.step_seconds_before;
-      shares_ = trial.shares_before;
+      switch_to(trial.shares_before);
       moved_ = false;
       estimates_.clear();
       running_.clear();
       quiet_windows_ = options_.windows_after_undo;
-      skip_ = options_.warmup_steps > 0 ? 1 : 0;
       return change;
     }
   }
@@ -263,12 +262,16 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   // window's step times do not tell from noise (two such moves of 3-4 % were taken back on
   // 5 % of step-time noise in a throttled run).
   if (!moved_) trial_ = Trial{shares_, window_step};
-  shares_ = proposed;
+  switch_to(proposed);
   moved_ = true;
-  skip_ = options_.warmup_steps > 0 ? 1 : 0;
   BalanceChange change{step, proposed, estimates_, running_, before, after};
   change.step_seconds = window_step;
   return change;
+}
+
+void AutoBalance::switch_to(const std::vector<std::int64_t>& shares) {
+  shares_ = shares;
+  skip_ = options_.warmup_steps > 0 ? 1 : 0;
 }
 
 }  // namespace partrain::data

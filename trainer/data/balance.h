@@ -123,6 +123,10 @@ class AutoBalance {
   const std::vector<std::int64_t>& shares() const { return shares_; }
 
  private:
+  // The split from the next step on; that step is not measured (the loader rebuilds its
+  // look-ahead), unless there is no warm-up at all.
+  void switch_to(const std::vector<std::int64_t>& shares);
+
   std::vector<std::int64_t> shares_;
   AutoBalanceOptions options_;
   int skip_ = 0;        // warm-up steps still to ignore
