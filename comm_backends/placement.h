@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,11 +31,17 @@ struct HostLayout {
 // Ranks grouped by host, from each rank's host_identity() in rank order.
 HostLayout group_by_host(const std::vector<std::string>& identities);
 
-// Publishes this rank's host_identity() under prefix + rank and reads every other rank's,
-// waiting up to the store's timeout for each (a CommError names the key that never came).
-// A rank's answer never changes, so repeating the exchange under one prefix is harmless.
-// One rank alone asks nothing of the store.
+// Publishes this rank's host_identity() under prefix + rank; rank 0 reads them all and
+// publishes the layout under prefix + "layout", which every other rank reads: about 4W store
+// requests for a world of W, where each rank reading every other's would be W*W. Waits up to
+// the store's timeout (a CommError names the ranks that never published their host). A
+// rank's answer never changes, so repeating the exchange under one prefix is harmless. One
+// rank alone asks nothing of the store.
 HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size);
+// The layout as rank 0 publishes it (hosts, then runs of ranks on one host), and back; a
+// value that does not describe `ranks` ranks is a CommError.
+std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout);
+HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks);
 inline constexpr const char* kHostLayoutPrefix = "comm/hosts/";  // the prefix partrain uses
 
 // `ranks` ranks all on this host, known without asking anyone (a probe of this machine).

@@ -60,7 +60,20 @@ void fuzz_store(const std::uint8_t* data, std::size_t size) {
     if (!stream.take(std::size_t{request.key_bytes} + request.value_bytes, body_bytes)) return;
     const std::vector<std::uint8_t> body(body_bytes,
                                          body_bytes + request.key_bytes + request.value_bytes);
-    if (!comm::serve_store_request(table, request, body, response)) return;
+    std::uint32_t wait_ms = 0;
+    const comm::StoreServed served =
+        comm::serve_store_request(table, request, body, response, wait_ms);
+    if (served == comm::StoreServed::drop) return;
+    if (served == comm::StoreServed::wait) {
+      // Parked: the key must be absent, and the answer it gets once set must be well formed.
+      const std::string key(body.begin(), body.begin() + request.key_bytes);
+      if (table.count(key) != 0) throw InvariantBroken("store: a wait parks on a present key");
+      const auto timed_out = comm::store_wait_answer(nullptr, false);
+      if (timed_out.size() != comm::kStoreResponseBytes || timed_out[0] != 2) {
+        throw InvariantBroken("store: a wait's timeout answer is malformed");
+      }
+      continue;
+    }
     if (response.size() < comm::kStoreResponseBytes ||
         response.size() != comm::kStoreResponseBytes + response_length(response)) {
       throw InvariantBroken("store: response length field disagrees with the response");

@@ -35,6 +35,7 @@
 #include <regex>
 
 #include "comm_backends/backends/failure_trace.h"
+#include "comm_backends/store/store_barrier.h"
 #include "comm_backends/reduction.h"
 #include "comm_backends/store/store.h"
 
@@ -102,14 +103,12 @@ class GlooCommunicator : public Communicator {
 
   // Gloo closes its sockets on destruction, and a peer still finishing the last collective
   // (waiting for its own sends to complete) would see "connection closed". So ranks leave
-  // together: each says so in the store and waits, briefly, for the others.
+  // together: a store barrier, bounded briefly.
   ~GlooCommunicator() override {
     if (failed_ || size() == 1) return;
     try {
-      store_.set(prefix_ + "closing/" + std::to_string(rank()), {1});
-      std::vector<std::string> keys;
-      for (int r = 0; r < size(); ++r) keys.push_back(prefix_ + "closing/" + std::to_string(r));
-      store_.wait(keys, std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
+      store_barrier(store_, prefix_ + "closing", rank(), size(),
+                    std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
     } catch (const std::exception&) {
       // A peer is gone: nobody is left to disturb.
     }

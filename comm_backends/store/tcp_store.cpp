@@ -4,13 +4,17 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <map>
 
 #include "common/byte_codec.h"
 #include "common/errors.h"
+#include "comm_backends/net/open_files.h"
 #include "comm_backends/net/timed_io.h"
 
 namespace partrain::comm {
@@ -25,6 +29,10 @@ constexpr std::size_t kHelloBytes = kStoreHelloBytes;
 constexpr std::size_t kRequestBytes = kStoreRequestBytes;
 constexpr std::size_t kResponseBytes = kStoreResponseBytes;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
+constexpr auto kAcceptRetryPause = std::chrono::milliseconds(50);
+// The listen backlog asked for: the kernel caps it at its own limit (net.core.somaxconn), so
+// a host tuned for large jobs gets what it allows.
+constexpr int kListenBacklog = 65535;
 
 std::vector<std::uint8_t> encode_i64(std::int64_t value) {
   std::vector<std::uint8_t> out(8);
@@ -53,28 +61,48 @@ bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request
          request.value_bytes <= kMaxValueBytes;
 }
 
-bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body,
-                         std::vector<std::uint8_t>& response) {
-  if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) return false;
+namespace {
+
+std::vector<std::uint8_t> answer_bytes(StoreStatus status, const std::uint8_t* value,
+                                       std::size_t bytes) {
+  std::vector<std::uint8_t> response(kResponseBytes + bytes, 0);
+  response[0] = static_cast<std::uint8_t>(status);
+  put_le<std::uint32_t>(response.data() + 1, static_cast<std::uint32_t>(bytes));
+  if (bytes > 0) std::memcpy(response.data() + kResponseBytes, value, bytes);
+  return response;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> store_wait_answer(const std::vector<std::uint8_t>* value, bool wants) {
+  if (value == nullptr) return answer_bytes(StoreStatus::timed_out, nullptr, 0);
+  return wants ? answer_bytes(StoreStatus::present, value->data(), value->size())
+               : answer_bytes(StoreStatus::present, nullptr, 0);
+}
+
+StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& request,
+                                const std::vector<std::uint8_t>& body,
+                                std::vector<std::uint8_t>& response, std::uint32_t& wait_ms) {
+  if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) {
+    return StoreServed::drop;
+  }
   const std::string key(body.begin(), body.begin() + request.key_bytes);
-  std::vector<std::uint8_t> value(body.begin() + request.key_bytes, body.end());
-  std::uint8_t status = 1;
-  std::vector<std::uint8_t> payload;
-  switch (request.command) {
-    case 1:  // set
-      table[key] = std::move(value);
-      break;
-    case 2: {  // get
-      auto it = table.find(key);
-      if (it == table.end())
-        status = 0;
-      else
-        payload = it->second;
-      break;
+  const std::uint8_t* value = body.data() + request.key_bytes;
+  const std::size_t value_bytes = request.value_bytes;
+  switch (static_cast<StoreCommand>(request.command)) {
+    case StoreCommand::set:
+      table[key].assign(value, value + value_bytes);
+      response = answer_bytes(StoreStatus::present, nullptr, 0);
+      return StoreServed::answer;
+    case StoreCommand::get: {
+      const auto it = table.find(key);
+      response = it == table.end()
+                     ? answer_bytes(StoreStatus::absent, nullptr, 0)
+                     : answer_bytes(StoreStatus::present, it->second.data(), it->second.size());
+      return StoreServed::answer;
     }
-    case 3: {  // add
-      if (value.size() != 8) return false;
+    case StoreCommand::add: {
+      if (value_bytes != 8) return StoreServed::drop;
       std::int64_t current = 0;
       auto it = table.find(key);
       if (it != table.end()) {
@@ -83,41 +111,74 @@ bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
         char* end = nullptr;
         errno = 0;
         current = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || errno == ERANGE || end != text.c_str() + text.size()) return false;
+        if (text.empty() || errno == ERANGE || end != text.c_str() + text.size()) {
+          return StoreServed::drop;
+        }
       }
       // A counter that would overflow is a client's mistake, not something to wrap silently.
-      if (__builtin_add_overflow(current, decode_i64(value.data()), &current)) return false;
-      payload = encode_i64(current);
+      if (__builtin_add_overflow(current, decode_i64(value), &current)) return StoreServed::drop;
+      const auto encoded = encode_i64(current);
+      response = answer_bytes(StoreStatus::present, encoded.data(), encoded.size());
       const std::string text = std::to_string(current);
       table[key].assign(text.begin(), text.end());
-      break;
+      return StoreServed::answer;
     }
-    default:
-      return false;
+    case StoreCommand::wait: {
+      if (value_bytes != kStoreWaitBytes || (value[4] & ~kStoreWaitWantsValue) != 0) {
+        return StoreServed::drop;
+      }
+      const auto it = table.find(key);
+      if (it != table.end()) {
+        response = store_wait_answer(&it->second, (value[4] & kStoreWaitWantsValue) != 0);
+        return StoreServed::answer;
+      }
+      wait_ms = get_le<std::uint32_t>(value);
+      return StoreServed::wait;
+    }
   }
-  response.assign(kResponseBytes, 0);
-  response[0] = status;
-  put_le<std::uint32_t>(response.data() + 1, static_cast<std::uint32_t>(payload.size()));
-  response.insert(response.end(), payload.begin(), payload.end());
-  return true;
+  return StoreServed::drop;
 }
 
 // ---- server ---------------------------------------------------------------------------------
 
+// A connection parked in a wait, told when its key is set.
+struct StoreWaiter {
+  virtual ~StoreWaiter() = default;
+  virtual void key_set(const std::string& key) = 0;
+};
+
 struct TcpStoreServer::State {
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer accept_pause{io};  // after an accept error: a pause, not a hot loop
   std::string token;
-  StoreTable data;  // touched by the io thread only
+  // Touched by the io thread only.
+  StoreTable data;
+  std::map<std::string, std::vector<std::weak_ptr<StoreWaiter>>> waiters;
+  bool told_accept_error = false;
+  // Read by other threads.
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::int64_t> first_connection_ns{0};  // steady clock; 0: nobody yet
+
+  // Wakes every connection waiting for `key` (which has just been set).
+  void key_set(const std::string& key) {
+    const auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    std::vector<std::weak_ptr<StoreWaiter>> woken = std::move(it->second);
+    waiters.erase(it);
+    for (const auto& weak : woken) {
+      if (const auto waiter = weak.lock()) waiter->key_set(key);
+    }
+  }
 };
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+class Session : public StoreWaiter, public std::enable_shared_from_this<Session> {
  public:
-  using Data = StoreTable;
-  Session(tcp::socket socket, const std::string& token, Data& data)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), token_(token), data_(data) {}
+  using State = TcpStoreServer::State;
+  Session(tcp::socket socket, State& state)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), state_(state) {}
 
   void start() {
     // A client that does not finish its hello in time (a stranger, a port scanner) is dropped.
@@ -134,9 +195,19 @@ class Session : public std::enable_shared_from_this<Session> {
                      });
   }
 
+  // The key this connection waits for has been set: answer now.
+  void key_set(const std::string& key) override {
+    if (!waiting_ || key != wait_key_) return;
+    waiting_ = false;
+    timer_.cancel();
+    const auto it = state_.data.find(key);
+    answer(store_wait_answer(&it->second, wants_value_));
+  }
+
  private:
   void close() {
     boost::system::error_code ignored;
+    waiting_ = false;
     timer_.cancel();
     socket_.close(ignored);
   }
@@ -156,7 +227,8 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::async_read(socket_, asio::buffer(body_),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                        if (ec) return self->close();
-                       if (std::string(self->body_.begin(), self->body_.end()) != self->token_) {
+                       if (std::string(self->body_.begin(), self->body_.end()) !=
+                           self->state_.token) {
                          return self->refuse();
                        }
                        self->accepted_ = true;
@@ -188,9 +260,71 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void serve() {
-    if (!serve_store_request(data_, request_, body_, response_)) return close();
+    std::uint32_t wait_ms = 0;
+    switch (serve_store_request(state_.data, request_, body_, response_, wait_ms)) {
+      case StoreServed::drop:
+        return close();
+      case StoreServed::wait:
+        return park(wait_ms);
+      case StoreServed::answer:
+        break;
+    }
+    const auto command = static_cast<StoreCommand>(request_.command);
+    answer(std::move(response_));
+    if (command == StoreCommand::set || command == StoreCommand::add) {
+      state_.key_set(std::string(body_.begin(), body_.begin() + request_.key_bytes));
+    }
+  }
+
+  // Waits for the key without polling: the set that makes it wakes this connection
+  // (State::key_set); the client's own timeout bounds the wait.
+  void park(std::uint32_t wait_ms) {
+    waiting_ = true;
+    wait_key_.assign(body_.begin(), body_.begin() + request_.key_bytes);
+    wants_value_ = (body_[request_.key_bytes + 4] & kStoreWaitWantsValue) != 0;
+    state_.waiters[wait_key_].push_back(weak_from_this());
+    timer_.expires_after(std::chrono::milliseconds(wait_ms));
+    timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || !self->waiting_) return;
+      self->waiting_ = false;
+      self->answer(store_wait_answer(nullptr, false));
+    });
+    // A client sends nothing while it waits: a read that ends means it went away (or broke
+    // the protocol), and the connection goes at once rather than at the wait's timeout.
+    socket_.async_read_some(asio::buffer(watch_, 1),
+                            [self = shared_from_this()](const boost::system::error_code& ec,
+                                                        std::size_t) {
+                              if (ec == asio::error::operation_aborted && !self->closing_watch_) {
+                                return;
+                              }
+                              if (self->closing_watch_) {
+                                self->closing_watch_ = false;
+                                return self->send_pending();
+                              }
+                              self->close();
+                            });
+  }
+
+  void answer(std::vector<std::uint8_t> response) {
+    state_.requests.fetch_add(1, std::memory_order_relaxed);
+    pending_ = std::move(response);
+    if (watching()) {
+      // The watch read is still pending: cancel it, and send once its handler has run, so
+      // that a later read_request() never races it for the socket.
+      closing_watch_ = true;
+      boost::system::error_code ignored;
+      socket_.cancel(ignored);
+      return;
+    }
+    send_pending();
+  }
+
+  bool watching() const { return !wait_key_.empty(); }
+
+  void send_pending() {
+    wait_key_.clear();
     asio::async_write(
-        socket_, asio::buffer(response_),
+        socket_, asio::buffer(pending_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
           if (!ec)
             self->read_request();
@@ -201,13 +335,18 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   asio::steady_timer timer_;
-  const std::string& token_;
-  Data& data_;
+  State& state_;
   bool accepted_ = false;
+  bool waiting_ = false;        // parked in a wait, not yet answered
+  bool closing_watch_ = false;  // the answer waits for the watch read to be cancelled
+  bool wants_value_ = false;
+  std::string wait_key_;  // set from park() until the answer is sent
   std::uint8_t header_[kHelloBytes] = {};
+  std::uint8_t watch_[1] = {};
   StoreRequestHeader request_;
   std::vector<std::uint8_t> body_;
   std::vector<std::uint8_t> response_;
+  std::vector<std::uint8_t> pending_;
 };
 
 void accept_next(const std::shared_ptr<TcpStoreServer::State>& state);
@@ -236,13 +375,45 @@ asio::ip::address listen_address(const std::string& host) {
 }  // namespace
 
 namespace {
+
+// Says once why connections wait unaccepted (most often: out of descriptors, one a client).
+void tell_accept_error(TcpStoreServer::State& state, const boost::system::error_code& ec) {
+  if (state.told_accept_error) return;
+  state.told_accept_error = true;
+  const net::OpenFileLimit limit = net::open_file_limit();
+  std::string why = ec.message();
+  if (ec == asio::error::no_descriptors && limit.known) {
+    why += " (this process may open " + std::to_string(limit.soft) +
+           " files, hard limit " + std::to_string(limit.hard) +
+           ": each store client holds one; raise the hard limit with ulimit -Hn or the "
+           "service's LimitNOFILE)";
+  }
+  std::fprintf(stderr, "partrain: tcp store: cannot accept a connection: %s; retrying\n",
+               why.c_str());
+  std::fflush(stderr);
+}
+
 void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
   state->acceptor.async_accept([state](const boost::system::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) return;
-    if (!ec) std::make_shared<Session>(std::move(socket), state->token, state->data)->start();
+    if (ec) {
+      // A connection waits in the backlog until a descriptor frees up; retried after a
+      // pause, so the loop does not spin on an error that persists.
+      tell_accept_error(*state, ec);
+      state->accept_pause.expires_after(kAcceptRetryPause);
+      state->accept_pause.async_wait([state](const boost::system::error_code& e) {
+        if (!e && state->acceptor.is_open()) accept_next(state);
+      });
+      return;
+    }
+    std::int64_t unset = 0;
+    state->first_connection_ns.compare_exchange_strong(
+        unset, Clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+    std::make_shared<Session>(std::move(socket), *state)->start();
     accept_next(state);
   });
 }
+
 }  // namespace
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token)
@@ -250,6 +421,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   PARTRAIN_CHECK(token.size() <= kMaxTokenBytes, UsageError, "tcp store: run token longer than ",
                  kMaxTokenBytes, " bytes");
   state_->token = token;
+  net::raise_open_file_limit();  // one descriptor for each client
   boost::system::error_code ec;
   const asio::ip::address address = listen_address(host);
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
@@ -260,7 +432,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
     state_->acceptor.set_option(asio::ip::v6_only(false), ec);
   }
   if (!ec) state_->acceptor.bind(endpoint, ec);
-  if (!ec) state_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) state_->acceptor.listen(kListenBacklog, ec);
   // A port in use or an address not on this machine is a setting to change, not a failure
   // of the run: exit 2 with the address.
   PARTRAIN_CHECK(!ec, UsageError, "tcp store: cannot listen on ", net::join_host_port(host, port),
@@ -278,8 +450,19 @@ TcpStoreServer::~TcpStoreServer() {
   // finish (aborted, without re-arming); sessions still queued go with the io context.
   boost::system::error_code ignored;
   state_->acceptor.close(ignored);
+  state_->accept_pause.cancel();
   state_->io.restart();
   state_->io.poll();
+}
+
+std::uint64_t TcpStoreServer::requests_served() const {
+  return state_->requests.load(std::memory_order_relaxed);
+}
+
+std::optional<std::chrono::steady_clock::time_point> TcpStoreServer::first_connection() const {
+  const std::int64_t ns = state_->first_connection_ns.load();
+  if (ns == 0) return std::nullopt;
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -322,8 +505,9 @@ TcpStore::~TcpStore() {
   socket_.close(ignored);
 }
 
-std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& key,
-                                            const std::vector<std::uint8_t>& value) {
+TcpStore::Answer TcpStore::request(StoreCommand command, const std::string& key,
+                                   const std::vector<std::uint8_t>& value,
+                                   std::chrono::milliseconds wait_ms) {
   PARTRAIN_CHECK(!key.empty() && key.size() <= kMaxKeyBytes, UsageError,
                  "tcp store: key must have 1 to ", kMaxKeyBytes, " bytes");
   PARTRAIN_CHECK(value.size() <= kMaxValueBytes, UsageError, "tcp store: value of ", value.size(),
@@ -337,18 +521,20 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
   put_le<std::uint32_t>(message.data() + 5, static_cast<std::uint32_t>(value.size()));
   message.insert(message.end(), key.begin(), key.end());
   message.insert(message.end(), value.begin(), value.end());
-  const auto deadline = net::deadline_after(timeout_);
+  // A wait's answer may take wait_ms by design; the round trip itself gets the store's bound.
+  const auto deadline = net::deadline_after(timeout_ + wait_ms);
   auto result = net::write_all(io_, socket_, message.data(), message.size(), deadline);
   std::uint8_t header[kResponseBytes] = {};
   if (result.ok()) result = net::read_exact(io_, socket_, header, kResponseBytes, deadline);
-  std::vector<std::uint8_t> payload;
+  Answer answer;
   if (result.ok()) {
     const std::uint32_t bytes = get_le<std::uint32_t>(header + 1);
-    if (bytes > kMaxValueBytes) {
-      result = {net::IoStatus::error, "oversized answer"};
+    if (bytes > kMaxValueBytes || header[0] > static_cast<std::uint8_t>(StoreStatus::timed_out)) {
+      result = {net::IoStatus::error, "malformed answer"};
     } else {
-      payload.resize(bytes);
-      result = net::read_exact(io_, socket_, payload.data(), bytes, deadline);
+      answer.status = static_cast<StoreStatus>(header[0]);
+      answer.value.resize(bytes);
+      result = net::read_exact(io_, socket_, answer.value.data(), bytes, deadline);
     }
   }
   if (!result.ok()) {
@@ -357,56 +543,53 @@ std::vector<std::uint8_t> TcpStore::request(Command command, const std::string& 
     throw CommError("tcp store: request for key '" + key + "' to " + endpoint_ +
                     " failed: " + result.message);
   }
-  if (header[0] == 0)
-    payload.assign(1, 0xff);  // not found: marked below by try_get
-  else
-    payload.insert(payload.begin(), 0x01);
-  return payload;
+  return answer;
 }
 
 void TcpStore::set(const std::string& key, const std::vector<std::uint8_t>& value) {
-  request(Command::set, key, value);
+  request(StoreCommand::set, key, value);
 }
 
-bool TcpStore::try_get(const std::string& key, std::vector<std::uint8_t>& value) {
-  auto answer = request(Command::get, key, {});
-  if (answer.front() != 0x01) return false;
-  value.assign(answer.begin() + 1, answer.end());
+bool TcpStore::wait_for(const std::string& key, std::chrono::milliseconds timeout,
+                        bool wants_value, std::vector<std::uint8_t>* value) {
+  const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout.count(), 0, UINT32_MAX);
+  std::vector<std::uint8_t> wait(kStoreWaitBytes);
+  put_le<std::uint32_t>(wait.data(), static_cast<std::uint32_t>(ms));
+  wait[4] = wants_value ? kStoreWaitWantsValue : 0;
+  Answer answer = request(StoreCommand::wait, key, wait, std::chrono::milliseconds(ms));
+  if (answer.status != StoreStatus::present) return false;
+  if (value != nullptr) *value = std::move(answer.value);
   return true;
 }
 
 std::vector<std::uint8_t> TcpStore::get(const std::string& key) {
-  wait({key}, timeout_);
   std::vector<std::uint8_t> value;
-  PARTRAIN_CHECK(try_get(key, value), CommError, "tcp store: key '", key, "' vanished");
+  PARTRAIN_CHECK(wait_for(key, timeout_, true, &value), CommError, "tcp store ", endpoint_,
+                 ": key '", key, "' did not appear within ", timeout_.count(), " ms");
   return value;
 }
 
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
-  auto answer = request(Command::add, key, encode_i64(delta));
-  PARTRAIN_CHECK(answer.size() == 9, CommError, "tcp store: bad answer to add('", key, "')");
-  return decode_i64(answer.data() + 1);
+  const Answer answer = request(StoreCommand::add, key, encode_i64(delta));
+  PARTRAIN_CHECK(answer.status == StoreStatus::present && answer.value.size() == 8, CommError,
+                 "tcp store: bad answer to add('", key, "')");
+  return decode_i64(answer.value.data());
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  std::vector<std::uint8_t> ignored;
   for (const auto& key : keys) {
-    if (!try_get(key, ignored)) return false;
+    if (request(StoreCommand::get, key, {}).status != StoreStatus::present) return false;
   }
   return true;
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  auto pause = std::chrono::microseconds(200);
-  std::vector<std::uint8_t> ignored;
   for (const auto& key : keys) {
-    while (!try_get(key, ignored)) {
-      PARTRAIN_CHECK(Clock::now() < deadline, CommError, "tcp store ", endpoint_, ": key '", key,
-                     "' did not appear within ", timeout.count(), " ms");
-      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
-      pause = std::min(pause * 2, std::chrono::microseconds(20000));
-    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    PARTRAIN_CHECK(wait_for(key, std::max(left, std::chrono::milliseconds(0)), false, nullptr),
+                   CommError, "tcp store ", endpoint_, ": key '", key, "' did not appear within ",
+                   timeout.count(), " ms");
   }
 }
 

@@ -5,8 +5,16 @@
 // the server answers kStoreAccept, or kStoreRefuse for a wrong token, or closes. Then each
 // request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
-// with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes); a client that breaks the
-// protocol is disconnected. get/wait poll on the client side with a growing pause.
+// with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes), and each answer
+//   u8 status (0 absent, 1 present, 2 timed out) | u32 value bytes | value
+// A client that breaks the protocol is disconnected. Commands: 1 set, 2 get (answers at once),
+// 3 add, 4 wait: value = u32 timeout in ms | u8 flags (kStoreWaitWantsValue); the server
+// answers when the key is set, or with status 2 when the timeout passes. So a rank waiting for
+// a key costs one request and no polling, however long it waits.
+//
+// One io thread serves every connection asynchronously: a client that stops reading or
+// writing holds only its own connection, and thousands of waiting clients cost a map entry
+// each. The server raises its open-file limit to the hard limit (one descriptor a client).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -14,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm_backends/store/store.h"
@@ -25,7 +34,7 @@ inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'}
 // Sent, before closing, to a client whose hello was well formed but whose run token is not
 // this store's: another job on the same port, which deserves to be told so.
 inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
-inline constexpr std::uint32_t kStoreProtocolVersion = 1;
+inline constexpr std::uint32_t kStoreProtocolVersion = 2;  // 2: the wait command
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
@@ -47,11 +56,22 @@ struct StoreRequestHeader {
 // Checks the sizes a request announces before its body is read (and allocated).
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request);
 
+enum class StoreCommand : std::uint8_t { set = 1, get = 2, add = 3, wait = 4 };
+inline constexpr std::size_t kStoreWaitBytes = 5;          // the wait command's value
+inline constexpr std::uint8_t kStoreWaitWantsValue = 0x01;  // answer with the value too
+enum class StoreStatus : std::uint8_t { absent = 0, present = 1, timed_out = 2 };
+
 using StoreTable = std::map<std::string, std::vector<std::uint8_t>>;
-// Runs one request whose body (key then value) has arrived; `response` gets the whole answer.
-bool serve_store_request(StoreTable& table, const StoreRequestHeader& request,
-                         const std::vector<std::uint8_t>& body,
-                         std::vector<std::uint8_t>& response);
+// What serving a request came to: an answer to send, a wait to park until the key is set (or
+// its timeout passes), or a broken request (drop the connection).
+enum class StoreServed { answer, wait, drop };
+// Runs one request whose body (key then value) has arrived; with `answer`, `response` holds
+// the whole answer; with `wait`, `wait_ms` the client's timeout.
+StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& request,
+                                const std::vector<std::uint8_t>& body,
+                                std::vector<std::uint8_t>& response, std::uint32_t& wait_ms);
+// The answer to a wait whose key is now in the table (or, with a null value, timed out).
+std::vector<std::uint8_t> store_wait_answer(const std::vector<std::uint8_t>* value, bool wants);
 
 class TcpStoreServer {
  public:
@@ -62,6 +82,9 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const { return port_; }
+  // Requests answered so far (hellos not counted), and when the first client connected.
+  std::uint64_t requests_served() const;
+  std::optional<std::chrono::steady_clock::time_point> first_connection() const;
 
   struct State;  // io context, acceptor, data; shared with pending handlers
 
@@ -87,12 +110,20 @@ class TcpStore : public Store {
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
   int port() const { return port_; }
+  const TcpStoreServer* server() const { return server_.get(); }  // null unless hosted here
 
  private:
-  enum class Command : std::uint8_t { set = 1, get = 2, add = 3 };
-  std::vector<std::uint8_t> request(Command command, const std::string& key,
-                                    const std::vector<std::uint8_t>& value);
-  bool try_get(const std::string& key, std::vector<std::uint8_t>& value);
+  struct Answer {
+    StoreStatus status = StoreStatus::absent;
+    std::vector<std::uint8_t> value;
+  };
+  // `wait_ms`: how long the server may hold the answer (wait); the client allows that much
+  // more than its own bound on the round trip.
+  Answer request(StoreCommand command, const std::string& key,
+                 const std::vector<std::uint8_t>& value, std::chrono::milliseconds wait_ms = {});
+  // One wait request: true when the key is there, false when `timeout` passed first.
+  bool wait_for(const std::string& key, std::chrono::milliseconds timeout, bool wants_value,
+                std::vector<std::uint8_t>* value);
 
   std::unique_ptr<TcpStoreServer> server_;
   std::string endpoint_;

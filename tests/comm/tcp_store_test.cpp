@@ -7,6 +7,10 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <memory>
+#include <thread>
+
+#include "common/byte_codec.h"
 
 #include "comm_backends/net/timed_io.h"
 #include "common/errors.h"
@@ -86,7 +90,7 @@ TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {
   EXPECT_TRUE(stranger_is_closed(host.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
   // Right magic, absurd token length: refused before anything is allocated.
   std::string hello(kStoreMagic, 8);
-  hello += std::string("\x01\x00\x00\x00\xff\xff\xff\x7f", 8);
+  hello += std::string("\x02\x00\x00\x00\xff\xff\xff\x7f", 8);
   EXPECT_TRUE(stranger_is_closed(host.port(), hello));
   host.set("k", bytes("v"));
   TcpStore client("127.0.0.1", host.port(), options("tok", false));
@@ -102,6 +106,107 @@ TEST(TcpStore, NoServerIsAClearErrorWithinTheTimeout) {
     free_port = server.port();
   }
   EXPECT_THROW(TcpStore("127.0.0.1", free_port, o), CommError);
+}
+
+// A connection that has passed the hello: requests can be written to it by hand.
+struct RawClient {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket socket{io};
+  RawClient(int port, const std::string& token) {
+    const auto deadline = net::deadline_after(milliseconds(3000));
+    EXPECT_TRUE(net::connect_with_retry(io, socket, "127.0.0.1", port, deadline));
+    std::vector<std::uint8_t> hello(kStoreHelloBytes);
+    std::memcpy(hello.data(), kStoreMagic, 8);
+    put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
+    put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(token.size()));
+    hello.insert(hello.end(), token.begin(), token.end());
+    EXPECT_TRUE(net::write_all(io, socket, hello.data(), hello.size(), deadline).ok());
+    char answer[8] = {};
+    EXPECT_TRUE(net::read_exact(io, socket, answer, 8, deadline).ok());
+    EXPECT_EQ(std::memcmp(answer, kStoreAccept, 8), 0);
+  }
+  void send(StoreCommand command, const std::string& key, const std::vector<std::uint8_t>& value) {
+    std::vector<std::uint8_t> message(kStoreRequestBytes);
+    message[0] = static_cast<std::uint8_t>(command);
+    put_le<std::uint32_t>(message.data() + 1, static_cast<std::uint32_t>(key.size()));
+    put_le<std::uint32_t>(message.data() + 5, static_cast<std::uint32_t>(value.size()));
+    message.insert(message.end(), key.begin(), key.end());
+    message.insert(message.end(), value.begin(), value.end());
+    EXPECT_TRUE(
+        net::write_all(io, socket, message.data(), message.size(), net::deadline_after(milliseconds(3000)))
+            .ok());
+  }
+};
+
+TEST(TcpStore, AWaitIsOneRequestAnsweredWhenTheKeyIsSet) {
+  TcpStore host("127.0.0.1", 0, options("tok", true));
+  TcpStore client("127.0.0.1", host.port(), options("tok", false));
+  const std::uint64_t before = host.server()->requests_served();
+  std::vector<std::uint8_t> got;
+  std::thread waiter([&] { got = client.get("later"); });
+  // Long enough for a polling client to ask many times; the server holds one request.
+  std::this_thread::sleep_for(milliseconds(400));
+  host.set("later", bytes("v"));
+  waiter.join();
+  EXPECT_EQ(got, bytes("v"));
+  EXPECT_EQ(host.server()->requests_served() - before, 2u);  // the set and the one wait
+  // A wait that times out is answered so, naming the key, and the connection stays usable.
+  try {
+    client.wait({"later", "never"}, milliseconds(100));
+    FAIL() << "a wait for a key nobody sets returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("'never' did not appear within 100 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(client.get("later"), bytes("v"));
+}
+
+TEST(TcpStore, AClientStartedBeforeItsServerConnectsWithinItsTimeout) {
+  int port;
+  {
+    TcpStoreServer probe("127.0.0.1", 0, "tok");
+    port = probe.port();
+  }
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread late([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    server = std::make_unique<TcpStoreServer>("127.0.0.1", port, "tok");
+  });
+  StoreOptions o = options("tok", false);
+  o.timeout = milliseconds(5000);
+  TcpStore early("127.0.0.1", port, o);  // refused at first: retried until the server listens
+  late.join();
+  early.set("k", bytes("v"));
+  EXPECT_EQ(early.get("k"), bytes("v"));
+}
+
+TEST(TcpStore, ClientsThatStallOrLeaveMidWaitHoldUpNobody) {
+  TcpStore host("127.0.0.1", 0, options("tok", true));
+  host.set("big", std::vector<std::uint8_t>(8u << 20, 7));
+  // One client asks for 8 MiB over and over and never reads an answer: the server's writes
+  // to it stall once the socket buffers fill.
+  RawClient greedy(host.port(), "tok");
+  for (int i = 0; i < 8; ++i) greedy.send(StoreCommand::get, "big", {});
+  // One sends half a request header and stops; one parks in a wait and goes away.
+  RawClient halfway(host.port(), "tok");
+  const std::uint8_t half[4] = {2, 3, 0, 0};
+  net::write_all(halfway.io, halfway.socket, half, sizeof half,
+                 net::deadline_after(milliseconds(1000)));
+  {
+    RawClient leaver(host.port(), "tok");
+    std::vector<std::uint8_t> wait(kStoreWaitBytes, 0);
+    put_le<std::uint32_t>(wait.data(), 60000);
+    leaver.send(StoreCommand::wait, "never", wait);
+  }
+  // Everyone else still rendezvouses, well inside their timeout.
+  testing::run_ranks(8, [&](int rank) {
+    TcpStore client("127.0.0.1", host.port(), options("tok", false));
+    client.set("r" + std::to_string(rank), bytes("x"));
+    EXPECT_EQ(client.get("r" + std::to_string((rank + 1) % 8)), bytes("x"));
+    client.add("arrived", 1);
+  });
+  EXPECT_EQ(host.add("arrived", 0), 8);
 }
 
 }  // namespace

@@ -1,0 +1,92 @@
+// What a rendezvous asks of the store: the host layout and the barrier grow by a few requests
+// a rank (counted at the tcp store's server), and a rank that never comes is named.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comm_backends/placement.h"
+#include "comm_backends/shm/host_identity.h"
+#include "comm_backends/store/store_barrier.h"
+#include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
+#include "tests/support/rank_threads.h"
+
+namespace partrain::comm {
+namespace {
+
+using std::chrono::milliseconds;
+
+StoreOptions options(bool host, milliseconds timeout = milliseconds(5000)) {
+  StoreOptions o;
+  o.token = "tok";
+  o.timeout = timeout;
+  o.host_server = host;
+  return o;
+}
+
+TEST(Rendezvous, HostLayoutAndBarrierCostAFewRequestsARank) {
+  constexpr int kWorld = 32;
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(kWorld, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false));
+    const HostLayout layout = exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld);
+    EXPECT_EQ(layout.ranks(), kWorld);
+    ASSERT_EQ(layout.hosts.size(), 1u);  // threads of one process: one host
+    EXPECT_EQ(layout.identities[0], host_identity());
+    store_barrier(store, "test/barrier", rank, kWorld, milliseconds(5000));
+  });
+  // Layout: W sets, rank 0's W-1 waits and W-1 reads and one set, W-1 reads of it (4W);
+  // barrier: a set, an add and at most a wait a rank (3W). Every rank reading every other's
+  // host would be W*W = 1024 requests for the layout alone.
+  EXPECT_LE(host.server()->requests_served(), 7u * kWorld);
+}
+
+TEST(Rendezvous, ARankThatNeverPublishesItsHostIsNamedOnEveryRank) {
+  constexpr int kWorld = 3;
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(kWorld - 1, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false, milliseconds(300)));
+    try {
+      exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld);
+      FAIL() << "rank " << rank << " learned a layout without rank 2";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank(s) 2 never published their host"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
+  constexpr int kWorld = 4;
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(2, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false));
+    try {
+      store_barrier(store, "b", rank, kWorld, milliseconds(200));
+      FAIL() << "the barrier let rank " << rank << " through with two ranks missing";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank(s) 2, 3 did not arrive within 200 ms"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
+  const HostLayout layout = group_by_host({"a", "a", "b", "a", "c", "c"});
+  const std::vector<std::uint8_t> bytes = encode_host_layout(layout);
+  const HostLayout back = decode_host_layout(bytes, 6);
+  EXPECT_EQ(back.hosts, layout.hosts);
+  EXPECT_EQ(back.host_of, layout.host_of);
+  EXPECT_EQ(back.identities, layout.identities);
+  EXPECT_THROW(decode_host_layout(bytes, 7), CommError);  // another world's layout
+  std::vector<std::uint8_t> cut(bytes.begin(), bytes.end() - 3);
+  EXPECT_THROW(decode_host_layout(cut, 6), CommError);
+  // One host: one run, whatever the world.
+  EXPECT_EQ(encode_host_layout(group_by_host(std::vector<std::string>(10000, "h"))).size(),
+            encode_host_layout(group_by_host(std::vector<std::string>(2, "h"))).size());
+}
+
+}  // namespace
+}  // namespace partrain::comm
