@@ -97,9 +97,7 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
 
 namespace {
 
-std::string host_key(const std::string& prefix, int rank) {
-  return prefix + std::to_string(rank);
-}
+std::string host_key(const std::string& prefix, int rank) { return prefix + std::to_string(rank); }
 
 // After a wait for the layout timed out: the ranks that never published their host (found
 // only now, so the exchange itself stays O(W)).

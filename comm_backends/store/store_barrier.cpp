@@ -9,8 +9,8 @@ namespace partrain::comm {
 
 void store_barrier(Store& store, const std::string& name, int rank, int size,
                    std::chrono::milliseconds timeout) {
-  PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "barrier '", name,
-                 "': rank ", rank, " is outside a world of ", size);
+  PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "barrier '", name, "': rank ",
+                 rank, " is outside a world of ", size);
   if (size == 1) return;
   const std::string done = name + "/done";
   store.set(name + "/in/" + std::to_string(rank), {1});

@@ -224,23 +224,23 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     std::uint32_t token_bytes = 0;
     if (!parse_store_hello(header_, token_bytes)) return close();
     body_.resize(token_bytes);
-    asio::async_read(socket_, asio::buffer(body_),
-                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
-                       if (ec) return self->close();
-                       if (std::string(self->body_.begin(), self->body_.end()) !=
-                           self->state_.token) {
-                         return self->refuse();
-                       }
-                       self->accepted_ = true;
-                       self->timer_.cancel();
-                       asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
-                                         [self](const boost::system::error_code& e, std::size_t) {
-                                           if (!e)
-                                             self->read_request();
-                                           else
-                                             self->close();
-                                         });
-                     });
+    asio::async_read(
+        socket_, asio::buffer(body_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (ec) return self->close();
+          if (std::string(self->body_.begin(), self->body_.end()) != self->state_.token) {
+            return self->refuse();
+          }
+          self->accepted_ = true;
+          self->timer_.cancel();
+          asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
+                            [self](const boost::system::error_code& e, std::size_t) {
+                              if (!e)
+                                self->read_request();
+                              else
+                                self->close();
+                            });
+        });
   }
 
   void read_request() {
@@ -291,18 +291,18 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     });
     // A client sends nothing while it waits: a read that ends means it went away (or broke
     // the protocol), and the connection goes at once rather than at the wait's timeout.
-    socket_.async_read_some(asio::buffer(watch_, 1),
-                            [self = shared_from_this()](const boost::system::error_code& ec,
-                                                        std::size_t) {
-                              if (ec == asio::error::operation_aborted && !self->closing_watch_) {
-                                return;
-                              }
-                              if (self->closing_watch_) {
-                                self->closing_watch_ = false;
-                                return self->send_pending();
-                              }
-                              self->close();
-                            });
+    socket_.async_read_some(
+        asio::buffer(watch_, 1),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (ec == asio::error::operation_aborted && !self->closing_watch_) {
+            return;
+          }
+          if (self->closing_watch_) {
+            self->closing_watch_ = false;
+            return self->send_pending();
+          }
+          self->close();
+        });
   }
 
   void answer(std::vector<std::uint8_t> response) {
@@ -383,8 +383,8 @@ void tell_accept_error(TcpStoreServer::State& state, const boost::system::error_
   const net::OpenFileLimit limit = net::open_file_limit();
   std::string why = ec.message();
   if (ec == asio::error::no_descriptors && limit.known) {
-    why += " (this process may open " + std::to_string(limit.soft) +
-           " files, hard limit " + std::to_string(limit.hard) +
+    why += " (this process may open " + std::to_string(limit.soft) + " files, hard limit " +
+           std::to_string(limit.hard) +
            ": each store client holds one; raise the hard limit with ulimit -Hn or the "
            "service's LimitNOFILE)";
   }
@@ -462,7 +462,8 @@ std::uint64_t TcpStoreServer::requests_served() const {
 std::optional<std::chrono::steady_clock::time_point> TcpStoreServer::first_connection() const {
   const std::int64_t ns = state_->first_connection_ns.load();
   if (ns == 0) return std::nullopt;
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -550,8 +551,8 @@ void TcpStore::set(const std::string& key, const std::vector<std::uint8_t>& valu
   request(StoreCommand::set, key, value);
 }
 
-bool TcpStore::wait_for(const std::string& key, std::chrono::milliseconds timeout,
-                        bool wants_value, std::vector<std::uint8_t>* value) {
+bool TcpStore::wait_for(const std::string& key, std::chrono::milliseconds timeout, bool wants_value,
+                        std::vector<std::uint8_t>* value) {
   const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout.count(), 0, UINT32_MAX);
   std::vector<std::uint8_t> wait(kStoreWaitBytes);
   put_le<std::uint32_t>(wait.data(), static_cast<std::uint32_t>(ms));
@@ -586,7 +587,8 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   for (const auto& key : keys) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     PARTRAIN_CHECK(wait_for(key, std::max(left, std::chrono::milliseconds(0)), false, nullptr),
                    CommError, "tcp store ", endpoint_, ": key '", key, "' did not appear within ",
                    timeout.count(), " ms");

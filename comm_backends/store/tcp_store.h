@@ -57,7 +57,7 @@ struct StoreRequestHeader {
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request);
 
 enum class StoreCommand : std::uint8_t { set = 1, get = 2, add = 3, wait = 4 };
-inline constexpr std::size_t kStoreWaitBytes = 5;          // the wait command's value
+inline constexpr std::size_t kStoreWaitBytes = 5;           // the wait command's value
 inline constexpr std::uint8_t kStoreWaitWantsValue = 0x01;  // answer with the value too
 enum class StoreStatus : std::uint8_t { absent = 0, present = 1, timed_out = 2 };
 

@@ -132,9 +132,9 @@ struct RawClient {
     put_le<std::uint32_t>(message.data() + 5, static_cast<std::uint32_t>(value.size()));
     message.insert(message.end(), key.begin(), key.end());
     message.insert(message.end(), value.begin(), value.end());
-    EXPECT_TRUE(
-        net::write_all(io, socket, message.data(), message.size(), net::deadline_after(milliseconds(3000)))
-            .ok());
+    EXPECT_TRUE(net::write_all(io, socket, message.data(), message.size(),
+                               net::deadline_after(milliseconds(3000)))
+                    .ok());
   }
 };
 
@@ -155,8 +155,7 @@ TEST(TcpStore, AWaitIsOneRequestAnsweredWhenTheKeyIsSet) {
     client.wait({"later", "never"}, milliseconds(100));
     FAIL() << "a wait for a key nobody sets returned";
   } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("'never' did not appear within 100 ms"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("'never' did not appear within 100 ms"), std::string::npos)
         << e.what();
   }
   EXPECT_EQ(client.get("later"), bytes("v"));
