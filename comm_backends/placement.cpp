@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <utility>
 
 #include "comm_backends/shm/host_identity.h"
@@ -32,18 +33,61 @@ HostLayout group_by_host(const std::vector<std::string>& identities) {
   return layout;
 }
 
-std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
-  std::vector<std::uint8_t> out;
-  const auto put32 = [&out](std::size_t value) {
-    const std::size_t at = out.size();
-    out.resize(at + 4);
-    put_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(value));
-  };
-  put32(layout.identities.size());
-  for (const auto& identity : layout.identities) {
-    put32(identity.size());
+namespace {
+
+void put32(std::vector<std::uint8_t>& out, std::size_t value) {
+  const std::size_t at = out.size();
+  out.resize(at + 4);
+  put_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(value));
+}
+
+// Host identities as both published values hold them: a count, then (length, bytes) each.
+void put_identities(std::vector<std::uint8_t>& out, const std::vector<std::string>& identities) {
+  put32(out, identities.size());
+  for (const auto& identity : identities) {
+    put32(out, identity.size());
     out.insert(out.end(), identity.begin(), identity.end());
   }
+}
+
+// Reads a published value field by field; `what` names it in the CommError of a value that
+// is cut short.
+class Reader {
+ public:
+  Reader(const std::vector<std::uint8_t>& bytes, const char* what) : bytes_(bytes), what_(what) {}
+  std::uint32_t u32() {
+    need(4);
+    const auto value = get_le<std::uint32_t>(bytes_.data() + at_);
+    at_ += 4;
+    return value;
+  }
+  std::string text() {
+    const std::uint32_t length = u32();
+    need(length);
+    std::string out(bytes_.begin() + static_cast<std::ptrdiff_t>(at_),
+                    bytes_.begin() + static_cast<std::ptrdiff_t>(at_ + length));
+    at_ += length;
+    return out;
+  }
+  std::size_t at() const { return at_; }
+  void seek(std::size_t at) { at_ = at; }
+  bool done() const { return at_ == bytes_.size(); }
+
+ private:
+  void need(std::size_t bytes) const {
+    PARTRAIN_CHECK(at_ + bytes <= bytes_.size(), CommError, "host layout: ", what_,
+                   " is cut short");
+  }
+  const std::vector<std::uint8_t>& bytes_;
+  const char* what_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
+  std::vector<std::uint8_t> out;
+  put_identities(out, layout.identities);
   // Ranks of one host are mostly consecutive: runs of (host, length) keep the value small
   // whatever the world (one run for a world on one host).
   std::vector<std::pair<int, std::size_t>> runs;
@@ -53,57 +97,78 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
     else
       ++runs.back().second;
   }
-  put32(runs.size());
+  put32(out, runs.size());
   for (const auto& [host, length] : runs) {
-    put32(static_cast<std::size_t>(host));
-    put32(length);
+    put32(out, static_cast<std::size_t>(host));
+    put32(out, length);
   }
   return out;
 }
 
 HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks) {
-  std::size_t at = 0;
-  const auto get32 = [&]() -> std::uint32_t {
-    PARTRAIN_CHECK(at + 4 <= bytes.size(), CommError,
-                   "host layout: the published layout is cut short");
-    const auto value = get_le<std::uint32_t>(bytes.data() + at);
-    at += 4;
-    return value;
-  };
-  std::vector<std::string> hosts(get32());
-  for (auto& identity : hosts) {
-    const std::uint32_t length = get32();
-    PARTRAIN_CHECK(at + length <= bytes.size(), CommError,
-                   "host layout: the published layout is cut short");
-    identity.assign(bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                    bytes.begin() + static_cast<std::ptrdiff_t>(at + length));
-    at += length;
-  }
-  std::vector<std::string> identities;
-  const std::uint32_t runs = get32();
+  Reader in(bytes, "the published layout");
+  std::vector<std::string> hosts(in.u32());
+  for (auto& identity : hosts) identity = in.text();
+  // Built straight from the runs (no string a rank): every rank of a large job decodes this
+  // at once, so it stays O(W) integers. The first pass checks the runs and counts each
+  // host's ranks, so the second fills vectors of their final size. Hosts are renumbered in
+  // the order of their lowest rank, as group_by_host() numbers them, whatever order the
+  // value lists them in.
+  const std::uint32_t runs = in.u32();
+  const std::size_t runs_at = in.at();
+  std::vector<std::size_t> ranks_on(hosts.size(), 0);
+  std::size_t total = 0;
   for (std::uint32_t i = 0; i < runs; ++i) {
-    const std::uint32_t host = get32();
-    const std::uint32_t length = get32();
-    PARTRAIN_CHECK(host < hosts.size() && length <= static_cast<std::uint32_t>(ranks) &&
-                       identities.size() + length <= static_cast<std::size_t>(ranks),
+    const std::uint32_t host = in.u32();
+    const std::uint32_t length = in.u32();
+    PARTRAIN_CHECK(host < hosts.size() && length >= 1 &&
+                       length <= static_cast<std::uint32_t>(ranks) &&
+                       total + length <= static_cast<std::size_t>(ranks),
                    CommError, "host layout: the published layout does not fit ", ranks, " ranks");
-    identities.insert(identities.end(), length, hosts[host]);
+    ranks_on[host] += length;
+    total += length;
   }
-  PARTRAIN_CHECK(identities.size() == static_cast<std::size_t>(ranks) && at == bytes.size(),
-                 CommError, "host layout: the published layout holds ", identities.size(),
-                 " ranks, not ", ranks);
-  return group_by_host(identities);
+  PARTRAIN_CHECK(total == static_cast<std::size_t>(ranks) && in.done(), CommError,
+                 "host layout: the published layout holds ", total, " ranks, not ", ranks);
+  HostLayout layout;
+  layout.host_of.reserve(total);
+  std::vector<int> renumbered(hosts.size(), -1);
+  in.seek(runs_at);
+  for (std::uint32_t i = 0; i < runs; ++i) {
+    const std::uint32_t host = in.u32();
+    const std::uint32_t length = in.u32();
+    int& index = renumbered[host];
+    if (index < 0) {
+      index = static_cast<int>(layout.hosts.size());
+      layout.hosts.emplace_back().reserve(ranks_on[host]);
+      layout.identities.push_back(hosts[host]);
+    }
+    std::vector<int>& members = layout.hosts[static_cast<std::size_t>(index)];
+    const std::size_t from = members.size();
+    members.resize(from + length);
+    std::iota(members.begin() + static_cast<std::ptrdiff_t>(from), members.end(),
+              static_cast<int>(layout.host_of.size()));
+    layout.host_of.insert(layout.host_of.end(), length, index);
+  }
+  std::vector<std::string> distinct = layout.identities;
+  std::sort(distinct.begin(), distinct.end());
+  PARTRAIN_CHECK(std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end(), CommError,
+                 "host layout: the published layout names one host twice");
+  return layout;
 }
 
 namespace {
 
 std::string host_key(const std::string& prefix, int rank) { return prefix + std::to_string(rank); }
+std::string group_key(const std::string& prefix, int leader) {
+  return prefix + "group/" + std::to_string(leader);
+}
 
-// After a wait for the layout timed out: the ranks that never published their host (found
-// only now, so the exchange itself stays O(W)).
-std::string missing_ranks(Store& store, const std::string& prefix, int size) {
+// The ranks in [first, last) that never published their host, at most eight. Asked only
+// after a wait timed out, so the exchange itself stays O(W).
+std::string missing_ranks(Store& store, const std::string& prefix, int first, int last) {
   std::vector<int> missing;
-  for (int r = 0; r < size && missing.size() < 8; ++r) {
+  for (int r = first; r < last && missing.size() < 8; ++r) {
     if (!store.check({host_key(prefix, r)})) missing.push_back(r);
   }
   std::string text;
@@ -111,41 +176,99 @@ std::string missing_ranks(Store& store, const std::string& prefix, int size) {
   return text;
 }
 
+// Waits for keys published by the ranks in [first, last); on a timeout, a CommError naming
+// those of them that never published their host, or else `leaders` (the ranks whose group
+// value is missing).
+void wait_for(Store& store, const std::string& prefix, const std::vector<std::string>& keys,
+              int first, int last, const std::string& leaders) {
+  try {
+    store.wait(keys, store.timeout());
+  } catch (const CommError& e) {
+    const std::string missing = missing_ranks(store, prefix, first, last);
+    throw CommError("host layout: " +
+                    (missing.empty() ? "rank(s) " + leaders + " never published their group"
+                                     : "rank(s) " + missing + " never published their host") +
+                    ": " + e.what());
+  }
+}
+
+// Appends the identities of a group's value, which must hold `count` ranks, to `out`.
+void decode_group(const std::vector<std::uint8_t>& bytes, std::size_t count,
+                  std::vector<std::string>& out) {
+  Reader in(bytes, "a group's value");
+  PARTRAIN_CHECK(in.u32() == count, CommError, "host layout: a group's value holds another ",
+                 "number of ranks than ", count);
+  for (std::size_t i = 0; i < count; ++i) out.push_back(in.text());
+  PARTRAIN_CHECK(in.done(), CommError, "host layout: a group's value runs on");
+}
+
+// The hosts of ranks first..last-1 as their leader (`first`) gathers them: its own, then
+// each other's from the store.
+std::vector<std::string> gather_group(Store& store, const std::string& prefix, int first, int last,
+                                      const std::string& mine) {
+  std::vector<std::string> keys;
+  for (int r = first + 1; r < last; ++r) keys.push_back(host_key(prefix, r));
+  if (!keys.empty()) wait_for(store, prefix, keys, first + 1, last, "");
+  std::vector<std::string> identities;
+  identities.reserve(static_cast<std::size_t>(last - first));
+  identities.push_back(mine);
+  for (const auto& key : keys) {
+    const auto theirs = store.get(key);
+    identities.emplace_back(theirs.begin(), theirs.end());
+  }
+  return identities;
+}
+
+int default_fan_in(int size) {
+  int root = 1;
+  while (root * root < size) ++root;  // ceil(sqrt(size)): at most 46341 turns
+  return std::max(kLayoutFanInMin, root);
+}
+
 }  // namespace
 
-HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size) {
+HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size,
+                                int fan_in) {
   PARTRAIN_CHECK(size >= 1 && rank >= 0 && rank < size, UsageError, "rank ", rank,
                  " is outside a world of ", size);
+  PARTRAIN_CHECK(fan_in >= 0 && fan_in != 1, UsageError, "host layout: a fan-in of ", fan_in);
+  if (fan_in == 0) fan_in = default_fan_in(size);
   const std::string mine = host_identity();
   if (size == 1) return group_by_host({mine});
   store.set(host_key(prefix, rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
   const std::string layout_key = prefix + "layout";
-  if (rank == 0) {
-    // Rank 0 gathers every host and publishes one layout: W reads here and one read on every
-    // other rank, where each rank reading every other's would be W*W.
-    std::vector<std::string> keys;
-    for (int r = 1; r < size; ++r) keys.push_back(host_key(prefix, r));
-    try {
-      store.wait(keys, store.timeout());
-    } catch (const CommError& e) {
-      throw CommError("host layout: rank(s) " + missing_ranks(store, prefix, size) +
-                      " never published their host: " + e.what());
+  if (rank % fan_in == 0) {
+    std::vector<std::string> identities =
+        gather_group(store, prefix, rank, std::min(size, rank + fan_in), mine);
+    if (rank != 0) {
+      std::vector<std::uint8_t> value;
+      put_identities(value, identities);
+      store.set(group_key(prefix, rank), value);
+    } else {
+      // Rank 0 holds its own group's hosts; the other leaders' groups come as one value each.
+      std::vector<std::string> keys;
+      std::string leaders;
+      for (int leader = fan_in; leader < size; leader += fan_in) {
+        keys.push_back(group_key(prefix, leader));
+        leaders += (leaders.empty() ? "" : ", ") + std::to_string(leader);
+      }
+      if (!keys.empty()) wait_for(store, prefix, keys, 0, size, leaders);
+      identities.reserve(static_cast<std::size_t>(size));
+      for (int leader = fan_in; leader < size; leader += fan_in) {
+        decode_group(store.get(group_key(prefix, leader)),
+                     static_cast<std::size_t>(std::min(size, leader + fan_in) - leader),
+                     identities);
+      }
+      HostLayout layout = group_by_host(identities);
+      store.set(layout_key, encode_host_layout(layout));
+      return layout;
     }
-    std::vector<std::string> identities(size);
-    identities[0] = mine;
-    for (int r = 1; r < size; ++r) {
-      const auto theirs = store.get(host_key(prefix, r));
-      identities[r].assign(theirs.begin(), theirs.end());
-    }
-    HostLayout layout = group_by_host(identities);
-    store.set(layout_key, encode_host_layout(layout));
-    return layout;
   }
   std::vector<std::uint8_t> published;
   try {
     published = store.get(layout_key);
   } catch (const CommError& e) {
-    const std::string missing = missing_ranks(store, prefix, size);
+    const std::string missing = missing_ranks(store, prefix, 0, size);
     throw CommError("host layout: " +
                     (missing.empty() ? std::string("rank 0 never published the layout")
                                      : "rank(s) " + missing + " never published their host") +

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm_backends/placement.h"
 #include "comm_backends/shm/host_identity.h"
@@ -57,6 +59,42 @@ TEST(Rendezvous, ARankThatNeverPublishesItsHostIsNamedOnEveryRank) {
   });
 }
 
+// Gathered in two levels (leaders 0, 4, 8 of groups of four), the layout is the same, the
+// requests stay a few a rank, and a rank missing from a group other than rank 0's is named
+// by every rank that waits on it.
+TEST(Rendezvous, TheLayoutGatheredInGroupsIsTheSame) {
+  constexpr int kWorld = 10;
+  constexpr int kFanIn = 4;
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(kWorld, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false));
+    const HostLayout layout = exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld, kFanIn);
+    EXPECT_EQ(layout.ranks(), kWorld);
+    ASSERT_EQ(layout.hosts.size(), 1u);
+    EXPECT_EQ(layout.hosts[0].size(), static_cast<std::size_t>(kWorld));
+    EXPECT_EQ(layout.identities[0], host_identity());
+  });
+  // W sets and W-1 reads of the layout; W-3 reads by the leaders and a wait each; two group
+  // sets, rank 0's wait and two group reads; the layout's set.
+  EXPECT_LE(host.server()->requests_served(), 4u * kWorld);
+
+  TcpStore second("127.0.0.1", 0, options(true));
+  testing::run_ranks(kWorld, [&](int rank) {
+    if (rank == 6) return;  // never arrives: its leader (4) and rank 0 both time out
+    TcpStore store("127.0.0.1", second.port(), options(false, milliseconds(300)));
+    try {
+      exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld, kFanIn);
+      FAIL() << "rank " << rank << " learned a layout without rank 6";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank(s) 6 never published their host"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+  TcpStore store("127.0.0.1", 0, options(true));
+  EXPECT_THROW(exchange_host_layout(store, kHostLayoutPrefix, 0, kWorld, 1), UsageError);
+}
+
 TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
   constexpr int kWorld = 4;
   TcpStore host("127.0.0.1", 0, options(true));
@@ -83,6 +121,17 @@ TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
   EXPECT_THROW(decode_host_layout(bytes, 7), CommError);  // another world's layout
   std::vector<std::uint8_t> cut(bytes.begin(), bytes.end() - 3);
   EXPECT_THROW(decode_host_layout(cut, 6), CommError);
+  // A value listing its hosts out of rank order decodes to the layout group_by_host() makes
+  // (host 0 holds rank 0); one naming a host twice is refused.
+  HostLayout reordered = layout;
+  std::swap(reordered.identities[0], reordered.identities[2]);
+  for (int& host : reordered.host_of) host = host == 0 ? 2 : host == 2 ? 0 : host;
+  const HostLayout renumbered = decode_host_layout(encode_host_layout(reordered), 6);
+  EXPECT_EQ(renumbered.hosts, layout.hosts);
+  EXPECT_EQ(renumbered.identities, layout.identities);
+  HostLayout twice = layout;
+  twice.identities[2] = "a";
+  EXPECT_THROW(decode_host_layout(encode_host_layout(twice), 6), CommError);
   // One host: one run, whatever the world.
   EXPECT_EQ(encode_host_layout(group_by_host(std::vector<std::string>(10000, "h"))).size(),
             encode_host_layout(group_by_host(std::vector<std::string>(2, "h"))).size());
