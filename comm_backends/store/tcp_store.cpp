@@ -12,6 +12,16 @@
 #include <algorithm>
 #include <map>
 
+#ifdef _WIN32
+#ifndef NOMINMAX
+#define NOMINMAX  // windows.h's min and max macros would break std::max below
+#endif
+#include <windows.h>
+#else
+#include <pthread.h>
+#include <time.h>
+#endif
+
 #include "common/byte_codec.h"
 #include "common/errors.h"
 #include "comm_backends/net/open_files.h"
@@ -30,6 +40,8 @@ constexpr std::size_t kRequestBytes = kStoreRequestBytes;
 constexpr std::size_t kResponseBytes = kStoreResponseBytes;
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 constexpr auto kAcceptRetryPause = std::chrono::milliseconds(50);
+// Connections taken from the listen queue per wake-up before the server serves others.
+constexpr int kAcceptBurst = 1024;
 // The listen backlog asked for: the kernel caps it at its own limit (net.core.somaxconn), so
 // a host tuned for large jobs gets what it allows.
 constexpr int kListenBacklog = 65535;
@@ -393,25 +405,39 @@ void tell_accept_error(TcpStoreServer::State& state, const boost::system::error_
   std::fflush(stderr);
 }
 
-void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
-  state->acceptor.async_accept([state](const boost::system::error_code& ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) return;
-    if (ec) {
-      // A connection waits in the backlog until a descriptor frees up; retried after a
-      // pause, so the loop does not spin on an error that persists.
-      tell_accept_error(*state, ec);
-      state->accept_pause.expires_after(kAcceptRetryPause);
-      state->accept_pause.async_wait([state](const boost::system::error_code& e) {
-        if (!e && state->acceptor.is_open()) accept_next(state);
-      });
-      return;
-    }
-    std::int64_t unset = 0;
-    state->first_connection_ns.compare_exchange_strong(
-        unset, Clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
-    std::make_shared<Session>(std::move(socket), *state)->start();
-    accept_next(state);
+void pause_then_accept(const std::shared_ptr<TcpStoreServer::State>& state,
+                       const boost::system::error_code& ec) {
+  // A connection waits in the backlog until a descriptor frees up; retried after a pause, so
+  // the loop does not spin on an error that persists.
+  tell_accept_error(*state, ec);
+  state->accept_pause.expires_after(kAcceptRetryPause);
+  state->accept_pause.async_wait([state](const boost::system::error_code& e) {
+    if (!e && state->acceptor.is_open()) accept_next(state);
   });
+}
+
+// Waits until the listening socket is readable, then takes up to kAcceptBurst connections
+// from the kernel's queue before waiting again. When thousands of ranks dial at once the
+// queue (capped by net.core.somaxconn) overflows if it is drained one connection per wake-up,
+// and a client whose SYN is dropped waits the kernel's back-off (1, 3, 7 s ...) to retry.
+void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
+  state->acceptor.async_wait(
+      tcp::acceptor::wait_read, [state](const boost::system::error_code& ec) {
+        if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) return;
+        if (ec) return pause_then_accept(state, ec);
+        for (int taken = 0; taken < kAcceptBurst; ++taken) {
+          boost::system::error_code accept_ec;
+          tcp::socket socket = state->acceptor.accept(accept_ec);
+          if (accept_ec == asio::error::would_block || accept_ec == asio::error::try_again) break;
+          if (accept_ec == asio::error::connection_aborted) continue;  // the client gave up
+          if (accept_ec) return pause_then_accept(state, accept_ec);
+          std::int64_t unset = 0;
+          state->first_connection_ns.compare_exchange_strong(
+              unset, Clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+          std::make_shared<Session>(std::move(socket), *state)->start();
+        }
+        accept_next(state);
+      });
 }
 
 }  // namespace
@@ -438,6 +464,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   PARTRAIN_CHECK(!ec, UsageError, "tcp store: cannot listen on ", net::join_host_port(host, port),
                  ": ", ec.message(), " (choose another --master-port or launch.rendezvous)");
   port_ = state_->acceptor.local_endpoint().port();
+  state_->acceptor.non_blocking(true);  // accept_next drains the queue until it would block
   accept_next(state_);
   thread_ = std::thread([state = state_] { state->io.run(); });
 }
@@ -464,6 +491,28 @@ std::optional<std::chrono::steady_clock::time_point> TcpStoreServer::first_conne
   if (ns == 0) return std::nullopt;
   return Clock::time_point(
       std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
+std::optional<double> TcpStoreServer::cpu_seconds() const {
+#ifdef _WIN32
+  FILETIME created, exited, kernel, user;
+  if (!GetThreadTimes(const_cast<std::thread&>(thread_).native_handle(), &created, &exited, &kernel,
+                      &user)) {
+    return std::nullopt;
+  }
+  const auto ticks = [](const FILETIME& t) {  // 100 ns each
+    return (static_cast<std::uint64_t>(t.dwHighDateTime) << 32) | t.dwLowDateTime;
+  };
+  return static_cast<double>(ticks(kernel) + ticks(user)) / 1e7;
+#else
+  clockid_t clock = 0;
+  timespec used{};
+  if (pthread_getcpuclockid(const_cast<std::thread&>(thread_).native_handle(), &clock) != 0 ||
+      clock_gettime(clock, &used) != 0) {
+    return std::nullopt;
+  }
+  return static_cast<double>(used.tv_sec) + static_cast<double>(used.tv_nsec) / 1e9;
+#endif
 }
 
 // ---- client ---------------------------------------------------------------------------------

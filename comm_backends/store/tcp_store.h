@@ -85,6 +85,8 @@ class TcpStoreServer {
   // Requests answered so far (hellos not counted), and when the first client connected.
   std::uint64_t requests_served() const;
   std::optional<std::chrono::steady_clock::time_point> first_connection() const;
+  // CPU seconds the server's one thread has used, where the platform can tell.
+  std::optional<double> cpu_seconds() const;
 
   struct State;  // io context, acceptor, data; shared with pending handlers
 
