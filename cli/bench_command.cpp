@@ -410,8 +410,9 @@ int start_ranks(const BenchArgs& args) {
 }  // namespace
 
 void add_bench_command(CLI::App& app, int& exit_code) {
-  auto* bench = app.add_subcommand("bench", "Collective benchmarks");
+  auto* bench = app.add_subcommand("bench", "Collective and rendezvous benchmarks");
   bench->require_subcommand(1);
+  add_rendezvous_bench(*bench, exit_code);
   auto* allreduce = bench->add_subcommand(
       "allreduce",
       "Time allreduce across W processes: median, algbw, busbw, wrong. Starts the ranks itself "

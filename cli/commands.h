@@ -22,13 +22,14 @@ struct ConfigArguments {
 };
 void add_config_arguments(CLI::App& sub, ConfigArguments& args);  // validate_command.cpp
 
-void add_run_command(CLI::App& app, int& exit_code);       // run_command.cpp (launcher)
-void add_worker_command(CLI::App& app, int& exit_code);    // worker_command.cpp
-void add_validate_command(CLI::App& app, int& exit_code);  // validate_command.cpp
-void add_bench_command(CLI::App& app, int& exit_code);     // bench_command.cpp
-void add_parity_command(CLI::App& app, int& exit_code);    // parity_command.cpp
-void add_explain_command(CLI::App& app, int& exit_code);   // explain_command.cpp
-void add_data_command(CLI::App& app, int& exit_code);      // data_command.cpp
-void add_version_command(CLI::App& app, int& exit_code);   // version_command.cpp
+void add_run_command(CLI::App& app, int& exit_code);         // run_command.cpp (launcher)
+void add_worker_command(CLI::App& app, int& exit_code);      // worker_command.cpp
+void add_validate_command(CLI::App& app, int& exit_code);    // validate_command.cpp
+void add_bench_command(CLI::App& app, int& exit_code);       // bench_command.cpp
+void add_rendezvous_bench(CLI::App& bench, int& exit_code);  // bench_rendezvous.cpp
+void add_parity_command(CLI::App& app, int& exit_code);      // parity_command.cpp
+void add_explain_command(CLI::App& app, int& exit_code);     // explain_command.cpp
+void add_data_command(CLI::App& app, int& exit_code);        // data_command.cpp
+void add_version_command(CLI::App& app, int& exit_code);     // version_command.cpp
 
 }  // namespace partrain::cli

@@ -183,6 +183,67 @@ TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
   }
   EXPECT_TRUE(saw_partial_start) << "no process limit started some ranks but not all";
 }
+
+nlohmann::json rendezvous_report(const std::string& exe, int world,
+                                 const testing::ScratchDir& dir) {
+  const std::string json_path = (dir.path() / ("rdzv" + std::to_string(world) + ".json")).string();
+  std::string output;
+  const int code = run(exe + " bench rendezvous --world " + std::to_string(world) +
+                           " --timeout-s 60 --json " + json_path,
+                       output);
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("store_ops"), std::string::npos) << output;
+  std::ifstream in(json_path);
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// The ranks do what a joining rank does, and the store requests per rank stay the same when
+// the world grows: a rendezvous that read every rank's value on every rank would cost four
+// times the requests per rank at four times the world.
+TEST(BenchRendezvous, StoreRequestsGrowLinearlyWithTheWorld) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  testing::ScratchDir dir;
+  std::vector<double> per_rank;
+  for (const int world : {32, 128}) {
+    const nlohmann::json report = rendezvous_report(exe, world, dir);
+    ASSERT_FALSE(report.is_discarded()) << "no JSON report for world " << world;
+    EXPECT_EQ(report["schema"], "partrain.bench.rendezvous/1");
+    EXPECT_EQ(report["world"], world);
+    EXPECT_EQ(report["store"], "tcp");
+    const double seconds = report["seconds"].get<double>();
+    EXPECT_GT(seconds, 0.0);
+    // Each rank passes the steps in order, so the last rank past each is later each time.
+    double before = 0.0;
+    for (const char* phase : {"connect", "layout", "numbering", "addresses", "barrier"}) {
+      ASSERT_TRUE(report["phases"].contains(phase)) << phase;
+      const double at = report["phases"][phase].get<double>();
+      EXPECT_GE(at, before) << phase;
+      before = at;
+    }
+    EXPECT_DOUBLE_EQ(before, seconds);
+    const auto ops = report["store_ops"].get<std::int64_t>();
+    EXPECT_GE(ops, 5 * world) << "fewer requests than the steps need";
+    EXPECT_LE(ops, 12 * world);
+    per_rank.push_back(static_cast<double>(ops) / world);
+  }
+  EXPECT_LT(per_rank[1], per_rank[0] + 0.5) << per_rank[0] << " then " << per_rank[1];
+}
+
+TEST(BenchRendezvous, AWorldPastTheOpenFileLimitIsRefusedInOneLine) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  std::string output;
+  // Lowering the hard limit needs no privilege; the bench cannot raise it back.
+  EXPECT_EQ(run("ulimit -n 256 && " + exe + " bench rendezvous --world 1000", output), 2) << output;
+  EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  EXPECT_NE(output.find("hard limit 256"), std::string::npos) << output;
+  for (const std::string args : {"--world 0", "--world 4 --timeout-s 0", "--world many"}) {
+    output.clear();
+    EXPECT_EQ(run(exe + " bench rendezvous " + args, output), 2) << args << ": " << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+}
 #endif
 
 }  // namespace
