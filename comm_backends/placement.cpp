@@ -176,6 +176,17 @@ std::string missing_ranks(Store& store, const std::string& prefix, int first, in
   return text;
 }
 
+// After a wait for keys of the ranks in [first, last) timed out (`timed_out`): the error
+// naming those of them that never published their host, or else saying `otherwise`.
+CommError layout_wait_failed(Store& store, const std::string& prefix, int first, int last,
+                             const std::string& otherwise, const CommError& timed_out) {
+  const std::string missing = missing_ranks(store, prefix, first, last);
+  return CommError(
+      "host layout: " +
+      (missing.empty() ? otherwise : "rank(s) " + missing + " never published their host") + ": " +
+      timed_out.what());
+}
+
 // Waits for keys published by the ranks in [first, last); on a timeout, a CommError naming
 // those of them that never published their host, or else `leaders` (the ranks whose group
 // value is missing).
@@ -184,11 +195,8 @@ void wait_for(Store& store, const std::string& prefix, const std::vector<std::st
   try {
     store.wait(keys, store.timeout());
   } catch (const CommError& e) {
-    const std::string missing = missing_ranks(store, prefix, first, last);
-    throw CommError("host layout: " +
-                    (missing.empty() ? "rank(s) " + leaders + " never published their group"
-                                     : "rank(s) " + missing + " never published their host") +
-                    ": " + e.what());
+    throw layout_wait_failed(store, prefix, first, last,
+                             "rank(s) " + leaders + " never published their group", e);
   }
 }
 
@@ -268,11 +276,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
   try {
     published = store.get(layout_key);
   } catch (const CommError& e) {
-    const std::string missing = missing_ranks(store, prefix, 0, size);
-    throw CommError("host layout: " +
-                    (missing.empty() ? std::string("rank 0 never published the layout")
-                                     : "rank(s) " + missing + " never published their host") +
-                    ": " + e.what());
+    throw layout_wait_failed(store, prefix, 0, size, "rank 0 never published the layout", e);
   }
   HostLayout layout = decode_host_layout(published, size);
   PARTRAIN_CHECK(layout.identities[layout.host_of[rank]] == mine, CommError,

@@ -34,13 +34,13 @@ HostLayout group_by_host(const std::vector<std::string>& identities);
 // Publishes this rank's host_identity() under prefix + rank and learns every rank's host
 // from one value, prefix + "layout", that rank 0 publishes. The hosts are gathered in two
 // levels: every `fan_in`-th rank collects its group's hosts into one value and rank 0
-// collects those, so the longest chain of reads is fan_in + W/fan_in (about 2*sqrt(W) by
-// default), not W. About 4W store requests for a world of W, where each rank reading every
-// other's would be W*W. Waits up to the store's timeout (a CommError names the ranks that
-// never published their host). A rank's answer never changes, so repeating the exchange
-// under one prefix is harmless. One rank alone asks nothing of the store. `fan_in` 0 picks
-// the default (kLayoutFanInMin, or sqrt(W) where that is larger); every rank must pass the
-// same.
+// collects those, so the longest chain of requests is about 2*fan_in + 2*W/fan_in (rank 0's:
+// a wait and a read for each of its group, then for each group), not W. About 4W store requests for
+// a world of W, where each rank reading every other's would be W*W. Waits up to the store's timeout
+// (a CommError names the ranks that never published their host). A rank's answer never changes, so
+// repeating the exchange under one prefix is harmless. One rank alone asks nothing of the store.
+// `fan_in` 0 picks the default (kLayoutFanInMin, or sqrt(W) where that is larger); every rank must
+// pass the same.
 inline constexpr int kLayoutFanInMin = 64;
 HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size,
                                 int fan_in = 0);

@@ -29,20 +29,18 @@ rm -f "$OUT"/*.json "$OUT"/*.txt
 PEER=on
 for W in $WORLDS; do
   echo "== W=$W partrain" >&2
-  # Exit 2 is partrain refusing a world this machine cannot hold (its message says which
-  # limit); the table shows it as such.
-  rc=0
-  timeout $((LIMIT_S + 60)) "$BUILD/partrain" bench rendezvous --world "$W" --timeout-s "$LIMIT_S" \
-    --json "$OUT/partrain_w$W.json" > "$OUT/partrain_w$W.txt" 2>&1 || rc=$?
+  # A world this machine cannot hold is refused with exit 2 and a line naming the limit,
+  # which the table shows. The outer bound is above the bench's own (twice the timeout and
+  # 30 s when a rank fails), so its message, not this one's kill, ends a failed run.
+  timeout $((2 * LIMIT_S + 90)) "$BUILD/partrain" bench rendezvous --world "$W" \
+    --timeout-s "$LIMIT_S" --json "$OUT/partrain_w$W.json" > "$OUT/partrain_w$W.txt" 2>&1 || true
   cat "$OUT/partrain_w$W.txt" >&2
-  echo "$rc" > "$OUT/partrain_w$W.rc"
   if [[ $PEER == on ]]; then
     echo "== W=$W torch TCPStore" >&2
     rc=0
     timeout $((LIMIT_S + 60)) "$PY" "$ROOT/bench/rendezvous/torch_store.py" --world "$W" \
       --limit-s "$LIMIT_S" --json "$OUT/torch_w$W.json" > "$OUT/torch_w$W.txt" 2>&1 || rc=$?
     cat "$OUT/torch_w$W.txt" >&2
-    echo "$rc" > "$OUT/torch_w$W.rc"
     [[ $rc == 0 ]] || PEER=off
   fi
 done

@@ -16,7 +16,7 @@ def load(path):
         return None
 
 
-def first_line(path):
+def last_line(path):
     try:
         with open(path) as f:
             lines = [ln.strip() for ln in f if ln.strip()]
@@ -42,10 +42,10 @@ def main():
             per = f"{p['store_ops_per_rank']:.2f}"
             cpu = f"{p['server_cpu_s']:.2f}" if p.get("server_cpu_s") is not None else "-"
         else:
-            why = first_line(os.path.join(out, f"partrain_w{w}.txt"))
+            why = last_line(os.path.join(out, f"partrain_w{w}.txt"))
             ps, ops, per, cpu = f"not run: {why}" if why else "no result", "-", "-", "-"
         if t is None:
-            why = first_line(os.path.join(out, f"torch_w{w}.txt"))
+            why = last_line(os.path.join(out, f"torch_w{w}.txt"))
             ts = "not run" + (f": {why}" if why and "torch_store.py" in why else "")
             ratio = "-"
         elif t["finished"]:
