@@ -171,6 +171,14 @@ struct TcpStoreServer::State {
   // Read by other threads.
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::int64_t> first_connection_ns{0};  // steady clock; 0: nobody yet
+#ifdef _WIN32
+  // A handle to the io thread for GetThreadTimes. std::thread's native handle is a HANDLE
+  // under MSVC but a pthread_t under MinGW's winpthreads, so the thread opens its own.
+  std::atomic<HANDLE> io_thread{nullptr};
+  ~State() {
+    if (HANDLE h = io_thread.load()) CloseHandle(h);
+  }
+#endif
 
   // Wakes every connection waiting for `key` (which has just been set).
   void key_set(const std::string& key) {
@@ -466,7 +474,16 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   port_ = state_->acceptor.local_endpoint().port();
   state_->acceptor.non_blocking(true);  // accept_next drains the queue until it would block
   accept_next(state_);
-  thread_ = std::thread([state = state_] { state->io.run(); });
+  thread_ = std::thread([state = state_] {
+#ifdef _WIN32
+    HANDLE self = nullptr;
+    if (DuplicateHandle(GetCurrentProcess(), GetCurrentThread(), GetCurrentProcess(), &self, 0,
+                        FALSE, DUPLICATE_SAME_ACCESS)) {
+      state->io_thread.store(self);
+    }
+#endif
+    state->io.run();
+  });
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -496,8 +513,8 @@ std::optional<std::chrono::steady_clock::time_point> TcpStoreServer::first_conne
 std::optional<double> TcpStoreServer::cpu_seconds() const {
 #ifdef _WIN32
   FILETIME created, exited, kernel, user;
-  if (!GetThreadTimes(const_cast<std::thread&>(thread_).native_handle(), &created, &exited, &kernel,
-                      &user)) {
+  const HANDLE io_thread = state_->io_thread.load();  // null until the thread has started
+  if (io_thread == nullptr || !GetThreadTimes(io_thread, &created, &exited, &kernel, &user)) {
     return std::nullopt;
   }
   const auto ticks = [](const FILETIME& t) {  // 100 ns each
