@@ -428,9 +428,27 @@ void pause_then_accept(const std::shared_ptr<TcpStoreServer::State>& state,
 // from the kernel's queue before waiting again. When thousands of ranks dial at once the
 // queue (capped by net.core.somaxconn) overflows if it is drained one connection per wake-up,
 // and a client whose SYN is dropped waits the kernel's back-off (1, 3, 7 s ...) to retry.
+// On Windows a socket accepted from a non-blocking listener is itself non-blocking, unknown
+// to asio, and its sessions' completions never came (every client timed out in its hello
+// under Wine): there the server takes one connection per completed async_accept.
 void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
+  const auto session = [state](tcp::socket socket) {
+    std::int64_t unset = 0;
+    state->first_connection_ns.compare_exchange_strong(
+        unset, Clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+    std::make_shared<Session>(std::move(socket), *state)->start();
+  };
+#ifdef _WIN32
+  state->acceptor.async_accept(
+      [state, session](const boost::system::error_code& ec, tcp::socket socket) {
+        if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) return;
+        if (ec) return pause_then_accept(state, ec);
+        session(std::move(socket));
+        accept_next(state);
+      });
+#else
   state->acceptor.async_wait(
-      tcp::acceptor::wait_read, [state](const boost::system::error_code& ec) {
+      tcp::acceptor::wait_read, [state, session](const boost::system::error_code& ec) {
         if (ec == asio::error::operation_aborted || !state->acceptor.is_open()) return;
         if (ec) return pause_then_accept(state, ec);
         for (int taken = 0; taken < kAcceptBurst; ++taken) {
@@ -439,13 +457,11 @@ void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
           if (accept_ec == asio::error::would_block || accept_ec == asio::error::try_again) break;
           if (accept_ec == asio::error::connection_aborted) continue;  // the client gave up
           if (accept_ec) return pause_then_accept(state, accept_ec);
-          std::int64_t unset = 0;
-          state->first_connection_ns.compare_exchange_strong(
-              unset, Clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
-          std::make_shared<Session>(std::move(socket), *state)->start();
+          session(std::move(socket));
         }
         accept_next(state);
       });
+#endif
 }
 
 }  // namespace
@@ -472,7 +488,9 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   PARTRAIN_CHECK(!ec, UsageError, "tcp store: cannot listen on ", net::join_host_port(host, port),
                  ": ", ec.message(), " (choose another --master-port or launch.rendezvous)");
   port_ = state_->acceptor.local_endpoint().port();
+#ifndef _WIN32
   state_->acceptor.non_blocking(true);  // accept_next drains the queue until it would block
+#endif
   accept_next(state_);
   thread_ = std::thread([state = state_] {
 #ifdef _WIN32
