@@ -1,7 +1,8 @@
-// defines: `partrain explain REPORT [--trace TRACE] [--bench BENCH]`: where a run's time went
-// (each rank's breakdown), who the others waited for, how fast the gradients travelled (against
-// a `partrain bench allreduce --json` report), and what would help — read from its report.json
-// (and trace.json), each claim with the figure it rests on; `partrain explain OUTPUT` of a
+// defines: `partrain explain REPORT [--trace TRACE] [--bench BENCH] [--baseline REPORT]
+// [--json]`: where a run's time went (each rank's breakdown), who the others waited for, how fast
+// the gradients travelled (against a `partrain bench allreduce --json` report), the speed-up
+// over the single-device run decomposed, and what would help — read from its report.json (and
+// trace.json), each claim with the figure it rests on; `partrain explain OUTPUT` of a
 // failed run: where each rank stood among its last collectives (OUTPUT/flight). Bad input:
 // exit 2, one line.
 #include <CLI/CLI.hpp>
@@ -9,6 +10,8 @@
 #include <iostream>
 #include <memory>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "trainer/observe/explain.h"
@@ -23,6 +26,8 @@ void add_explain_command(CLI::App& app, int& exit_code) {
     std::string report;
     std::string trace;
     std::string bench;
+    std::string baseline;
+    bool json = false;
   };
   auto options = std::make_shared<Options>();
   auto* sub = app.add_subcommand(
@@ -38,6 +43,12 @@ void add_explain_command(CLI::App& app, int& exit_code) {
   sub->add_option("--bench", options->bench,
                   "a partrain bench allreduce --json report of the same hosts, to hold the "
                   "gradients' busbw against");
+  sub->add_option("--baseline", options->baseline,
+                  "report.json of the single-device run of the same config, to decompose the "
+                  "speed-up (default: baseline/report.json beside REPORT, as --with-baseline "
+                  "leaves it, when there is one)");
+  sub->add_flag("--json", options->json,
+                "print one JSON object (partrain.explain/1) instead of sentences");
   sub->callback([options, &exit_code] {
     // A failed run has no report: its flight records say where each rank stood.
     std::error_code ec;
@@ -54,9 +65,22 @@ void add_explain_command(CLI::App& app, int& exit_code) {
     if (!options->trace.empty()) trace = read_trace_summary(options->trace);
     BenchReport bench;
     if (!options->bench.empty()) bench = read_bench_report(options->bench);
-    std::cout << explain_run(report, options->trace.empty() ? nullptr : &trace,
-                             options->bench.empty() ? nullptr : &bench)
-              << std::flush;
+    std::string baseline_path = options->baseline;
+    if (baseline_path.empty()) {
+      const std::filesystem::path beside =
+          std::filesystem::path(options->report).parent_path() / "baseline" / "report.json";
+      if (std::filesystem::is_regular_file(beside, ec)) baseline_path = beside.string();
+    }
+    RunReport baseline;
+    if (!baseline_path.empty()) baseline = read_run_report(baseline_path);
+    const Explanation ex = explain(report, options->trace.empty() ? nullptr : &trace,
+                                   options->bench.empty() ? nullptr : &bench,
+                                   baseline_path.empty() ? nullptr : &baseline);
+    if (options->json) {
+      std::cout << explanation_to_json(ex, report).dump(2) << "\n" << std::flush;
+    } else {
+      std::cout << ex.text << std::flush;
+    }
     exit_code = 0;
   });
 }

@@ -83,6 +83,9 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(x.comm_busy_seconds, y.comm_busy_seconds) << at;
     EXPECT_EQ(x.comm_bytes, y.comm_bytes) << at;
     EXPECT_EQ(x.comm_buckets, y.comm_buckets) << at;
+    EXPECT_EQ(x.threads, y.threads) << at;
+    EXPECT_EQ(x.host_cores, y.host_cores) << at;
+    EXPECT_EQ(x.ranks_on_host, y.ranks_on_host) << at;
     ASSERT_EQ(x.breakdown.has_value(), y.breakdown.has_value()) << at;
     if (x.breakdown) {
       for (const auto& [name, part] : kBreakdownParts) {
@@ -96,6 +99,9 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
     EXPECT_EQ(a.straggler->steps_last, b.straggler->steps_last);
     EXPECT_EQ(a.straggler->steps, b.straggler->steps);
     EXPECT_EQ(a.straggler->seconds_cost, b.straggler->seconds_cost);
+    EXPECT_EQ(a.straggler->kind, b.straggler->kind);
+    EXPECT_EQ(a.straggler->steps_away, b.straggler->steps_away);
+    EXPECT_EQ(a.straggler->median_step_seconds, b.straggler->median_step_seconds);
   }
   ASSERT_EQ(a.compression.has_value(), b.compression.has_value());
   if (a.compression) {
@@ -173,7 +179,13 @@ RunSummary every_field_set(const ScratchDir& dir) {
     for (const auto& [name, part] : kBreakdownParts) b.*part = (value *= 1.5);
     s.ranks[r].breakdown = b;
   }
-  s.straggler = Straggler{1, 180, 196, 3.375};
+  s.straggler = Straggler{1, 180, 196, 3.375, "away", 12, 0.0625};
+  s.ranks[0].threads = 2;
+  s.ranks[0].host_cores = 16;
+  s.ranks[0].ranks_on_host = 2;
+  s.ranks[1].threads = 1;
+  s.ranks[1].host_cores = 8;
+  s.ranks[1].ranks_on_host = 1;
   s.balance =
       BalanceRecord{"auto",
                     {340, 172},

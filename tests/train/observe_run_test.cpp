@@ -202,7 +202,10 @@ TEST(Observe, SlowRankIsNamedStraggler) {
   Result e = partrain("explain " + (dir / "out" / "report.json").string(), dir);
   ASSERT_EQ(e.code, 0) << e.output;
   EXPECT_NE(e.output.find("Rank 1 was the straggler"), std::string::npos) << e.output;
-  EXPECT_NE(e.output.find("Balance the ranks' work"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("balance the ranks' work"), std::string::npos) << e.output;
+  // Its lateness is the injected wait before each batch: data wait.
+  EXPECT_NE(e.output.find("Its data_wait is"), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find("Verdict: straggler"), std::string::npos) << e.output;
 }
 
 // A rank frozen mid-run (SIGSTOP): the others' collectives time out, each dumps its last

@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "comm_backends/communicator.h"
 #include "trainer/device/device_memory.h"
@@ -32,7 +34,10 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
                            strategy.comm_busy_seconds(),
                            device.is_cuda() ? static_cast<double>(device.index()) : -1.0,
                            static_cast<double>(strategy.comm_bytes()),
-                           static_cast<double>(strategy.comm_buckets())};
+                           static_cast<double>(strategy.comm_buckets()),
+                           static_cast<double>(at::get_num_threads()),
+                           static_cast<double>(std::max(1u, std::thread::hardware_concurrency())),
+                           static_cast<double>(std::max(1, env.local_world_size))};
   const std::size_t kBreakdownAt = mine.size();
   const Breakdown breakdown = observer.breakdown();
   for (const auto& [name, part] : kBreakdownParts) mine.push_back(breakdown.*part);
@@ -72,6 +77,9 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
     rr.comm_busy_seconds = f[6];
     rr.comm_bytes = static_cast<std::int64_t>(f[8]);
     rr.comm_buckets = static_cast<std::int64_t>(f[9]);
+    rr.threads = static_cast<int>(f[10]);
+    rr.host_cores = static_cast<int>(f[11]);
+    rr.ranks_on_host = static_cast<int>(f[12]);
     Breakdown b;
     for (std::size_t p = 0; p < kBreakdownParts.size(); ++p) {
       b.*kBreakdownParts[p].second = f[kBreakdownAt + p];

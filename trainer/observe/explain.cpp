@@ -111,10 +111,224 @@ double achieved_busbw_gbps(const RankRecord& rank, int world_size) {
          rank.comm_busy_seconds / 1e9;
 }
 
-std::string explain_run(const RunReport& report, const TraceSummary* trace,
-                        const BenchReport* bench) {
+namespace {
+
+double images_of(const RunSummary& s) {
+  double n = 0;
+  for (const EpochRecord& e : s.epochs) n += static_cast<double>(e.images);
+  return n;
+}
+
+std::int64_t steps_of(const RunSummary& s) { return s.epochs.empty() ? 0 : s.epochs.back().steps; }
+
+void require_breakdowns(const RunReport& report) {
+  for (const RankRecord& r : report.summary.ranks) {
+    PARTRAIN_CHECK(r.breakdown.has_value(), UsageError, report.path, ": ranks[", r.rank,
+                   "] has no breakdown (the report was written before partrain recorded one)");
+  }
+}
+
+// The mean breakdown of the ranks that were not the straggler (all of them without one): their
+// time is the run's critical path, and their wait for the straggler is in their comm_exposed.
+Breakdown mean_of_the_waiting(const RunSummary& s) {
+  Breakdown mean;
+  int n = 0;
+  for (const RankRecord& r : s.ranks) {
+    if (s.straggler && s.ranks.size() > 1 && r.rank == s.straggler->rank) continue;
+    for (const auto& [name, part] : kBreakdownParts) mean.*part += (*r.breakdown).*part;
+    ++n;
+  }
+  for (const auto& [name, part] : kBreakdownParts) mean.*part /= std::max(1, n);
+  return mean;
+}
+
+double mean_busy_of_the_waiting(const RunSummary& s) {
+  double busy = 0;
+  int n = 0;
+  for (const RankRecord& r : s.ranks) {
+    if (s.straggler && s.ranks.size() > 1 && r.rank == s.straggler->rank) continue;
+    busy += r.comm_busy_seconds;
+    ++n;
+  }
+  return busy / std::max(1, n);
+}
+
+// The part of `comm_exposed` spent waiting for the straggler (at most all of it).
+double straggler_wait(const RunSummary& s, const Breakdown& waiting) {
+  return s.straggler ? std::min(s.straggler->seconds_cost, waiting.comm_exposed) : 0.0;
+}
+
+// The cores a run's ranks could use: each rank min(threads, its share of its host's cores).
+// 0 when a report does not say.
+double cores_used(const RunSummary& s) {
+  double cores = 0;
+  for (const RankRecord& r : s.ranks) {
+    if (r.threads <= 0 || r.host_cores <= 0 || r.ranks_on_host <= 0) return 0;
+    cores += std::min(static_cast<double>(r.threads),
+                      static_cast<double>(r.host_cores) / r.ranks_on_host);
+  }
+  return cores;
+}
+
+bool on_cuda(const RunSummary& s) {
+  for (const std::string& d : s.env.devices) {
+    if (d.rfind("cuda", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string host_words(const RankRecord& r) {
+  if (r.threads <= 0) return "";
+  return format("%d rank%s of %d thread%s on a host of %d cores", r.ranks_on_host,
+                r.ranks_on_host == 1 ? "" : "s", r.threads, r.threads == 1 ? "" : "s",
+                r.host_cores);
+}
+
+bool oversubscribed(const RankRecord& r) {
+  return r.threads > 0 && r.threads * r.ranks_on_host > r.host_cores;
+}
+
+std::string straggler_words(const Straggler& g) {
+  if (g.kind == "away") {
+    return format(
+        "away for whole steps: %lld of its steps were late by more than a median step "
+        "(%.1f ms)",
+        static_cast<long long>(g.steps_away), 1e3 * g.median_step_seconds);
+  }
+  return format("slower at every step: last at %lld of %lld steps",
+                static_cast<long long>(g.steps_last), static_cast<long long>(g.steps));
+}
+
+const char* cause_of_part(const std::string& part) {
+  if (part == "communication") return "communication";
+  if (part == "straggler") return "straggler";
+  if (part == "compute" || part == "optimizer") return "compute";
+  if (part == "data") return "data";
+  if (part == "evaluation") return "evaluation";
+  if (part == "checkpoint") return "checkpoint";
+  return "other";
+}
+
+// What the exposed transfer would become if the collectives' busy time (less the straggler
+// wait) were scaled by `factor`, backward hiding as much of it as it hides now.
+double predicted_transfer(double transfer_busy, double transfer, double factor) {
+  const double hidden = std::max(0.0, transfer_busy - transfer);
+  return std::max(0.0, transfer_busy * factor - hidden);
+}
+
+}  // namespace
+
+Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
+  const RunSummary& s = run.summary;
+  const RunSummary& b = baseline.summary;
+  PARTRAIN_CHECK(b.ranks.size() == 1 && b.env.world_size == 1, UsageError, baseline.path,
+                 ": the baseline is a run of ", b.ranks.size(),
+                 " ranks; it must be one process (strategy single, as --with-baseline trains)");
+  for (const char* key : {"model.name", "model.width", "data.dataset"}) {
+    const std::string ours = leaf(run, key), theirs = leaf(baseline, key);
+    PARTRAIN_CHECK(ours == theirs, UsageError, baseline.path, ": ", key, " is '", theirs,
+                   "' but the run's (", run.path, ") is '", ours,
+                   "': a baseline trains the same model on the same data");
+  }
+  require_breakdowns(run);
+  require_breakdowns(baseline);
+  const double n_run = images_of(s), n_base = images_of(b);
+  PARTRAIN_CHECK(n_run > 0 && n_base > 0 && s.total_seconds > 0 && b.total_seconds > 0, UsageError,
+                 run.path, ": the run or its baseline trained no image");
+
+  Scaling out;
+  out.baseline = baseline.path;
+  const double t_run = s.total_seconds / n_run, t_base = b.total_seconds / n_base;
+  out.speedup = t_base / t_run;
+  out.train_speedup = b.images_per_s > 0 ? s.images_per_s / b.images_per_s : 0;
+  const int world = static_cast<int>(s.ranks.size());
+  const double cores = cores_used(s), base_cores = cores_used(b);
+  if (on_cuda(s)) {
+    out.ideal = static_cast<double>(s.env.devices.size());
+    out.ideal_basis = format("%zu devices against one", s.env.devices.size());
+  } else if (cores > 0 && base_cores > 0) {
+    out.ideal = cores / base_cores;
+    out.ideal_basis = format(
+        "%d rank%s using %.3g cores against the baseline's %.3g (each rank min(threads, its "
+        "host's cores / ranks on it))",
+        world, world == 1 ? "" : "s", cores, base_cores);
+  } else {
+    out.ideal = world;
+    out.ideal_basis =
+        format("%d ranks against one process (the reports hold no thread counts)", world);
+  }
+
+  const Breakdown w = mean_of_the_waiting(s);
+  const Breakdown& one = *b.ranks[0].breakdown;
+  const double wait = straggler_wait(s, w);
+  const double ideal = out.ideal;
+  // Each part: the run's seconds, the baseline's seconds, and the words for both.
+  auto add = [&](const char* name, double ours, double theirs, std::string figures) {
+    const double beyond = ours - theirs * n_run / (n_base * ideal);
+    out.parts.push_back(
+        ScalingPart{name, ideal * beyond / s.total_seconds, beyond, std::move(figures)});
+  };
+  const double per_rank_images = n_run / world;
+  const double fb = w.forward + w.backward, fb_base = one.forward + one.backward;
+  const double fb_ms = 1e3 * fb / per_rank_images, fb_base_ms = 1e3 * fb_base / n_base;
+  const double busbw = achieved_busbw_gbps(s.ranks[0], world);
+
+  add("communication", w.comm_exposed - wait, one.comm_exposed,
+      format("exposed communication %.2f s a rank%s; gradient busbw %.3f GB/s",
+             w.comm_exposed - wait,
+             s.straggler ? format(" (comm_exposed %.2f s less %.2f s waiting for rank %d)",
+                                  w.comm_exposed, wait, s.straggler->rank)
+                               .c_str()
+                         : "",
+             busbw));
+  add("straggler", wait, 0,
+      s.straggler ? format("the others waited %.2f s for rank %d, %s", wait, s.straggler->rank,
+                           straggler_words(*s.straggler).c_str())
+                  : std::string("no straggler"));
+  std::string compute_words = format(
+      "forward+backward %.3f ms a sample on each rank against %.3f ms in the baseline (%.2fx), "
+      "at a batch of %d a rank against %d",
+      fb_ms, fb_base_ms, fb_base_ms > 0 ? fb_ms / fb_base_ms : 0.0, run.batch_size,
+      baseline.batch_size);
+  if (!host_words(s.ranks[0]).empty()) {
+    compute_words += "; " + host_words(s.ranks[0]) + ", the baseline " +
+                     format("%d thread%s", b.ranks[0].threads, b.ranks[0].threads == 1 ? "" : "s");
+    if (oversubscribed(s.ranks[0])) compute_words += " (more threads than cores: they contend)";
+  }
+  add("compute", fb, fb_base, compute_words);
+  const std::int64_t steps = std::max<std::int64_t>(1, steps_of(s));
+  const std::int64_t base_steps = std::max<std::int64_t>(1, steps_of(b));
+  add("optimizer", w.optimizer, one.optimizer,
+      format("the optimizer step %.2f ms, taken by every rank on the whole model, against %.2f ms "
+             "in the baseline (%lld and %lld steps)",
+             1e3 * w.optimizer / steps, 1e3 * one.optimizer / base_steps,
+             static_cast<long long>(steps), static_cast<long long>(base_steps)));
+  add("data", w.data_wait, one.data_wait,
+      format("data wait %.2f s a rank against %.2f s in the baseline", w.data_wait, one.data_wait));
+  add("evaluation", w.evaluation, one.evaluation,
+      format("evaluation %.2f s on each rank against %.2f s in the baseline", w.evaluation,
+             one.evaluation));
+  add("checkpoint", w.checkpoint, one.checkpoint,
+      format("checkpoints %.2f s on each rank against %.2f s in the baseline", w.checkpoint,
+             one.checkpoint));
+  const double startup = s.total_seconds - w.total(), base_startup = b.total_seconds - one.total();
+  add("startup", startup, base_startup,
+      format("start-up and the final report %.2f s (the run's %.2f s less its ranks' %.2f s of "
+             "epochs) against %.2f s in the baseline",
+             startup, s.total_seconds, w.total(), base_startup));
+  add("other", w.other, one.other,
+      format("other %.2f s a rank (logging, the epochs' sums) against %.2f s in the baseline",
+             w.other, one.other));
+  return out;
+}
+
+Explanation explain(const RunReport& report, const TraceSummary* trace, const BenchReport* bench,
+                    const RunReport* baseline) {
   const RunSummary& s = report.summary;
-  std::string out;
+  require_breakdowns(report);
+  Explanation ex;
+  ex.straggler = s.straggler;
+  std::string& out = ex.text;
   // The table: one row per rank, each part as a share of that rank's total.
   out += "rank  train_s";
   for (const auto& [name, part] : kBreakdownParts)
@@ -122,8 +336,6 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace,
   out += "\n";
   Breakdown mean;
   for (const RankRecord& r : s.ranks) {
-    PARTRAIN_CHECK(r.breakdown.has_value(), UsageError, report.path, ": ranks[", r.rank,
-                   "] has no breakdown (the report was written before partrain recorded one)");
     const Breakdown& b = *r.breakdown;
     out += format("%4d %8.2f", r.rank, b.total());
     for (const auto& [name, part] : kBreakdownParts) {
@@ -154,51 +366,225 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace,
   out += format("The largest part is %s: %.1f%% (%.2f s).\n", std::string(largest).c_str(),
                 pct(largest_seconds), largest_seconds);
 
-  // Who was slow.
+  // Who cost the others time.
+  const Breakdown waiting = mean_of_the_waiting(s);
+  const double wait = straggler_wait(s, waiting);
+  const double waiting_total = waiting.total();
+  auto pct_waiting = [&](double part) { return 100.0 * share(part, waiting_total); };
   if (s.straggler) {
     const Straggler& g = *s.straggler;
     out += format(
-        "Rank %d was the straggler: it arrived last at the gradient allreduce in %lld of %lld "
-        "steps (%.0f%%), and the others waited %.2f s for it (%.1f%% of training).\n",
-        g.rank, static_cast<long long>(g.steps_last), static_cast<long long>(g.steps),
-        100.0 * share(static_cast<double>(g.steps_last), static_cast<double>(g.steps)),
-        g.seconds_cost, pct(g.seconds_cost));
+        "Rank %d was the straggler: the others waited %.2f s for it (%.1f%% of their training); "
+        "it was %s.\n",
+        g.rank, g.seconds_cost, pct_waiting(g.seconds_cost), straggler_words(g).c_str());
   } else if (s.ranks.size() > 1) {
-    out +=
-        "No straggler: no rank arrived last in more than 60% of the steps at a cost of 2% "
-        "of training or more.\n";
+    out += format(
+        "No straggler: no rank cost the others %.0f%% of the training time more than any other "
+        "rank did.\n",
+        100 * 0.02);
   }
 
   out += describe_traffic(report, bench);
 
-  // What would help, each from the figure above it.
-  std::vector<std::string> advice;
-  // The others' wait for a straggler is spent in finish_backward too; what is left of the
-  // mean exposed communication after that wait is the transfer backward did not hide.
-  const double world = static_cast<double>(s.ranks.size());
-  const double straggler_wait = s.straggler ? s.straggler->seconds_cost * (world - 1) / world : 0;
-  const double transfer = std::max(0.0, mean.comm_exposed - straggler_wait);
-  if (share(transfer, total) >= kCommExposedNotable) {
-    const std::string wire = leaf(report, "comm.wire_dtype");
-    std::string tips;
-    if (!s.compression) {
-      tips +=
-          "comm.compression powersgd (low-rank factors instead of the gradients, for slow "
-          "links), ";
+  // The speed-up against the single-device run.
+  if (baseline) {
+    ex.scaling = decompose_speedup(report, *baseline);
+    const Scaling& sc = *ex.scaling;
+    out += format(
+        "\nSpeed-up over the single-device run (%s): %.2fx of an ideal %.2fx (%s), on wall time "
+        "per image; the training loops alone made %.2fx. The %.2fx missing:\n",
+        sc.baseline.c_str(), sc.speedup, sc.ideal, sc.ideal_basis.c_str(), sc.train_speedup,
+        sc.ideal - sc.speedup);
+    std::vector<const ScalingPart*> order;
+    for (const ScalingPart& p : sc.parts) order.push_back(&p);
+    std::stable_sort(order.begin(), order.end(), [](const ScalingPart* a, const ScalingPart* b) {
+      return std::fabs(a->speedup) > std::fabs(b->speedup);
+    });
+    double shown = 0;
+    for (const ScalingPart* p : order) {
+      if (std::fabs(p->speedup) < 0.005) continue;
+      shown += p->speedup;
+      out += format("  %-13s %+6.2fx  %s\n", p->name.c_str(), p->speedup, p->figures.c_str());
     }
-    if (wire == "f32") tips += "comm.wire_dtype bf16 (half the bytes on the wire), ";
-    tips += "larger buckets (comm.bucket_mb is " + leaf(report, "comm.bucket_mb") +
-            ", fewer and larger allreduces), or a faster backend than " + s.env.backend;
-    advice.push_back(format(
-        "Exposed communication is %.1f%% of training%s: backward did not hide the gradient "
-        "allreduce. Try %s.",
-        pct(transfer), s.straggler ? " after the wait for the straggler" : "", tips.c_str()));
-  } else if (s.straggler && share(mean.comm_exposed, total) >= kCommExposedNotable) {
-    advice.push_back(format(
-        "Exposed communication is %.1f%% of training, but %.1f%% of it is the wait for rank %d: "
-        "the transfer itself is %.1f%%, so a faster wire would not help before the straggler "
-        "is fixed.",
-        pct(mean.comm_exposed), pct(straggler_wait), s.straggler->rank, pct(transfer)));
+    out += format("  (the parts above add up to %.2fx; each under 0.005x left out)\n", shown);
+  }
+
+  // The cause.
+  const double transfer = waiting.comm_exposed - wait;
+  if (ex.scaling) {
+    const ScalingPart* top = nullptr;
+    for (const ScalingPart& p : ex.scaling->parts) {
+      if (!top || p.speedup > top->speedup) top = &p;
+    }
+    ex.cause = cause_of_part(top->name);
+    ex.cause_text =
+        format("%s costs the most of the speed-up: %.2fx of the %.2fx missing", top->name.c_str(),
+               top->speedup, ex.scaling->ideal - ex.scaling->speedup);
+  } else {
+    struct Candidate {
+      const char* cause;
+      double share;
+      double notable;
+    };
+    const Candidate candidates[] = {
+        {"straggler", share(wait, waiting_total), 0.0},
+        {"communication", share(transfer, waiting_total), kCommExposedNotable},
+        {"data", share(mean.data_wait, total), kDataWaitNotable},
+        {"evaluation", share(mean.evaluation, total), kRepeatedNotable},
+        {"checkpoint", share(mean.checkpoint, total), kRepeatedNotable},
+        {"other", share(mean.other, total), kRepeatedNotable},
+    };
+    const Candidate* top = nullptr;
+    for (const Candidate& c : candidates) {
+      if (c.share <= 0 || c.share < c.notable) continue;
+      if (std::string_view(c.cause) == "straggler" && !s.straggler) continue;
+      if (!top || c.share > top->share) top = &c;
+    }
+    if (top) {
+      ex.cause = top->cause;
+      ex.cause_text = format("%s takes %.1f%% of training", top->cause, 100 * top->share);
+    } else {
+      ex.cause = "compute";
+      ex.cause_text = format("forward+backward+optimizer take %.1f%% of training", pct(compute));
+    }
+  }
+  out += format("\nVerdict: %s (%s).\n", ex.cause.c_str(), ex.cause_text.c_str());
+
+  // What would help, each from the figures above it, with what it would save.
+  std::vector<Advice>& advice = ex.advice;
+  const std::string wire = leaf(report, "comm.wire_dtype");
+  const bool away = s.straggler && s.straggler->kind == "away";
+  if (s.straggler) {
+    const Straggler& g = *s.straggler;
+    if (away) {
+      advice.push_back(Advice{
+          "rank_host", g.seconds_cost,
+          format("Rank %d was absent for whole steps (%lld steps late by more than a median "
+                 "step): something else takes its device or host in slices. Find what runs beside "
+                 "it; that would save up to %.2f s (%.1f%%). Moving samples off it does not help a "
+                 "rank that is absent (data.balance auto backs off), and a faster wire or "
+                 "compression cannot shorten a wait for a rank that is not there.",
+                 g.rank, static_cast<long long>(g.steps_away), g.seconds_cost,
+                 pct_waiting(g.seconds_cost))});
+    } else {
+      // What it spends longer on than the others: where its lateness comes from.
+      const RankRecord* slow = nullptr;
+      for (const RankRecord& r : s.ranks) {
+        if (r.rank == g.rank) slow = &r;
+      }
+      std::string_view part_name;
+      double excess = 0;
+      for (const auto& [name, part] : kBreakdownParts) {
+        if (name != "data_wait" && name != "forward" && name != "backward" && name != "optimizer")
+          continue;
+        const double more = slow ? (*slow->breakdown).*part - waiting.*part : 0;
+        if (more > excess) {
+          excess = more;
+          part_name = name;
+        }
+      }
+      std::string where;
+      if (!part_name.empty()) {
+        where = format(" Its %s is %.2f s longer than the others'.", std::string(part_name).c_str(),
+                       excess);
+      }
+      if (part_name == "data_wait") {
+        where += format(
+            " More loader threads (data.num_workers is %s) or a faster disk there "
+            "would take that away.",
+            leaf(report, "data.num_workers").c_str());
+      }
+      const bool auto_on = s.balance && s.balance->mode == "auto";
+      advice.push_back(Advice{
+          "data.balance", g.seconds_cost,
+          format("Rank %d is slower at every step: balance the ranks' work or look at rank %d's "
+                 "machine; removing its lateness would save up to %.2f s (%.1f%%).%s %s",
+                 g.rank, g.rank, g.seconds_cost, pct_waiting(g.seconds_cost), where.c_str(),
+                 auto_on ? "data.balance auto is on and left it this late: data.balance weights "
+                           "can give it a smaller share."
+                         : "data.balance auto (with data.global_batch_size) moves samples off a "
+                           "rank that is slower at every step.")});
+    }
+  }
+  const double busy = mean_busy_of_the_waiting(s);
+  const double transfer_busy = std::max(0.0, busy - wait);
+  if (share(transfer, waiting_total) >= kCommExposedNotable) {
+    auto offer = [&](const std::string& action, double factor, const std::string& why) {
+      const double after = predicted_transfer(transfer_busy, transfer, factor);
+      const double saves = transfer - after;
+      if (saves <= 0.01 * waiting_total) return;
+      advice.push_back(Advice{
+          action, saves,
+          format("%s: exposed communication %.2f s -> %.2f s, saving %.2f s (%.1f%%) (the "
+                 "collectives' busy time %.2f s scaled by %.2f, backward hiding the %.2f s it "
+                 "hides now).",
+                 why.c_str(), transfer, after, saves, pct_waiting(saves), transfer_busy, factor,
+                 std::max(0.0, transfer_busy - transfer))});
+    };
+    if (wire == "f32" && !s.compression) {
+      offer("comm.wire_dtype=bf16", 0.5, "comm.wire_dtype bf16 sends half the bytes");
+    }
+    const int world = static_cast<int>(s.ranks.size());
+    double bytes = 0, buckets = 0;
+    for (const RankRecord& r : s.ranks) {
+      bytes += static_cast<double>(r.comm_bytes) / world;
+      buckets += static_cast<double>(r.comm_buckets) / world;
+    }
+    if (bench && buckets > 0) {
+      const double per_bucket = bytes / buckets;
+      const BenchFigure* now = nearest_figure(*bench, s.env.backend, per_bucket);
+      const double achieved = achieved_busbw_gbps(s.ranks[0], world);
+      const double now_busbw = now ? now->busbw_gbps : achieved;
+      std::string best_backend;
+      double best_busbw = 0;
+      for (const BenchFigure& f : bench->results) {
+        if (f.backend == s.env.backend) continue;
+        const BenchFigure* g = nearest_figure(*bench, f.backend, per_bucket);
+        if (g && g->busbw_gbps > best_busbw) {
+          best_busbw = g->busbw_gbps;
+          best_backend = f.backend;
+        }
+      }
+      if (now_busbw > 0 && best_busbw > now_busbw) {
+        offer("comm.backend=" + best_backend, now_busbw / best_busbw,
+              format("comm.backend %s measured %.3f GB/s against %s's %.3f GB/s at this bucket "
+                     "size in %s",
+                     best_backend.c_str(), best_busbw, s.env.backend.c_str(), now_busbw,
+                     bench->path.c_str()));
+      }
+      const BenchFigure* larger = nearest_figure(*bench, s.env.backend, 4 * per_bucket);
+      if (now && larger && larger->bytes > now->bytes && larger->busbw_gbps > now->busbw_gbps) {
+        offer("comm.bucket_mb", now->busbw_gbps / larger->busbw_gbps,
+              format("buckets 4x larger (comm.bucket_mb is %s): %s measured %.3f GB/s at %.2f MB "
+                     "against %.3f GB/s at %.2f MB in %s",
+                     leaf(report, "comm.bucket_mb").c_str(), s.env.backend.c_str(),
+                     larger->busbw_gbps, static_cast<double>(larger->bytes) / 1e6, now->busbw_gbps,
+                     static_cast<double>(now->bytes) / 1e6, bench->path.c_str()));
+      }
+    }
+    if (!s.compression) {
+      advice.push_back(Advice{
+          "comm.compression=powersgd", transfer,
+          format("comm.compression powersgd sends low-rank factors instead of the gradients: it "
+                 "saves up to the %.2f s of exposed transfer (%.1f%%); how much depends on the "
+                 "layers' shapes and powersgd_rank (bench/ddp/compression.sh measures it).",
+                 transfer, pct_waiting(transfer))});
+    }
+    if (!bench) {
+      advice.push_back(Advice{
+          "bench", 0,
+          "partrain bench allreduce --json on these hosts, given to explain --bench, would say "
+          "what another backend or larger buckets (comm.bucket_mb is " +
+              leaf(report, "comm.bucket_mb") + ") would save."});
+    }
+  } else if (s.straggler && share(waiting.comm_exposed, waiting_total) >= kCommExposedNotable) {
+    advice.push_back(Advice{
+        "none", 0,
+        format("Exposed communication is %.1f%% of training, but %.1f%% of it is the wait for "
+               "rank %d: the transfer itself is %.1f%%, so a faster wire would not help before the "
+               "straggler is fixed.",
+               pct_waiting(waiting.comm_exposed), pct_waiting(wait), s.straggler->rank,
+               pct_waiting(transfer))});
   }
   const RankRecord* hungriest = nullptr;
   for (const RankRecord& r : s.ranks) {
@@ -207,34 +593,69 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace,
       hungriest = &r;
     }
   }
-  if (hungriest) {
+  // A straggler slow for its data wait has been told so above.
+  if (hungriest && !(s.straggler && !away && hungriest->rank == s.straggler->rank)) {
     const double data_share = share(hungriest->breakdown->data_wait, hungriest->breakdown->total());
     if (data_share >= kDataWaitNotable) {
-      advice.push_back(
+      advice.push_back(Advice{
+          "data.num_workers", hungriest->breakdown->data_wait,
           format("Rank %d waited for data %.1f%% of its training: more loader threads would help "
-                 "(data.num_workers is %s).",
-                 hungriest->rank, 100.0 * data_share, leaf(report, "data.num_workers").c_str()));
+                 "(data.num_workers is %s), saving up to %.2f s.",
+                 hungriest->rank, 100.0 * data_share, leaf(report, "data.num_workers").c_str(),
+                 hungriest->breakdown->data_wait)});
     }
   }
-  if (s.straggler) {
-    advice.push_back(format(
-        "Balance the ranks' work or look at rank %d's machine: removing its lateness would save "
-        "up to %.2f s (%.1f%%).",
-        s.straggler->rank, s.straggler->seconds_cost, pct(s.straggler->seconds_cost)));
-  }
   if (share(mean.optimizer, total) >= kOptimizerNotable) {
-    advice.push_back(
-        format("The optimizer takes %.1f%% of training: a fused or cheaper optimizer "
-               "step would help.",
-               pct(mean.optimizer)));
+    advice.push_back(Advice{"optimizer", 0,
+                            format("The optimizer takes %.1f%% of training: a fused or cheaper "
+                                   "optimizer step would help.",
+                                   pct(mean.optimizer))});
+  }
+  if (ex.scaling) {
+    for (const ScalingPart& p : ex.scaling->parts) {
+      if (p.speedup < 0.05 * ex.scaling->ideal) continue;
+      if (p.name == "compute") {
+        const RankRecord& r0 = s.ranks[0];
+        if (oversubscribed(r0)) {
+          advice.push_back(
+              Advice{"train.threads", p.seconds,
+                     format("The ranks ask for more threads than their host has cores (%s): "
+                            "train.threads %d would stop them contending; compute per sample costs "
+                            "%.2fx (%.2f s) of the speed-up now.",
+                            host_words(r0).c_str(), std::max(1, r0.host_cores / r0.ranks_on_host),
+                            p.speedup, p.seconds)});
+        } else {
+          advice.push_back(Advice{
+              "measure", 0,
+              format("Compute per sample is slower than the baseline's (%.2fx of the speed-up, "
+                     "%.2f s): the smaller batch per rank or the ranks' sharing of the host's "
+                     "memory and caches. A baseline at the per-rank batch (partrain run CONFIG "
+                     "--set strategy=single --set data.batch_size=%d) would tell the two apart.",
+                     p.speedup, p.seconds, report.batch_size)});
+        }
+      } else if (p.name == "optimizer") {
+        advice.push_back(Advice{
+            "data.batch_size", 0,
+            format("Every rank takes the whole optimizer step (%.2fx of the speed-up, %.2f s): "
+                   "larger batches per rank take it less often per image.",
+                   p.speedup, p.seconds)});
+      } else if (p.name == "evaluation" || p.name == "startup" || p.name == "checkpoint") {
+        advice.push_back(Advice{
+            "none", 0,
+            format("%s costs %.2fx of the speed-up (%.2f s) that more devices do not shorten: a "
+                   "longer run spreads it over more images.",
+                   p.name.c_str(), p.speedup, p.seconds)});
+      }
+    }
   }
   if (advice.empty()) {
-    advice.push_back(format(
-        "Nothing beside the computation stands out: forward+backward+optimizer are %.1f%%, so "
-        "a faster device or a smaller model is what would speed this run up.",
-        pct(compute)));
+    advice.push_back(Advice{
+        "none", 0,
+        format("Nothing beside the computation stands out: forward+backward+optimizer are "
+               "%.1f%%, so a faster device or a smaller model is what would speed this run up.",
+               pct(compute))});
   }
-  for (const auto& a : advice) out += a + "\n";
+  for (const Advice& a : advice) out += a.text + "\n";
 
   if (trace && trace->allreduces > 0) {
     const double per_span_ms = trace->allreduce_us / static_cast<double>(trace->allreduces) / 1e3;
@@ -250,7 +671,47 @@ std::string explain_run(const RunReport& report, const TraceSummary* trace,
   } else if (trace) {
     out += "Trace: no allreduce spans (single process, or no step in the traced window).\n";
   }
-  return out;
+  return ex;
+}
+
+nlohmann::ordered_json explanation_to_json(const Explanation& ex, const RunReport& report) {
+  using Json = nlohmann::ordered_json;
+  Json j;
+  j["schema"] = "partrain.explain/1";
+  j["report"] = report.path;
+  j["verdict"] = Json{{"cause", ex.cause}, {"text", ex.cause_text}};
+  if (ex.straggler) {
+    j["straggler"] = straggler_to_json(ex.straggler);
+  } else {
+    j["straggler"] = nullptr;
+  }
+  if (ex.scaling) {
+    const Scaling& sc = *ex.scaling;
+    Json parts = Json::object(), figures = Json::object(), seconds = Json::object();
+    for (const ScalingPart& p : sc.parts) {
+      parts[p.name] = p.speedup;
+      seconds[p.name] = p.seconds;
+      figures[p.name] = p.figures;
+    }
+    j["scaling"] = Json{{"baseline", sc.baseline},
+                        {"speedup", sc.speedup},
+                        {"train_speedup", sc.train_speedup},
+                        {"ideal", sc.ideal},
+                        {"ideal_basis", sc.ideal_basis},
+                        {"gap", sc.ideal - sc.speedup},
+                        {"parts", parts},
+                        {"seconds", seconds},
+                        {"figures", figures}};
+  } else {
+    j["scaling"] = nullptr;
+  }
+  Json advice = Json::array();
+  for (const Advice& a : ex.advice) {
+    advice.push_back(
+        Json{{"action", a.action}, {"saves_seconds", a.saves_seconds}, {"text", a.text}});
+  }
+  j["advice"] = advice;
+  return j;
 }
 
 }  // namespace partrain

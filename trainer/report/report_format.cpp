@@ -188,7 +188,10 @@ Json straggler_to_json(const std::optional<Straggler>& s) {
   return Json{{"rank", s->rank},
               {"steps_last", s->steps_last},
               {"steps", s->steps},
-              {"seconds_cost", s->seconds_cost}};
+              {"seconds_cost", s->seconds_cost},
+              {"kind", s->kind},
+              {"steps_away", s->steps_away},
+              {"median_step_seconds", s->median_step_seconds}};
 }
 
 std::optional<Straggler> straggler_from_json(const JsonAt& j) {
@@ -200,6 +203,13 @@ std::optional<Straggler> straggler_from_json(const JsonAt& j) {
   s.steps = j["steps"].count();
   if (s.steps_last > s.steps) j["steps_last"].fail("is more than steps");
   s.seconds_cost = j["seconds_cost"].non_negative();
+  // kind, steps_away and median_step_seconds came later: absent, the rank was "slow".
+  if (j.has("kind")) {
+    s.kind = j["kind"].string();
+    if (s.kind != "slow" && s.kind != "away") j["kind"].fail("must be slow or away");
+  }
+  if (j.has("steps_away")) s.steps_away = j["steps_away"].count();
+  if (j.has("median_step_seconds")) s.median_step_seconds = j["median_step_seconds"].non_negative();
   return s;
 }
 
@@ -219,6 +229,11 @@ Json rank_to_json(const RankRecord& r) {
     j["comm_bytes"] = r.comm_bytes;
     j["comm_buckets"] = r.comm_buckets;
   }
+  if (r.threads > 0) {
+    j["threads"] = r.threads;
+    j["host_cores"] = r.host_cores;
+    j["ranks_on_host"] = r.ranks_on_host;
+  }
   if (r.breakdown) j["breakdown"] = breakdown_to_json(*r.breakdown);
   return j;
 }
@@ -236,6 +251,14 @@ RankRecord rank_from_json(const JsonAt& j) {
   r.comm_busy_seconds = j["comm_busy_seconds"].non_negative();
   if (j.has("comm_bytes")) r.comm_bytes = j["comm_bytes"].count();
   if (j.has("comm_buckets")) r.comm_buckets = j["comm_buckets"].count();
+  if (j.has("threads")) {
+    r.threads = j["threads"].integer();
+    r.host_cores = j["host_cores"].integer();
+    r.ranks_on_host = j["ranks_on_host"].integer();
+    if (r.threads < 1 || r.host_cores < 1 || r.ranks_on_host < 1) {
+      j["threads"].fail("threads, host_cores and ranks_on_host must each be at least 1");
+    }
+  }
   if (j.has("breakdown")) r.breakdown = breakdown_from_json(j["breakdown"]);
   return r;
 }

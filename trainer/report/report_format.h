@@ -118,18 +118,28 @@ struct RankRecord {
   // over comm_buckets bucket collectives. Absent (reports written before them): 0.
   std::int64_t comm_bytes = 0;
   std::int64_t comm_buckets = 0;
+  // Where it ran: its intra-op threads, the cores its host offers, and how many ranks of the
+  // run shared that host (what makes a speed-up ideal on CPU, and contention). Absent (reports
+  // written before them): 0.
+  int threads = 0;
+  int host_cores = 0;
+  int ranks_on_host = 0;
   std::optional<Breakdown> breakdown;  // absent in reports written before it existed
 };
 
-// The rank that arrived last at the steps' first gradient allreduce most often, when it held
-// the others up enough to matter (see straggler.h for the rule). seconds_cost: over the steps
-// it was last, how much later it arrived than the rank before it, i.e. the wall time the run
-// lost waiting for it.
+// The rank whose lateness cost the others the most time at the steps' first gradient
+// allreduce, when that cost matters (see straggler.h for the rule). seconds_cost: over the
+// steps it was last, how much later it arrived than the rank before it, i.e. the wall time
+// the run lost waiting for it. kind: "slow" (later at every step) or "away" (gone for whole
+// steps: most of its cost came from steps it was later than a median step takes).
 struct Straggler {
   int rank = 0;
   std::int64_t steps_last = 0;
   std::int64_t steps = 0;  // steps with an arrival from every rank
   double seconds_cost = 0;
+  std::string kind = "slow";
+  std::int64_t steps_away = 0;     // steps it was late by more than median_step_seconds
+  double median_step_seconds = 0;  // between two steps' first arrivals; 0: not measured
 };
 
 std::string os_name();  // "linux", "windows", "macos": what this binary was built for
