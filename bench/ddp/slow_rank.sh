@@ -2,7 +2,8 @@
 # One rank slowed from outside: the 2-rank CPU run (cifar100_synth_w16.yaml) once as it is and
 # once with rank 1's worker stopped for half of every period (SIGSTOP, then SIGCONT after
 # SLOW_MS of every 2 x SLOW_MS), as a GPU shared with another job or a throttled laptop would
-# be. Prints per contender training images/s over the run and over its last epoch (once
+# be. SLOW_PERIOD_MS and SLOW_DUTY (per cent of the period stopped) set another cycle: rank 1
+# away 60 ms of every 100 ms is SLOW_PERIOD_MS=100 SLOW_DUTY=60. Prints per contender training images/s over the run and over its last epoch (once
 # data.balance auto has settled), the final train loss, the split at the end and report.json's
 # straggler record, and what `partrain explain` says of each run.
 #
@@ -30,11 +31,13 @@ set -euo pipefail
 prepare slow_rank
 CONTENDERS=${CONTENDERS:-even even+slow}
 SLOW_MS=${SLOW_MS:-50}
+SLOW_PERIOD_MS=${SLOW_PERIOD_MS:-$((2 * SLOW_MS))}
+SLOW_DUTY=${SLOW_DUTY:-50}
 SLOW_MODE=${SLOW_MODE:-stop}
 EPOCHS=${EPOCHS:-3}
 read -ra contenders <<< "$CONTENDERS"
 case $SLOW_MODE in
-  stop) how="rank 1 stopped ${SLOW_MS} ms of every $((2 * SLOW_MS)) ms" ;;
+  stop) how="rank 1 stopped $((SLOW_PERIOD_MS * SLOW_DUTY / 100)) ms of every ${SLOW_PERIOD_MS} ms" ;;
   share) how="rank 1 sharing CPU 1 with a busy loop, rank 0 alone on CPU 0" ;;
   *) echo "SLOW_MODE is stop or share, not $SLOW_MODE" >&2; exit 2 ;;
 esac
@@ -54,17 +57,18 @@ worker_of() {
 # throttle LAUNCHER: stops and continues rank 1 in a duty cycle while the launcher lives; at
 # most 20 minutes (the bound of the loop), and it leaves the worker running.
 throttle() {
-  local launcher=$1 worker="" half cycles=0 max_cycles
-  half=$(awk "BEGIN { print $SLOW_MS / 1000 }")
-  max_cycles=$((1200 * 1000 / (2 * SLOW_MS)))
+  local launcher=$1 worker="" stopped running cycles=0 max_cycles
+  stopped=$(awk "BEGIN { print $SLOW_PERIOD_MS * $SLOW_DUTY / 100 / 1000 }")
+  running=$(awk "BEGIN { print $SLOW_PERIOD_MS * (100 - $SLOW_DUTY) / 100 / 1000 }")
+  max_cycles=$((1200 * 1000 / SLOW_PERIOD_MS))
   while kill -0 "$launcher" 2>/dev/null && (( cycles++ < max_cycles )); do
     [[ -n $worker ]] || worker=$(worker_of "$launcher" 1)
     if [[ -n $worker ]]; then
       kill -STOP "$worker" 2>/dev/null || true
-      sleep "$half"
+      sleep "$stopped"
       kill -CONT "$worker" 2>/dev/null || true
     fi
-    sleep "$half"
+    sleep "$running"
   done
 }
 

@@ -189,6 +189,44 @@ TEST(AutoBalance, UndoesAMoveThatDidNotMakeTheStepsFaster) {
   EXPECT_EQ(again->shares, speed_shares(256, rates));
 }
 
+// Where no split makes the steps faster (a rank away for whole steps in slices), each move is
+// taken back and the windows that only measure double after each undo in a row (2, 4, 8, ...
+// up to the cap), so the tries die out.
+TEST(AutoBalance, BacksOffAfterEachMoveThatDidNotPay) {
+  AutoBalanceOptions options;
+  options.warmup_steps = 0;
+  options.window_steps = 1;
+  options.smoothing = 1.0;
+  options.windows_after_undo = 2;
+  options.max_windows_after_undo = 8;
+  AutoBalance balance({128, 128}, options);
+  const std::vector<double> rates{0.001, 0.002};  // the speed split promises a gain
+  std::int64_t step = 0;
+  // Observes windows until the split changes; returns the change and how many windows it took.
+  auto until_change = [&](double step_seconds) {
+    for (int windows = 1; windows <= 100; ++windows) {
+      if (auto change = balance.observe(++step, rates, {}, step_seconds)) {
+        return std::make_pair(*change, windows);
+      }
+    }
+    ADD_FAILURE() << "no change in 100 windows";
+    return std::make_pair(BalanceChange{}, 0);
+  };
+  // Steps take 0.1 s under either split: every move is undone. Quiet windows after the k-th
+  // undo: 2, 4, 8, 8 (the cap); the move comes in the window after them.
+  std::vector<int> waits;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto [move, before_move] = until_change(0.1);
+    ASSERT_FALSE(move.undo) << trial;
+    if (trial > 0) waits.push_back(before_move);
+    const auto [undo, before_undo] = until_change(0.1);
+    ASSERT_TRUE(undo.undo) << trial;
+    EXPECT_EQ(before_undo, 1) << trial;  // judged on the first window under the move
+    EXPECT_EQ(balance.shares(), (Shares{128, 128}));
+  }
+  EXPECT_EQ(waits, (std::vector<int>{3, 5, 9, 9}));
+}
+
 // A move whose steps got faster stays, and so does one whose steps were not measured; one
 // slow step in a window (a checkpoint written, say) does not move the median. Half-way moves
 // are not judged.

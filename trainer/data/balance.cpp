@@ -160,9 +160,11 @@ AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions op
       running_sums_(shares_.size(), 0.0) {
   PARTRAIN_CHECK(
       !shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0 &&
-          options_.windows_after_undo >= 0,
+          options_.windows_after_undo >= 0 &&
+          options_.max_windows_after_undo >= options_.windows_after_undo,
       UsageError,
-      "auto balance: needs ranks, a window of >= 1 step, warm-up and quiet windows >= 0");
+      "auto balance: needs ranks, a window of >= 1 step, warm-up and quiet windows >= 0, and a "
+      "cap on the quiet windows no smaller than their start");
 }
 
 std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
@@ -229,7 +231,13 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
       moved_ = false;
       estimates_.clear();
       running_.clear();
-      quiet_windows_ = options_.windows_after_undo;
+      // Doubled for each undo in a row: 2, 4, 8, ... windows, at most the cap (the shift is
+      // bounded so that it cannot overflow).
+      const int doublings = std::min(undone_in_a_row_, 16);
+      quiet_windows_ = static_cast<int>(std::min<std::int64_t>(
+          static_cast<std::int64_t>(options_.windows_after_undo) << doublings,
+          options_.max_windows_after_undo));
+      ++undone_in_a_row_;
       return change;
     }
   }

@@ -78,8 +78,10 @@ struct AutoBalanceOptions {
   // slowed from outside (stopped part of the time) measures noisily over a few steps.
   double smoothing = 0.5;
   // Windows after an undone move that only measure (they make fresh estimates); bounds how often
-  // a move can be tried and taken back.
+  // a move can be tried and taken back. Each undo in a row doubles them, up to the cap, so
+  // where no split makes the steps faster (a rank away in slices) the tries die out.
   int windows_after_undo = 2;
+  int max_windows_after_undo = 256;
 };
 
 // One change of the split, for the log line and report.json.
@@ -132,7 +134,8 @@ class AutoBalance {
   int skip_ = 0;        // warm-up steps still to ignore
   bool moved_ = false;  // whether the split has moved yet
   int measured_ = 0;
-  int quiet_windows_ = 0;  // windows still to only measure (after an undo)
+  int quiet_windows_ = 0;    // windows still to only measure (after an undo)
+  int undone_in_a_row_ = 0;  // first moves taken back so far (a kept one is never judged)
   // The move not judged yet, with what to go back to.
   struct Trial {
     std::vector<std::int64_t> shares_before;
