@@ -233,6 +233,59 @@ TEST(TwoHostsBalance, AutoMovesSamplesOffASlowRankOnTheOtherHost) {
                      single_process_losses(dir / "single", "hierarchical", 3, 1, train));
 }
 
+// What `partrain explain` predicts a bf16 wire would make of the exposed transfer holds for a
+// run made that way: two hosts, one rank each, over a 100 Mbit/s link in each direction, an
+// MLP whose 3.3 MB of gradients take about a quarter second a step there while its compute
+// takes a few milliseconds. explain --json on the f32 run offers comm.wire_dtype=bf16 with the
+// transfer it predicts; the bf16 run's transfer (explain --json's communication figures) must
+// come within 15 % of it.
+TEST(TwoHostsExplain, TheWirePredictionHoldsForARunMadeThatWay) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  // A burst of 32 KB (the least tbf takes at this rate is 12.5 KB): with the default 256 KB
+  // each step's first 256 KB would go out at once, a fixed saving that halving the bytes does
+  // not halve (measured: bf16's transfer 0.44x of f32's, not 0.5x).
+  ASSERT_TRUE(hosts.limit_rate(0, "100mbit", "32kb") && hosts.limit_rate(1, "100mbit", "32kb"))
+      << "tc (tbf) could not limit the hosts' links";
+  auto dir = scratch("two_hosts_explain");
+  const auto config = small_config(dir, 1);
+  auto overrides = small_overrides("asio-ring", 16 * 2 * 12);  // twelve steps
+  overrides.insert(overrides.end(), {"--set", "model.name=mlp", "--set", "model.width=256", "--set",
+                                     "comm.timeout_s=60", "--set", "observe.tensorboard=false"});
+  auto explain_json = [&](const fs::path& output, const std::string& tag) {
+    const Result r = partrain("explain " + (output / "report.json").string() + " --json",
+                              dir / ("explain-" + tag));
+    EXPECT_EQ(r.code, 0) << r.output;
+    return Json::parse(r.output);
+  };
+  auto run_with = [&](const std::string& wire, int port) {
+    auto with = overrides;
+    with.insert(with.end(), {"--set", "comm.wire_dtype=" + wire});
+    auto runs = start_on_hosts(hosts, dir / wire, config, hosts.address(0), port, "1", with);
+    EXPECT_EQ(finish(runs, std::chrono::seconds(180)), (std::vector<int>{0, 0})) << logs(runs);
+    fs::create_directories(dir / ("explain-" + wire));
+    return explain_json(runs[0].output, wire);
+  };
+  fs::create_directories(dir / "f32");
+  fs::create_directories(dir / "bf16");
+  const Json f32 = run_with("f32", kPortBase + 70);
+  const Json* offer = nullptr;
+  for (const Json& a : f32["advice"]) {
+    if (a["action"] == "comm.wire_dtype=bf16") offer = &a;
+  }
+  ASSERT_NE(offer, nullptr) << "no bf16 advice for a run bound by its link:\n" << f32.dump(2);
+  ASSERT_TRUE(offer->contains("predicted")) << offer->dump(2);
+  const double predicted = (*offer)["predicted"]["after_seconds"].get<double>();
+  EXPECT_NEAR((*offer)["predicted"]["now_seconds"].get<double>(),
+              f32["communication"]["transfer_seconds"].get<double>(), 1e-9);
+  const Json bf16 = run_with("bf16", kPortBase + 71);
+  const double measured = bf16["communication"]["transfer_seconds"].get<double>();
+  std::printf("exposed transfer: f32 %.3f s, predicted with bf16 %.3f s, measured %.3f s\n",
+              f32["communication"]["transfer_seconds"].get<double>(), predicted, measured);
+  ASSERT_GT(measured, 0) << bf16.dump(2);
+  EXPECT_LT(std::abs(predicted - measured), 0.15 * measured) << f32.dump(2) << "\n" << bf16.dump(2);
+}
+
 // The hosts share no filesystem (each has its own --output), so only host 0 holds the
 // checkpoint. The second command resumes both hosts from it, at the same epoch, and the two
 // halves together train exactly what one process trains in one go.

@@ -149,10 +149,12 @@ class NetnsHosts {
     return run("ip -n " + name(host) + " link set eth0 " + (up ? "up" : "down"));
   }
 
-  // Limits host `host`'s egress with a token bucket (rate like "1gbit", "200mbit").
-  bool limit_rate(int host, const std::string& rate) const {
+  // Limits host `host`'s egress with a token bucket (rate like "1gbit", "200mbit"). The
+  // bucket's burst goes out at the NIC's speed after the link was idle: a test that holds
+  // transfer times to bytes asks for a small one.
+  bool limit_rate(int host, const std::string& rate, const std::string& burst = "256kb") const {
     return run("ip netns exec " + name(host) + " tc qdisc replace dev eth0 root tbf rate " + rate +
-               " burst 256kb latency 50ms");
+               " burst " + burst + " latency 50ms");
   }
 
   // Process ids running inside host `host`.

@@ -508,6 +508,9 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
   }
   const double busy = mean_busy_of_the_waiting(s);
   const double transfer_busy = std::max(0.0, busy - wait);
+  ex.traffic = Traffic{
+      waiting.comm_exposed, wait, transfer, busy,
+      s.ranks.size() > 1 ? achieved_busbw_gbps(s.ranks[0], static_cast<int>(s.ranks.size())) : 0.0};
   if (share(transfer, waiting_total) >= kCommExposedNotable) {
     auto offer = [&](const std::string& action, double factor, const std::string& why) {
       const double after = predicted_transfer(transfer_busy, transfer, factor);
@@ -519,7 +522,8 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
                  "collectives' busy time %.2f s scaled by %.2f, backward hiding the %.2f s it "
                  "hides now).",
                  why.c_str(), transfer, after, saves, pct_waiting(saves), transfer_busy, factor,
-                 std::max(0.0, transfer_busy - transfer))});
+                 std::max(0.0, transfer_busy - transfer)),
+          "communication", transfer, after});
     };
     if (wire == "f32" && !s.compression) {
       offer("comm.wire_dtype=bf16", 0.5, "comm.wire_dtype bf16 sends half the bytes");
@@ -685,6 +689,11 @@ nlohmann::ordered_json explanation_to_json(const Explanation& ex, const RunRepor
   } else {
     j["straggler"] = nullptr;
   }
+  j["communication"] = Json{{"exposed_seconds", ex.traffic.exposed_seconds},
+                            {"straggler_wait_seconds", ex.traffic.straggler_wait_seconds},
+                            {"transfer_seconds", ex.traffic.transfer_seconds},
+                            {"busy_seconds", ex.traffic.busy_seconds},
+                            {"busbw_gbps", ex.traffic.busbw_gbps}};
   if (ex.scaling) {
     const Scaling& sc = *ex.scaling;
     Json parts = Json::object(), figures = Json::object(), seconds = Json::object();
@@ -707,8 +716,12 @@ nlohmann::ordered_json explanation_to_json(const Explanation& ex, const RunRepor
   }
   Json advice = Json::array();
   for (const Advice& a : ex.advice) {
-    advice.push_back(
-        Json{{"action", a.action}, {"saves_seconds", a.saves_seconds}, {"text", a.text}});
+    Json one{{"action", a.action}, {"saves_seconds", a.saves_seconds}, {"text", a.text}};
+    if (!a.part.empty()) {
+      one["predicted"] = Json{
+          {"part", a.part}, {"now_seconds", a.now_seconds}, {"after_seconds", a.after_seconds}};
+    }
+    advice.push_back(one);
   }
   j["advice"] = advice;
   return j;

@@ -72,11 +72,28 @@ struct Scaling {
 Scaling decompose_speedup(const RunReport& run, const RunReport& baseline);
 
 // One suggestion: the setting or action, what it would save (seconds of wall time; 0 where
-// the report cannot say) and the sentence.
+// the report cannot say) and the sentence. Where it predicts what one measured part becomes
+// (the exposed transfer, for a wire, backend or bucket size), `part` names it with its
+// seconds now and after: a run made that way can be held against `after_seconds`.
 struct Advice {
   std::string action;
   double saves_seconds = 0;
   std::string text;
+  std::string part;
+  double now_seconds = 0;
+  double after_seconds = 0;
+};
+
+// The gradient traffic as the ranks that waited saw it (all ranks without a straggler), in
+// seconds a rank over the run: the wait for gradients after backward (`exposed`), the part of
+// it spent waiting for the straggler, the rest (`transfer`, what a faster wire shortens), the
+// time the communication thread spent in the collectives, and the busbw that made.
+struct Traffic {
+  double exposed_seconds = 0;
+  double straggler_wait_seconds = 0;
+  double transfer_seconds = 0;
+  double busy_seconds = 0;
+  double busbw_gbps = 0;
 };
 
 struct Explanation {
@@ -85,6 +102,7 @@ struct Explanation {
   std::string cause_text;
   std::optional<Straggler> straggler;
   std::optional<Scaling> scaling;
+  Traffic traffic;
   std::vector<Advice> advice;
   std::string text;  // what `partrain explain` prints
 };
@@ -102,8 +120,11 @@ inline std::string explain_run(const RunReport& report, const TraceSummary* trac
 }
 
 // `explain --json`: {"schema": "partrain.explain/1", "report", "verdict": {"cause", "text"},
-// "straggler": null or {...}, "scaling": null or {"speedup", "train_speedup", "ideal", "gap",
-// "parts": {name: speed-up units}, "figures": {name: words}, ...}, "advice": [...]}.
+// "straggler": null or {...}, "communication": {"exposed_seconds", "straggler_wait_seconds",
+// "transfer_seconds", "busy_seconds", "busbw_gbps"}, "scaling": null or {"speedup",
+// "train_speedup", "ideal", "gap", "parts": {name: speed-up units}, "figures": {name: words},
+// ...}, "advice": [{"action", "saves_seconds", "text", and with a prediction "predicted":
+// {"part", "now_seconds", "after_seconds"}}]}.
 nlohmann::ordered_json explanation_to_json(const Explanation& explanation, const RunReport& report);
 
 }  // namespace partrain
