@@ -13,7 +13,8 @@
 //   2. learns the host layout                                    (exchange_host_layout)
 //   3. numbers its communicator                                  (make_communicator's add)
 //   4. publishes its ring address, reads its right neighbour's   (asio-ring's transport)
-//   5. passes a store barrier                                    (store_barrier)
+//   5. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
+//   6. passes a store barrier                                    (store_barrier)
 #include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +49,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/temp_dir.h"
+#include "trainer/observe/clock_sync.h"
 
 namespace partrain::cli {
 
@@ -66,7 +68,8 @@ constexpr std::uint64_t kFdsSpare = 64;
 constexpr int kMaxRanksPerChild = 1024;
 constexpr auto kGatePoll = std::chrono::milliseconds(1);
 // The five steps of the file comment, by the names the report gives them.
-constexpr const char* kPhases[] = {"connect", "layout", "numbering", "addresses", "barrier"};
+constexpr const char* kPhases[] = {"connect",   "layout", "numbering",
+                                   "addresses", "clocks", "barrier"};
 constexpr std::size_t kPhaseCount = std::size(kPhases);
 using PhaseEnds = std::array<std::atomic<std::int64_t>, kPhaseCount>;
 
@@ -126,8 +129,12 @@ void join_as_rank(int port, int rank, int world, std::chrono::milliseconds timeo
              std::vector<std::uint8_t>(mine.begin(), mine.end()));
   store->get(comm::ring_address_key(prefix, (rank + 1) % world));
   mark(ends[3]);
-  comm::store_barrier(*store, "bench/joined", rank, world, timeout);
+  estimate_clock_offset(*store, rank, world, kClockRounds, [] {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  });
   mark(ends[4]);
+  comm::store_barrier(*store, "bench/joined", rank, world, timeout);
+  mark(ends[5]);
 }
 
 // `bench rendezvous --join`: plays ranks first..first+count-1 as threads.

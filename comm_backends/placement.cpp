@@ -187,13 +187,14 @@ CommError layout_wait_failed(Store& store, const std::string& prefix, int first,
       timed_out.what());
 }
 
-// Waits for keys published by the ranks in [first, last); on a timeout, a CommError naming
-// those of them that never published their host, or else `leaders` (the ranks whose group
-// value is missing).
-void wait_for(Store& store, const std::string& prefix, const std::vector<std::string>& keys,
-              int first, int last, const std::string& leaders) {
+// The values of keys published by the ranks in [first, last), once all are there (one
+// round trip on the tcp store); on a timeout, a CommError naming those of the ranks that
+// never published their host, or else `leaders` (the ranks whose group value is missing).
+std::vector<std::vector<std::uint8_t>> get_all(Store& store, const std::string& prefix,
+                                               const std::vector<std::string>& keys, int first,
+                                               int last, const std::string& leaders) {
   try {
-    store.wait(keys, store.timeout());
+    return store.get_many(keys);
   } catch (const CommError& e) {
     throw layout_wait_failed(store, prefix, first, last,
                              "rank(s) " + leaders + " never published their group", e);
@@ -216,12 +217,11 @@ std::vector<std::string> gather_group(Store& store, const std::string& prefix, i
                                       const std::string& mine) {
   std::vector<std::string> keys;
   for (int r = first + 1; r < last; ++r) keys.push_back(host_key(prefix, r));
-  if (!keys.empty()) wait_for(store, prefix, keys, first + 1, last, "");
   std::vector<std::string> identities;
   identities.reserve(static_cast<std::size_t>(last - first));
   identities.push_back(mine);
-  for (const auto& key : keys) {
-    const auto theirs = store.get(key);
+  if (keys.empty()) return identities;
+  for (const auto& theirs : get_all(store, prefix, keys, first + 1, last, "")) {
     identities.emplace_back(theirs.begin(), theirs.end());
   }
   return identities;
@@ -260,12 +260,15 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
         keys.push_back(group_key(prefix, leader));
         leaders += (leaders.empty() ? "" : ", ") + std::to_string(leader);
       }
-      if (!keys.empty()) wait_for(store, prefix, keys, 0, size, leaders);
       identities.reserve(static_cast<std::size_t>(size));
-      for (int leader = fan_in; leader < size; leader += fan_in) {
-        decode_group(store.get(group_key(prefix, leader)),
-                     static_cast<std::size_t>(std::min(size, leader + fan_in) - leader),
-                     identities);
+      if (!keys.empty()) {
+        const auto groups = get_all(store, prefix, keys, 0, size, leaders);
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+          const int leader = static_cast<int>(g + 1) * fan_in;
+          decode_group(groups[g],
+                       static_cast<std::size_t>(std::min(size, leader + fan_in) - leader),
+                       identities);
+        }
       }
       HostLayout layout = group_by_host(identities);
       store.set(layout_key, encode_host_layout(layout));

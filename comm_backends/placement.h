@@ -34,9 +34,11 @@ HostLayout group_by_host(const std::vector<std::string>& identities);
 // Publishes this rank's host_identity() under prefix + rank and learns every rank's host
 // from one value, prefix + "layout", that rank 0 publishes. The hosts are gathered in two
 // levels: every `fan_in`-th rank collects its group's hosts into one value and rank 0
-// collects those, so the longest chain of requests is about 2*fan_in + 2*W/fan_in (rank 0's:
-// a wait and a read for each of its group, then for each group), not W. About 4W store requests for
-// a world of W, where each rank reading every other's would be W*W. Waits up to the store's timeout
+// collects those, each with one Store::get_many, so the longest chain is rank 0's four
+// requests on the tcp store (its own key, its group, the groups, the layout; a store without
+// a get many of its own asks key by key: about 2*fan_in + 2*W/fan_in). About 2W + 2W/fan_in
+// store requests for a world of W, where each rank reading every other's would be W*W. Waits
+// up to the store's timeout
 // (a CommError names the ranks that never published their host). A rank's answer never changes, so
 // repeating the exchange under one prefix is harmless. One rank alone asks nothing of the store.
 // `fan_in` 0 picks the default (kLayoutFanInMin, or sqrt(W) where that is larger); every rank must

@@ -60,20 +60,25 @@ void fuzz_store(const std::uint8_t* data, std::size_t size) {
     if (!stream.take(std::size_t{request.key_bytes} + request.value_bytes, body_bytes)) return;
     const std::vector<std::uint8_t> body(body_bytes,
                                          body_bytes + request.key_bytes + request.value_bytes);
-    std::uint32_t wait_ms = 0;
+    comm::StoreWait wait;
     const comm::StoreServed served =
-        comm::serve_store_request(table, request, body, response, wait_ms);
+        comm::serve_store_request(table, request, body, response, wait);
     if (served == comm::StoreServed::drop) return;
     if (served == comm::StoreServed::wait) {
-      // Parked: the key must be absent, and the answer it gets once set must be well formed.
-      const std::string key(body.begin(), body.begin() + request.key_bytes);
-      if (table.count(key) != 0) throw InvariantBroken("store: a wait parks on a present key");
-      const auto timed_out = comm::store_wait_answer(nullptr, false);
-      if (timed_out.size() != comm::kStoreResponseBytes || timed_out[0] != 2) {
+      // Parked: some key must be absent, and the answer it gets on a timeout well formed.
+      if (wait.keys.empty() || comm::first_missing(table, wait.keys) == wait.keys.size()) {
+        throw InvariantBroken("store: a wait parks with every key present");
+      }
+      const auto timed_out =
+          wait.many ? comm::store_many_timed_out(0) : comm::store_wait_answer(nullptr, false);
+      if (timed_out.size() != comm::kStoreResponseBytes + (wait.many ? 4 : 0) ||
+          timed_out[0] != 2) {
         throw InvariantBroken("store: a wait's timeout answer is malformed");
       }
       continue;
     }
+    if (!wait.keys.empty())
+      throw InvariantBroken("store: an answered request leaves keys to wait for");
     if (response.size() < comm::kStoreResponseBytes ||
         response.size() != comm::kStoreResponseBytes + response_length(response)) {
       throw InvariantBroken("store: response length field disagrees with the response");

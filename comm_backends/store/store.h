@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,20 @@ class Store {
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // Waits until every key exists, or throws CommError naming the missing ones.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // The values of every key, in order, once all exist (waiting up to the store's timeout);
+  // CommError naming a missing key on timeout. One round trip on the tcp store however many
+  // keys; this default asks for each in turn.
+  virtual std::vector<std::vector<std::uint8_t>> get_many(const std::vector<std::string>& keys) {
+    std::vector<std::vector<std::uint8_t>> values;
+    values.reserve(keys.size());
+    for (const auto& key : keys) values.push_back(get(key));
+    return values;
+  }
   virtual bool check(const std::vector<std::string>& keys) = 0;
+  // The store server's monotonic clock in nanoseconds, read in one round trip: a clock every
+  // rank can hold its own against at once (trainer/observe/clock_sync.h). Null for a store
+  // without a server (the file store).
+  virtual std::optional<std::int64_t> server_clock_ns() { return std::nullopt; }
   virtual std::chrono::milliseconds timeout() const = 0;
   // Changes the bound on every later request and wait (a failure trace shortens it, so an
   // unreachable store costs a grace period, not a whole timeout).

@@ -92,9 +92,74 @@ std::vector<std::uint8_t> store_wait_answer(const std::vector<std::uint8_t>* val
                : answer_bytes(StoreStatus::present, nullptr, 0);
 }
 
+std::size_t first_missing(const StoreTable& table, const std::vector<std::string>& keys,
+                          std::size_t from) {
+  while (from < keys.size() && table.count(keys[from]) != 0) ++from;
+  return from;
+}
+
+std::vector<std::uint8_t> store_many_timed_out(std::size_t missing) {
+  std::uint8_t index[4];
+  put_le<std::uint32_t>(index, static_cast<std::uint32_t>(missing));
+  return answer_bytes(StoreStatus::timed_out, index, sizeof(index));
+}
+
+std::vector<std::uint8_t> store_many_answer(const StoreTable& table,
+                                            const std::vector<std::string>& keys) {
+  std::size_t bytes = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    bytes += 4 + table.at(keys[i]).size();
+    if (bytes > kMaxValueBytes) {  // no client could take it: say where it overflowed
+      std::uint8_t index[4];
+      put_le<std::uint32_t>(index, static_cast<std::uint32_t>(i));
+      return answer_bytes(StoreStatus::absent, index, sizeof(index));
+    }
+  }
+  std::vector<std::uint8_t> response(kResponseBytes + bytes);
+  response[0] = static_cast<std::uint8_t>(StoreStatus::present);
+  put_le<std::uint32_t>(response.data() + 1, static_cast<std::uint32_t>(bytes));
+  std::uint8_t* out = response.data() + kResponseBytes;
+  for (const auto& key : keys) {
+    const std::vector<std::uint8_t>& value = table.at(key);
+    put_le<std::uint32_t>(out, static_cast<std::uint32_t>(value.size()));
+    if (!value.empty()) std::memcpy(out + 4, value.data(), value.size());
+    out += 4 + value.size();
+  }
+  return response;
+}
+
+namespace {
+
+// A get many's value: u32 timeout ms | u32 n | n x (u32 bytes | key). False when it does not
+// parse to exactly that, or a key is empty or too long.
+bool parse_many(const std::uint8_t* value, std::size_t bytes, std::string first, StoreWait& wait) {
+  if (bytes < 8) return false;
+  wait.ms = get_le<std::uint32_t>(value);
+  const std::uint32_t more = get_le<std::uint32_t>(value + 4);
+  // Each further key takes at least 5 bytes: a count past that is a lie, refused before any
+  // allocation it would cause.
+  if (more > (bytes - 8) / 5) return false;
+  wait.keys.clear();
+  wait.keys.reserve(std::size_t{more} + 1);
+  wait.keys.push_back(std::move(first));
+  std::size_t at = 8;
+  for (std::uint32_t i = 0; i < more; ++i) {
+    if (bytes - at < 4) return false;
+    const std::uint32_t length = get_le<std::uint32_t>(value + at);
+    at += 4;
+    if (length == 0 || length > kMaxKeyBytes || bytes - at < length) return false;
+    wait.keys.emplace_back(reinterpret_cast<const char*>(value + at), length);
+    at += length;
+  }
+  wait.many = true;
+  return at == bytes;
+}
+
+}  // namespace
+
 StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& request,
                                 const std::vector<std::uint8_t>& body,
-                                std::vector<std::uint8_t>& response, std::uint32_t& wait_ms) {
+                                std::vector<std::uint8_t>& response, StoreWait& wait) {
   if (body.size() != std::size_t{request.key_bytes} + request.value_bytes) {
     return StoreServed::drop;
   }
@@ -144,7 +209,28 @@ StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& req
         response = store_wait_answer(&it->second, (value[4] & kStoreWaitWantsValue) != 0);
         return StoreServed::answer;
       }
-      wait_ms = get_le<std::uint32_t>(value);
+      wait.ms = get_le<std::uint32_t>(value);
+      wait.keys = {key};
+      wait.many = false;
+      wait.wants_value = (value[4] & kStoreWaitWantsValue) != 0;
+      return StoreServed::wait;
+    }
+    case StoreCommand::clock: {
+      if (value_bytes != 0) return StoreServed::drop;
+      const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now().time_since_epoch())
+                           .count();
+      const auto encoded = encode_i64(now);
+      response = answer_bytes(StoreStatus::present, encoded.data(), encoded.size());
+      return StoreServed::answer;
+    }
+    case StoreCommand::get_many: {
+      if (!parse_many(value, value_bytes, key, wait)) return StoreServed::drop;
+      if (first_missing(table, wait.keys) == wait.keys.size()) {
+        response = store_many_answer(table, wait.keys);
+        wait.keys.clear();  // keys name what a parked request waits for, and this one is not
+        return StoreServed::answer;
+      }
       return StoreServed::wait;
     }
   }
@@ -215,13 +301,19 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
                      });
   }
 
-  // The key this connection waits for has been set: answer now.
+  // The key this connection waits for has been set: answer now, or, for a get many with
+  // keys still missing, wait for the next of them.
   void key_set(const std::string& key) override {
-    if (!waiting_ || key != wait_key_) return;
+    if (!waiting_ || key != wait_.keys[waiting_for_]) return;
+    waiting_for_ = first_missing(state_.data, wait_.keys, waiting_for_ + 1);
+    if (waiting_for_ < wait_.keys.size()) {
+      state_.waiters[wait_.keys[waiting_for_]].push_back(weak_from_this());
+      return;
+    }
     waiting_ = false;
     timer_.cancel();
-    const auto it = state_.data.find(key);
-    answer(store_wait_answer(&it->second, wants_value_));
+    answer(wait_.many ? store_many_answer(state_.data, wait_.keys)
+                      : store_wait_answer(&state_.data.find(key)->second, wait_.wants_value));
   }
 
  private:
@@ -280,12 +372,11 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
   }
 
   void serve() {
-    std::uint32_t wait_ms = 0;
-    switch (serve_store_request(state_.data, request_, body_, response_, wait_ms)) {
+    switch (serve_store_request(state_.data, request_, body_, response_, wait_)) {
       case StoreServed::drop:
         return close();
       case StoreServed::wait:
-        return park(wait_ms);
+        return park();
       case StoreServed::answer:
         break;
     }
@@ -296,18 +387,19 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     }
   }
 
-  // Waits for the key without polling: the set that makes it wakes this connection
-  // (State::key_set); the client's own timeout bounds the wait.
-  void park(std::uint32_t wait_ms) {
+  // Waits for the keys without polling: the set that makes the first missing one wakes this
+  // connection (State::key_set), which then waits for the next; the client's own timeout
+  // bounds the whole wait.
+  void park() {
     waiting_ = true;
-    wait_key_.assign(body_.begin(), body_.begin() + request_.key_bytes);
-    wants_value_ = (body_[request_.key_bytes + 4] & kStoreWaitWantsValue) != 0;
-    state_.waiters[wait_key_].push_back(weak_from_this());
-    timer_.expires_after(std::chrono::milliseconds(wait_ms));
+    waiting_for_ = first_missing(state_.data, wait_.keys);
+    state_.waiters[wait_.keys[waiting_for_]].push_back(weak_from_this());
+    timer_.expires_after(std::chrono::milliseconds(wait_.ms));
     timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
       if (ec || !self->waiting_) return;
       self->waiting_ = false;
-      self->answer(store_wait_answer(nullptr, false));
+      self->answer(self->wait_.many ? store_many_timed_out(self->waiting_for_)
+                                    : store_wait_answer(nullptr, false));
     });
     // A client sends nothing while it waits: a read that ends means it went away (or broke
     // the protocol), and the connection goes at once rather than at the wait's timeout.
@@ -339,10 +431,10 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     send_pending();
   }
 
-  bool watching() const { return !wait_key_.empty(); }
+  bool watching() const { return !wait_.keys.empty(); }
 
   void send_pending() {
-    wait_key_.clear();
+    wait_.keys.clear();
     asio::async_write(
         socket_, asio::buffer(pending_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
@@ -357,10 +449,10 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
   asio::steady_timer timer_;
   State& state_;
   bool accepted_ = false;
-  bool waiting_ = false;        // parked in a wait, not yet answered
-  bool closing_watch_ = false;  // the answer waits for the watch read to be cancelled
-  bool wants_value_ = false;
-  std::string wait_key_;  // set from park() until the answer is sent
+  bool waiting_ = false;         // parked in a wait, not yet answered
+  bool closing_watch_ = false;   // the answer waits for the watch read to be cancelled
+  StoreWait wait_;               // its keys are set from park() until the answer is sent
+  std::size_t waiting_for_ = 0;  // the index in wait_.keys of the key this connection waits for
   std::uint8_t header_[kHelloBytes] = {};
   std::uint8_t watch_[1] = {};
   StoreRequestHeader request_;
@@ -658,6 +750,57 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   const Answer answer = request(StoreCommand::add, key, encode_i64(delta));
   PARTRAIN_CHECK(answer.status == StoreStatus::present && answer.value.size() == 8, CommError,
                  "tcp store: bad answer to add('", key, "')");
+  return decode_i64(answer.value.data());
+}
+
+std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std::string>& keys) {
+  if (keys.empty()) return {};
+  const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout_.count(), 0, UINT32_MAX);
+  std::vector<std::uint8_t> value(8);
+  put_le<std::uint32_t>(value.data(), static_cast<std::uint32_t>(ms));
+  put_le<std::uint32_t>(value.data() + 4, static_cast<std::uint32_t>(keys.size() - 1));
+  for (std::size_t i = 1; i < keys.size(); ++i) {
+    PARTRAIN_CHECK(!keys[i].empty() && keys[i].size() <= kMaxKeyBytes, UsageError,
+                   "tcp store: key must have 1 to ", kMaxKeyBytes, " bytes");
+    std::uint8_t length[4];
+    put_le<std::uint32_t>(length, static_cast<std::uint32_t>(keys[i].size()));
+    value.insert(value.end(), length, length + 4);
+    value.insert(value.end(), keys[i].begin(), keys[i].end());
+  }
+  const Answer answer =
+      request(StoreCommand::get_many, keys[0], value, std::chrono::milliseconds(ms));
+  const auto index = [&] {
+    return answer.value.size() == 4 ? get_le<std::uint32_t>(answer.value.data()) : 0u;
+  };
+  PARTRAIN_CHECK(answer.status != StoreStatus::timed_out, CommError, "tcp store ", endpoint_,
+                 ": key '", keys[std::min<std::size_t>(index(), keys.size() - 1)],
+                 "' did not appear within ", timeout_.count(), " ms");
+  PARTRAIN_CHECK(answer.status == StoreStatus::present, CommError, "tcp store ", endpoint_,
+                 ": the values of ", keys.size(), " keys outgrow one answer (", kMaxValueBytes,
+                 " bytes) at key '", keys[std::min<std::size_t>(index(), keys.size() - 1)], "'");
+  std::vector<std::vector<std::uint8_t>> values;
+  values.reserve(keys.size());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    PARTRAIN_CHECK(answer.value.size() - at >= 4, CommError, "tcp store ", endpoint_,
+                   ": a malformed answer to get many");
+    const std::uint32_t bytes = get_le<std::uint32_t>(answer.value.data() + at);
+    at += 4;
+    PARTRAIN_CHECK(answer.value.size() - at >= bytes, CommError, "tcp store ", endpoint_,
+                   ": a malformed answer to get many");
+    values.emplace_back(answer.value.begin() + static_cast<std::ptrdiff_t>(at),
+                        answer.value.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+    at += bytes;
+  }
+  PARTRAIN_CHECK(at == answer.value.size(), CommError, "tcp store ", endpoint_,
+                 ": a malformed answer to get many");
+  return values;
+}
+
+std::optional<std::int64_t> TcpStore::server_clock_ns() {
+  const Answer answer = request(StoreCommand::clock, kStoreClockKey, {});
+  PARTRAIN_CHECK(answer.status == StoreStatus::present && answer.value.size() == 8, CommError,
+                 "tcp store ", endpoint_, ": a malformed answer to the clock request");
   return decode_i64(answer.value.data());
 }
 

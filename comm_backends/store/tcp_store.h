@@ -10,7 +10,13 @@
 // A client that breaks the protocol is disconnected. Commands: 1 set, 2 get (answers at once),
 // 3 add, 4 wait: value = u32 timeout in ms | u8 flags (kStoreWaitWantsValue); the server
 // answers when the key is set, or with status 2 when the timeout passes. So a rank waiting for
-// a key costs one request and no polling, however long it waits.
+// a key costs one request and no polling, however long it waits. 5 get many: key = the first
+// key, value = u32 timeout in ms | u32 n | n x (u32 bytes | key), the other keys; answered
+// once every key is set with status 1 and (u32 bytes | value) for each key in order, or with
+// status 2 and the u32 index of a key still missing when the timeout passes (status 0 and the
+// index where the values would outgrow kMaxValueBytes). A leader gathering its group's keys
+// waits one round trip, not one per key. 6 clock: key kStoreClockKey, no value; answered at
+// once with the server's steady clock as u64 nanoseconds.
 //
 // One io thread serves every connection asynchronously: a client that stops reading or
 // writing holds only its own connection, and thousands of waiting clients cost a map entry
@@ -34,7 +40,7 @@ inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'}
 // Sent, before closing, to a client whose hello was well formed but whose run token is not
 // this store's: another job on the same port, which deserves to be told so.
 inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
-inline constexpr std::uint32_t kStoreProtocolVersion = 2;  // 2: the wait command
+inline constexpr std::uint32_t kStoreProtocolVersion = 3;  // 2: wait; 3: get many, clock
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
@@ -56,22 +62,47 @@ struct StoreRequestHeader {
 // Checks the sizes a request announces before its body is read (and allocated).
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request);
 
-enum class StoreCommand : std::uint8_t { set = 1, get = 2, add = 3, wait = 4 };
+enum class StoreCommand : std::uint8_t {
+  set = 1,
+  get = 2,
+  add = 3,
+  wait = 4,
+  get_many = 5,
+  clock = 6
+};
+inline constexpr const char* kStoreClockKey = "clock";      // the clock command's (unused) key
 inline constexpr std::size_t kStoreWaitBytes = 5;           // the wait command's value
 inline constexpr std::uint8_t kStoreWaitWantsValue = 0x01;  // answer with the value too
 enum class StoreStatus : std::uint8_t { absent = 0, present = 1, timed_out = 2 };
 
 using StoreTable = std::map<std::string, std::vector<std::uint8_t>>;
-// What serving a request came to: an answer to send, a wait to park until the key is set (or
-// its timeout passes), or a broken request (drop the connection).
+// What serving a request came to: an answer to send, a wait to park until the keys are set
+// (or its timeout passes), or a broken request (drop the connection).
 enum class StoreServed { answer, wait, drop };
+// A request parked until keys are set: a wait (one key) or a get many (every key, all
+// answered at once).
+struct StoreWait {
+  std::uint32_t ms = 0;
+  std::vector<std::string> keys;
+  bool many = false;
+  bool wants_value = false;  // a wait's flag
+};
 // Runs one request whose body (key then value) has arrived; with `answer`, `response` holds
-// the whole answer; with `wait`, `wait_ms` the client's timeout.
+// the whole answer (and `wait.keys` is left empty); with `wait`, `wait` what to wait for and
+// how long.
 StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& request,
                                 const std::vector<std::uint8_t>& body,
-                                std::vector<std::uint8_t>& response, std::uint32_t& wait_ms);
+                                std::vector<std::uint8_t>& response, StoreWait& wait);
 // The answer to a wait whose key is now in the table (or, with a null value, timed out).
 std::vector<std::uint8_t> store_wait_answer(const std::vector<std::uint8_t>* value, bool wants);
+// The answer to a get many whose keys are all in the table.
+std::vector<std::uint8_t> store_many_answer(const StoreTable& table,
+                                            const std::vector<std::string>& keys);
+// A get many's answer when the timeout passed with keys[missing] still absent.
+std::vector<std::uint8_t> store_many_timed_out(std::size_t missing);
+// The index of the first of `keys` not in the table, or keys.size() when all are.
+std::size_t first_missing(const StoreTable& table, const std::vector<std::string>& keys,
+                          std::size_t from = 0);
 
 class TcpStoreServer {
  public:
@@ -108,6 +139,8 @@ class TcpStore : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::vector<std::uint8_t>> get_many(const std::vector<std::string>& keys) override;
+  std::optional<std::int64_t> server_clock_ns() override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 

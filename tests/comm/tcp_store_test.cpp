@@ -8,6 +8,7 @@
 #include <boost/asio/write.hpp>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "common/byte_codec.h"
@@ -159,6 +160,66 @@ TEST(TcpStore, AWaitIsOneRequestAnsweredWhenTheKeyIsSet) {
         << e.what();
   }
   EXPECT_EQ(client.get("later"), bytes("v"));
+}
+
+// A get many is one request, answered once the last of its keys is set, with the values in
+// the order asked (an empty one too); a timeout names a key still missing.
+TEST(TcpStore, GetManyIsOneRequestAnsweredWhenItsLastKeyIsSet) {
+  TcpStore host("127.0.0.1", 0, options("tok", true));
+  TcpStore client("127.0.0.1", host.port(), options("tok", false));
+  host.set("b", bytes("two"));
+  const std::uint64_t before = host.server()->requests_served();
+  std::vector<std::vector<std::uint8_t>> got;
+  std::thread waiter([&] { got = client.get_many({"a", "b", "c", "d"}); });
+  std::this_thread::sleep_for(milliseconds(200));
+  host.set("c", {});
+  host.set("a", bytes("one"));
+  std::this_thread::sleep_for(milliseconds(100));
+  host.set("d", bytes("four"));
+  waiter.join();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0], bytes("one"));
+  EXPECT_EQ(got[1], bytes("two"));
+  EXPECT_TRUE(got[2].empty());
+  EXPECT_EQ(got[3], bytes("four"));
+  EXPECT_EQ(host.server()->requests_served() - before, 4u);  // three sets and the get many
+  // All there already: answered at once, and the connection goes on.
+  EXPECT_EQ(client.get_many({"d", "a"}),
+            (std::vector<std::vector<std::uint8_t>>{bytes("four"), bytes("one")}));
+  EXPECT_TRUE(client.get_many({}).empty());
+  TcpStore impatient("127.0.0.1", host.port(), options("tok", false));
+  impatient.set_timeout(milliseconds(100));
+  try {
+    impatient.get_many({"a", "never", "b"});
+    FAIL() << "a get many of a key nobody sets returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("'never' did not appear within 100 ms"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(impatient.get("a"), bytes("one"));
+}
+
+// The clock command reads the server's steady clock: here, in the same process, within a
+// round trip of this thread's own, and never going back.
+TEST(TcpStore, TheServersClockInOneRoundTrip) {
+  TcpStore host("127.0.0.1", 0, options("tok", true));
+  TcpStore client("127.0.0.1", host.port(), options("tok", false));
+  auto local_ns = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  std::int64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    const std::int64_t before = local_ns();
+    const std::optional<std::int64_t> server = client.server_clock_ns();
+    const std::int64_t after = local_ns();
+    ASSERT_TRUE(server.has_value());
+    EXPECT_GE(*server, before);
+    EXPECT_LE(*server, after);
+    EXPECT_GE(*server, last);
+    last = *server;
+  }
 }
 
 TEST(TcpStore, AClientStartedBeforeItsServerConnectsWithinItsTimeout) {

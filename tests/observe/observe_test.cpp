@@ -1,16 +1,18 @@
 // trainer/observe without LibTorch: the breakdown adds up, the trace window holds only its
-// steps, the clock estimate recovers a known skew through a file store, the straggler rule
-// names a rank that is late and only then, trace.json loads in Python and reads back, and
-// explain's sentences carry the figures they rest on.
+// steps, the clock estimate recovers a known skew through a file store and a tcp store, the
+// straggler rule names a rank that is late and only then, trace.json loads in Python and reads
+// back, and explain's sentences carry the figures they rest on.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "comm_backends/store/store.h"
+#include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/scratch_dir.h"
@@ -81,18 +83,30 @@ TEST(ClockSync, OffsetOfOneRoundTrip) {
   EXPECT_NEAR(p.round_trip(), 0.002, 1e-12);
 }
 
-TEST(ClockSync, RecoversASkewThroughAFileStore) {
+// Ranks of one process with clocks skewed by known amounts recover the skews through the
+// store: through a file store by rank 0's answers in turn, through a tcp store each against
+// the server's clock.
+void expect_skews_recovered(const std::string& url, bool host_server) {
   constexpr int kWorld = 3;
   const double skew[kWorld] = {0.0, 5.0, -2.5};
-  testing::ScratchDir dir;
   ClockEstimate estimate[kWorld];
+  std::unique_ptr<comm::Store> server;
+  comm::StoreOptions options;
+  options.token = "clock-test";
+  options.timeout = milliseconds(20000);
+  options.world_size = kWorld;
+  std::string at = url;
+  if (host_server) {
+    comm::StoreOptions host = options;
+    host.host_server = true;
+    auto tcp = std::make_unique<comm::TcpStore>("127.0.0.1", 0, host);
+    at = "tcp://127.0.0.1:" + std::to_string(tcp->port());
+    server = std::move(tcp);
+  }
   testing::run_ranks(kWorld, [&](int rank) {
-    comm::StoreOptions options;
-    options.token = "clock-test";
-    options.timeout = milliseconds(20000);
-    options.rank = rank;
-    options.world_size = kWorld;
-    auto store = comm::open_store(dir.url(), options);
+    comm::StoreOptions mine = options;
+    mine.rank = rank;
+    auto store = comm::open_store(at, mine);
     estimate[rank] = estimate_clock_offset(*store, rank, kWorld, 8, [&] {
       return std::chrono::duration<double>(Clock::now().time_since_epoch()).count() + skew[rank];
     });
@@ -104,6 +118,13 @@ TEST(ClockSync, RecoversASkewThroughAFileStore) {
     EXPECT_LT(estimate[r].round_trip_s, 0.05);
   }
 }
+
+TEST(ClockSync, RecoversASkewThroughAFileStore) {
+  testing::ScratchDir dir;
+  expect_skews_recovered(dir.url(), false);
+}
+
+TEST(ClockSync, RecoversASkewThroughTheTcpStoresClock) { expect_skews_recovered("", true); }
 
 TEST(Straggler, NamesTheRankThatIsLate) {
   StragglerCount count(3);

@@ -26,8 +26,6 @@ class Communicator;
 class Store;
 }  // namespace comm
 
-// Round trips of the clock estimate per rank (the best one is kept).
-inline constexpr int kClockRounds = 8;
 // Spans rank 0 holds for the whole trace at most; each rank keeps its share of them.
 inline constexpr std::size_t kMaxTraceSpans = 2'000'000;
 

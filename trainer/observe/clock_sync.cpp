@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,53 @@ std::vector<std::uint8_t> encode(double a, double b) {
 
 double clock_offset_of(const ClockProbe& p) { return ((p.t0 - p.t1) + (p.t3 - p.t2)) / 2.0; }
 
+namespace {
+
+// This rank's clock against the store server's: `rounds` readings of the server's clock, each
+// in one round trip, keeping the one with the shortest (the server reads its clock once, so
+// t1 = t2). Null when the store has no server.
+std::optional<ClockEstimate> against_the_server(comm::Store& store, int rounds,
+                                                const std::function<double()>& now) {
+  std::optional<ClockEstimate> best;
+  for (int k = 0; k < rounds; ++k) {
+    ClockProbe probe;
+    probe.t0 = now();
+    const std::optional<std::int64_t> server_ns = store.server_clock_ns();
+    probe.t3 = now();
+    if (!server_ns) return std::nullopt;
+    probe.t1 = probe.t2 = static_cast<double>(*server_ns) * 1e-9;
+    if (!best || probe.round_trip() < best->round_trip_s) {
+      best = ClockEstimate{clock_offset_of(probe), probe.round_trip()};
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
                                     const std::function<double()>& now) {
   PARTRAIN_CHECK(rounds >= 1, Error, "clock estimate needs at least one round trip");
   ClockEstimate best;
   if (world_size <= 1) return best;
+  // Every rank against the server's clock at once, then against rank 0's through the figure
+  // rank 0 publishes: rank r minus rank 0 is (r minus server) - (0 minus server), within the
+  // two half round trips.
+  if (const std::optional<ClockEstimate> mine = against_the_server(store, rounds, now)) {
+    const std::string key0 = "observe/clock/server/0";
+    if (rank == 0) {
+      store.set(key0, encode(mine->offset_s, mine->round_trip_s));
+      return best;
+    }
+    const std::vector<std::uint8_t> theirs = store.get(key0);
+    PARTRAIN_CHECK(theirs.size() == 2 * sizeof(double), CommError,
+                   "clock estimate: a malformed figure from rank 0 in the store");
+    double offset0 = 0, round_trip0 = 0;
+    std::memcpy(&offset0, theirs.data(), sizeof(double));
+    std::memcpy(&round_trip0, theirs.data() + sizeof(double), sizeof(double));
+    return ClockEstimate{mine->offset_s - offset0, mine->round_trip_s + round_trip0};
+  }
+  // A store without a server: rank 0 answers each rank's round trips in turn.
   if (rank == 0) {
     for (int r = 1; r < world_size; ++r) {
       for (int k = 0; k < rounds; ++k) {

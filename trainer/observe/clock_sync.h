@@ -30,14 +30,21 @@ struct ClockProbe {
 // subtract it from r's times to get rank 0's.
 double clock_offset_of(const ClockProbe& probe);
 
+// Round trips of the clock estimate per rank (the best one is kept).
+inline constexpr int kClockRounds = 8;
+
 struct ClockEstimate {
   double offset_s = 0;      // this rank's clock minus rank 0's; 0 on rank 0
   double round_trip_s = 0;  // of the round trip it came from (its error is at most half)
 };
 
-// Every rank of the group calls it, once, with the same `rounds` (>= 1): rank 0 answers
-// rounds round trips of each other rank in rank order, the others make theirs. `now` reads
-// this rank's clock in seconds. Each wait is bounded by the store's timeout.
+// Every rank of the group calls it, once, with the same `rounds` (>= 1). On a store with a
+// server (tcp) every rank reads the server's clock `rounds` times at once and keeps its best
+// offset to it; rank 0 publishes its own, and each rank's offset to rank 0 is the difference
+// (error within the two half round trips): rounds + 1 requests a rank, none serial across
+// ranks. On a file store rank 0 answers rounds round trips of each other rank in rank order
+// (about 2 x rounds x W requests one after another: fine for the few ranks of one host). `now`
+// reads this rank's clock in seconds. Each wait is bounded by the store's timeout.
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
                                     const std::function<double()>& now);
 
