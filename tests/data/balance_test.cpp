@@ -150,18 +150,31 @@ TEST(AutoBalance, RecordsTheFractionOfTheTimeEachRankRan) {
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(even.observe(i + 1, {0.001, 0.001}, {1.0, 0.5}));
 }
 
-// A first move is judged by the steps after it: if the median step of the first window under
-// it is no faster than the median of the window it was decided on, the split goes back, and
-// the next two windows only measure before another move is weighed.
+// Options that judge a move on the first window after it, whatever its seconds (the steps of
+// these tests are few).
+AutoBalanceOptions judged_on_one_window(int window_steps, double smoothing = 1.0) {
+  AutoBalanceOptions options;
+  options.warmup_steps = 0;
+  options.window_steps = window_steps;
+  options.min_gain = 0.05;
+  options.smoothing = smoothing;
+  options.judge_windows = 1;
+  options.judge_seconds = 0;
+  return options;
+}
+
+// A move is judged by the steps after it: if their mean over the judged span is not 1 % faster than
+// the mean since the previous change, the split goes back, and the next two windows only
+// measure before another move is weighed.
 TEST(AutoBalance, UndoesAMoveThatDidNotMakeTheStepsFaster) {
-  AutoBalance balance({128, 128}, {0, 2, 0.05, 1.0});
+  AutoBalance balance({128, 128}, judged_on_one_window(2));
   const std::vector<double> rates{0.001, 0.0015};  // noise that promises a gain
   EXPECT_FALSE(balance.observe(1, rates, {}, 0.100));
   const auto move = balance.observe(2, rates, {}, 0.102);
   ASSERT_TRUE(move);
   ASSERT_FALSE(move->undo);
   EXPECT_EQ(move->shares, speed_shares(256, rates));
-  EXPECT_DOUBLE_EQ(move->step_seconds, 0.101);  // the median of 0.100 and 0.102
+  EXPECT_DOUBLE_EQ(move->step_seconds, 0.101);  // the mean of 0.100 and 0.102
   EXPECT_EQ(describe(*move),
             "step 2: shares 154,102 (busy s/sample 0.001,0.0015; running 100%,100%; predicted "
             "step 0.192 s -> 0.154 s; steps took 0.101 s)");
@@ -189,14 +202,30 @@ TEST(AutoBalance, UndoesAMoveThatDidNotMakeTheStepsFaster) {
   EXPECT_EQ(again->shares, speed_shares(256, rates));
 }
 
+// A move waits for the span it will be judged on, before it and after it: the steps since the
+// last change must cover judge_windows windows and judge_seconds, and so must those after it.
+TEST(AutoBalance, AMoveWaitsForItsSpanBeforeAndAfter) {
+  AutoBalanceOptions options = judged_on_one_window(2);
+  options.judge_windows = 2;
+  options.judge_seconds = 0.5;
+  AutoBalance balance({128, 128}, options);
+  const std::vector<double> slow1{0.001, 0.002};
+  std::int64_t step = 0;
+  // 0.1 s steps: four steps are two windows but 0.4 s; the sixth step makes 0.6 s.
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(balance.observe(++step, slow1, {}, 0.1)) << step;
+  const auto move = balance.observe(++step, slow1, {}, 0.1);
+  ASSERT_TRUE(move);
+  EXPECT_EQ(move->step, 6);
+  // The steps after it are faster; judged (and kept) once they too span 0.5 s and two windows.
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(balance.observe(++step, slow1, {}, 0.07)) << step;
+  EXPECT_EQ(balance.shares(), move->shares);
+}
+
 // Where no split makes the steps faster (a rank away for whole steps in slices), each move is
 // taken back and the windows that only measure double after each undo in a row (2, 4, 8, ...
 // up to the cap), so the tries die out.
 TEST(AutoBalance, BacksOffAfterEachMoveThatDidNotPay) {
-  AutoBalanceOptions options;
-  options.warmup_steps = 0;
-  options.window_steps = 1;
-  options.smoothing = 1.0;
+  AutoBalanceOptions options = judged_on_one_window(1);
   options.windows_after_undo = 2;
   options.max_windows_after_undo = 8;
   AutoBalance balance({128, 128}, options);
@@ -227,35 +256,35 @@ TEST(AutoBalance, BacksOffAfterEachMoveThatDidNotPay) {
   EXPECT_EQ(waits, (std::vector<int>{3, 5, 9, 9}));
 }
 
-// A move whose steps got faster stays, and so does one whose steps were not measured; one
-// slow step in a window (a checkpoint written, say) does not move the median. Half-way moves
-// are not judged.
+// A move whose steps got faster stays, and so does one whose steps were not measured; a step
+// far beyond the others (the whole machine paused) stays out of the mean. Later, half-way
+// moves are judged too: slower steps after one take it back, to the split before it.
 TEST(AutoBalance, KeepsAMoveThatMadeTheStepsFaster) {
   const std::vector<double> slow1{0.001, 0.002};
-  AutoBalance faster({128, 128}, {0, 3, 0.05, 1.0});
+  AutoBalance faster({128, 128}, judged_on_one_window(3));
   for (std::int64_t step = 1; step <= 2; ++step)
     EXPECT_FALSE(faster.observe(step, slow1, {}, 0.26));
   ASSERT_TRUE(faster.observe(3, slow1, {}, 0.26));
   const Shares moved = faster.shares();
-  const std::vector<double> settled{0.001, 0.002};
-  EXPECT_FALSE(faster.observe(4, settled, {}, 0.17));
-  EXPECT_FALSE(faster.observe(5, settled, {}, 0.90));  // one step held up
-  EXPECT_FALSE(faster.observe(6, settled, {}, 0.17));
+  EXPECT_FALSE(faster.observe(4, slow1, {}, 0.17));
+  EXPECT_FALSE(faster.observe(5, slow1, {}, 5.0));  // over 20x the median: left out
+  EXPECT_FALSE(faster.observe(6, slow1, {}, 0.17));
   for (std::int64_t step = 7; step <= 30; ++step) {
-    EXPECT_FALSE(faster.observe(step, settled, {}, 0.17)) << step;
+    EXPECT_FALSE(faster.observe(step, slow1, {}, 0.17)) << step;
   }
   EXPECT_EQ(faster.shares(), moved);
-  // A later, half-way move is not judged: slower steps after it keep it.
   const std::vector<double> slow0{0.004, 0.001};
   std::optional<BalanceChange> later;
   std::int64_t step = 31;
   for (; step < 40 && !later; ++step) later = faster.observe(step, slow0, {}, 0.17);
   ASSERT_TRUE(later);
   ASSERT_FALSE(later->undo);
-  for (int i = 0; i < 9; ++i) {
-    const auto change = faster.observe(step++, slow0, {}, 0.5 + 0.1 * i);
-    EXPECT_FALSE(change && change->undo) << i;
-  }
+  EXPECT_DOUBLE_EQ(later->step_seconds, 0.17);
+  std::optional<BalanceChange> back;
+  for (int i = 0; i < 3 && !back; ++i) back = faster.observe(step++, slow0, {}, 0.3);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->undo);
+  EXPECT_EQ(faster.shares(), moved);
 
   AutoBalance unmeasured({128, 128}, {0, 1, 0.05, 1.0});
   ASSERT_TRUE(unmeasured.observe(1, slow1));

@@ -213,7 +213,8 @@ TEST(TwoHostsBalance, AutoMovesSamplesOffASlowRankOnTheOtherHost) {
   if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
   auto dir = scratch("two_hosts_balance");
   const auto config = small_config(dir, 1);
-  const int train = 48 * 16;  // sixteen steps
+  // 24 steps: a move waits for two windows and half a second of steps after the warm-up.
+  const int train = 48 * 24;
   auto overrides = small_overrides("hierarchical", train);
   overrides.insert(overrides.end(), {"--set", "data.batch_size=null", "--set",
                                      "data.global_batch_size=48", "--set", "data.balance=auto"});

@@ -33,6 +33,13 @@ TEST(StallMeter, CountsTheOverlapOfStallsWithTheSpans) {
   EXPECT_EQ(meter.stalled_within({{at(0), at(5)}, {at(25), at(52)}}), milliseconds(7));
   EXPECT_EQ(meter.stalled_within({{at(30), at(50)}}), milliseconds(0));
   EXPECT_EQ(meter.stalled_within({}), milliseconds(0));
+  // Whole, oldest first: what a span overlaps, not cut to it.
+  const std::vector<TimeSpan> found = meter.stalls_overlapping({at(20), at(55)});
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(found[0].start, at(10));
+  EXPECT_EQ(found[0].end, at(30));
+  EXPECT_EQ(found[1].start, at(50));
+  EXPECT_TRUE(meter.stalls_overlapping({at(30), at(50)}).empty());
 }
 
 TEST(StallMeter, KeepsTheNewestStallsOnly) {

@@ -68,6 +68,24 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// The mean of `steps` less those over `outlier_factor` times their median; 0 for none.
+double mean_step(const std::vector<double>& steps, double outlier_factor) {
+  if (steps.empty()) return 0;
+  const double limit = outlier_factor * median(steps);
+  double sum = 0;
+  std::size_t n = 0;
+  for (double s : steps) {
+    if (s > limit) continue;
+    sum += s;
+    ++n;
+  }
+  return n > 0 ? sum / static_cast<double>(n) : 0;
+}
+
+// Steps kept since the last change at most (the mean before a move needs no more); the
+// oldest half goes when it is full.
+constexpr std::size_t kMaxStepsKept = 4096;
+
 // Throws UsageError unless there are weights and each is a positive finite number; `owner`
 // names what weight r belongs to ("rank", "device").
 void require_positive(const std::vector<double>& weights, std::int64_t n, const char* owner) {
@@ -161,10 +179,21 @@ AutoBalance::AutoBalance(std::vector<std::int64_t> shares, AutoBalanceOptions op
   PARTRAIN_CHECK(
       !shares_.empty() && options_.window_steps >= 1 && options_.warmup_steps >= 0 &&
           options_.windows_after_undo >= 0 &&
-          options_.max_windows_after_undo >= options_.windows_after_undo,
+          options_.max_windows_after_undo >= options_.windows_after_undo &&
+          options_.judge_windows >= 1 && options_.judge_seconds >= 0 && options_.judged_gain >= 0 &&
+          options_.judged_gain < 1 && options_.outlier_factor >= 1,
       UsageError,
-      "auto balance: needs ranks, a window of >= 1 step, warm-up and quiet windows >= 0, and a "
-      "cap on the quiet windows no smaller than their start");
+      "auto balance: needs ranks, a window of >= 1 step, warm-up and quiet windows >= 0, a cap "
+      "on the quiet windows no smaller than their start, a judged span of >= 1 window and >= 0 "
+      "s, a judged gain in [0, 1) and an outlier factor >= 1");
+}
+
+bool AutoBalance::spans_enough(const std::vector<double>& steps) const {
+  double seconds = 0;
+  for (double s : steps) seconds += s;
+  return steps.size() >= static_cast<std::size_t>(options_.judge_windows) *
+                             static_cast<std::size_t>(options_.window_steps) &&
+         seconds >= options_.judge_seconds;
 }
 
 std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
@@ -180,11 +209,18 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     --skip_;
     return std::nullopt;
   }
+  if (std::isfinite(step_seconds) && step_seconds > 0) {
+    std::vector<double>& steps = trial_ ? trial_->steps_after : steps_since_change_;
+    // The newest steps count: a long-kept split forgets its oldest half.
+    if (steps.size() >= kMaxStepsKept) {
+      steps.erase(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(kMaxStepsKept / 2));
+    }
+    steps.push_back(step_seconds);
+  }
   for (std::size_t r = 0; r < sums_.size(); ++r) {
     sums_[r] += seconds_per_sample[r];
     running_sums_[r] += running.empty() ? 1.0 : running[r];
   }
-  if (std::isfinite(step_seconds) && step_seconds > 0) step_times_.push_back(step_seconds);
   if (++measured_ < options_.window_steps) return std::nullopt;
 
   std::vector<double> mean(sums_.size());
@@ -196,12 +232,8 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     measured_all = measured_all && std::isfinite(mean[r]) && mean[r] > 0 && std::isfinite(ran[r]) &&
                    ran[r] > 0;
   }
-  // The median: one step held up by a checkpoint's write or an evaluation does not move it.
-  const double window_step =
-      step_times_.size() == static_cast<std::size_t>(measured_) ? median(step_times_) : 0.0;
   std::fill(sums_.begin(), sums_.end(), 0.0);
   std::fill(running_sums_.begin(), running_sums_.end(), 0.0);
-  step_times_.clear();
   measured_ = 0;
   if (!measured_all) return std::nullopt;
   if (estimates_.empty()) {
@@ -214,37 +246,49 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
     }
   }
   if (trial_) {
-    const Trial trial = *trial_;
-    trial_.reset();
-    if (window_step > 0 && trial.step_seconds_before > 0 &&
-        !(window_step < trial.step_seconds_before)) {
-      BalanceChange change{step,
-                           trial.shares_before,
-                           estimates_,
-                           running_,
-                           predicted_step_seconds(shares_, estimates_),
-                           predicted_step_seconds(trial.shares_before, estimates_)};
-      change.step_seconds = window_step;
-      change.undo = true;
-      change.before_move_seconds = trial.step_seconds_before;
-      switch_to(trial.shares_before);
-      moved_ = false;
-      estimates_.clear();
-      running_.clear();
-      // Doubled for each undo in a row: 2, 4, 8, ... windows, at most the cap (the shift is
-      // bounded so that it cannot overflow).
-      const int doublings = std::min(undone_in_a_row_, 16);
-      quiet_windows_ = static_cast<int>(std::min<std::int64_t>(
-          static_cast<std::int64_t>(options_.windows_after_undo) << doublings,
-          options_.max_windows_after_undo));
-      ++undone_in_a_row_;
-      return change;
+    // A move made without step times is kept; one with them waits for its span.
+    if (trial_->step_seconds_before > 0) {
+      if (!spans_enough(trial_->steps_after)) return std::nullopt;
+      const double after = mean_step(trial_->steps_after, options_.outlier_factor);
+      if (!(after < (1.0 - options_.judged_gain) * trial_->step_seconds_before)) {
+        BalanceChange change{step,
+                             trial_->shares_before,
+                             estimates_,
+                             running_,
+                             predicted_step_seconds(shares_, estimates_),
+                             predicted_step_seconds(trial_->shares_before, estimates_)};
+        change.step_seconds = after;
+        change.undo = true;
+        change.before_move_seconds = trial_->step_seconds_before;
+        if (trial_->first) moved_ = false;
+        switch_to(trial_->shares_before);
+        trial_.reset();
+        steps_since_change_.clear();
+        estimates_.clear();
+        running_.clear();
+        // Doubled for each undo in a row: 2, 4, 8, ... windows, at most the cap (the shift is
+        // bounded so that it cannot overflow).
+        const int doublings = std::min(undone_in_a_row_, 16);
+        quiet_windows_ = static_cast<int>(std::min<std::int64_t>(
+            static_cast<std::int64_t>(options_.windows_after_undo) << doublings,
+            options_.max_windows_after_undo));
+        ++undone_in_a_row_;
+        return change;
+      }
+      undone_in_a_row_ = 0;
+      // The kept split's steps so far are the next move's "before".
+      steps_since_change_ = std::move(trial_->steps_after);
     }
+    trial_.reset();
   }
   if (quiet_windows_ > 0) {
     --quiet_windows_;
     return std::nullopt;
   }
+  // With step times, a move waits until the current split's steps span what a move is judged
+  // on, so that before and after are measured alike.
+  const bool timed = !steps_since_change_.empty();
+  if (timed && !spans_enough(steps_since_change_)) return std::nullopt;
   const std::int64_t micro_batch = std::accumulate(shares_.begin(), shares_.end(), 0LL);
   const std::vector<std::int64_t> target = speed_shares(micro_batch, estimates_);
   // The first move goes to the target; later ones half way from the current split to it (both
@@ -265,15 +309,13 @@ std::optional<BalanceChange> AutoBalance::observe(std::int64_t step,
   // promise twice the gain.
   const double min_gain = moved_ ? options_.min_gain : 2 * options_.min_gain;
   if (proposed == shares_ || !(best < (1.0 - min_gain) * before)) return std::nullopt;
-  // Only a first move is judged: it goes all the way on one window's figures, the largest
-  // step a noisy window can cause. A later one goes half way for a few per cent, which a
-  // window's step times do not tell from noise (two such moves of 3-4 % were taken back on
-  // 5 % of step-time noise in a throttled run).
-  if (!moved_) trial_ = Trial{shares_, window_step};
+  const double steps_before = mean_step(steps_since_change_, options_.outlier_factor);
+  trial_ = Trial{shares_, steps_before, !moved_, {}};
+  steps_since_change_.clear();
   switch_to(proposed);
   moved_ = true;
   BalanceChange change{step, proposed, estimates_, running_, before, after};
-  change.step_seconds = window_step;
+  change.step_seconds = steps_before;
   return change;
 }
 

@@ -8,11 +8,13 @@
 // groups (batch_plan.h); the gradient stays the mean over all M (Strategy::set_rank_share).
 //
 // auto: each rank measures, each step, its busy seconds per sample: the wall time of its own
-// work (data wait, forward, backward and optimizer, not its waits at the collectives) plus
-// every time the process was stopped from outside outside that work (trainer/observe/
-// stall_meter.h), over its samples. A stop that lands in a wait at the gradient allreduce
-// holds every other rank up as well: compute timers alone do not see it, and a rank of a small
-// share, computing between two stops and waiting through them, would look as fast as any.
+// work (data wait, forward, backward and optimizer, not its waits at the collectives) net of
+// the times the process was stopped from outside (trainer/observe/stall_meter.h), plus the
+// stops no longer than that work, wherever they land, over its samples. A stop that lands in a
+// wait at the gradient allreduce holds every other rank up as well: compute timers alone do
+// not see it, and a rank of a small share, computing between two stops and waiting through
+// them, would look as fast as any. A stop longer than the work is an absence for whole steps,
+// which no share shortens: it stays out (EpochLoop::measure_speed).
 // A step takes about max_r b_r * s_r, which is smallest when b_r is proportional to the speed
 // 1 / s_r. Work of a fixed size a step (the optimizer) counts per sample too: a rank of a small
 // share then measures slower per sample, and the split settles where the ranks' busy times
@@ -26,12 +28,14 @@
 //
 // A move is a prediction; the steps after it are the measurement. Rank 0's wall time of each
 // step (the same for every rank: the gradient allreduce ends the step on all of them) comes
-// with the figures, and the median over the first window after a first move is held against
-// the median over the window it was decided on. If the steps were not faster, the move is
-// undone: the split goes back, the estimates start afresh, and the next few windows only
-// measure. A window whose noise promised a gain that the ranks do not deliver costs one
-// window, not the rest of the run. Later, half-way moves promise a few per cent, which a
-// window's step times cannot tell from noise: they are not judged.
+// with the figures. Every move is judged: the mean step over a span after it (at least
+// judge_windows windows and judge_seconds of steps, so that a rank away for whole steps in
+// slices shows in it as it does in the run's speed) is held against the mean over the steps
+// since the previous change, which must cover as long a span before a move is made. If the
+// steps were not faster (by judged_gain, 1 %), the move is undone: the split goes back, the
+// estimates start afresh, and the next windows only measure, twice as many after each undo in a
+// row, so that where no split makes the steps faster the tries die out. A span whose noise promised
+// a gain that the ranks do not deliver costs one span, not the rest of the run.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +86,18 @@ struct AutoBalanceOptions {
   // where no split makes the steps faster (a rank away in slices) the tries die out.
   int windows_after_undo = 2;
   int max_windows_after_undo = 256;
+  // The span a move is judged on, after it, and measured on before it: at least this many
+  // windows of steps and this many seconds of them. Steps of a few milliseconds beside a rank
+  // stopped for tens of milliseconds at a time need the seconds; long steps the windows.
+  int judge_windows = 2;
+  double judge_seconds = 0.5;
+  // A move is kept only when the mean step after it is at least this fraction faster: one that
+  // gains less is noise, and taking it back costs nothing.
+  double judged_gain = 0.01;
+  // A step longer than this many times the span's median is left out of its mean (a pause of
+  // the whole machine); a rank stopped for a whole step makes a step a few times the median,
+  // which stays in.
+  double outlier_factor = 20.0;
 };
 
 // One change of the split, for the log line and report.json.
@@ -94,11 +110,12 @@ struct BalanceChange {
   std::vector<double> running;
   double predicted_before = 0;  // seconds of a step's busiest rank, old split
   double predicted_after = 0;   // and new split
-  // Measured: the median wall seconds of a step (rank 0's clock) over the window it was decided
-  // on, under the split it leaves; 0 when not measured.
+  // Measured: the mean wall seconds of a step (rank 0's clock) since the previous change, under
+  // the split it leaves; 0 when not measured.
   double step_seconds = 0;
-  // An undo takes the previous (first) move back, because the steps under it (step_seconds)
-  // were no faster than the steps before it (before_move_seconds, the move's own step_seconds).
+  // An undo takes the previous move back, because the steps under it (step_seconds, over the
+  // span it was judged on) were no faster than the steps before it (before_move_seconds, the
+  // move's own step_seconds).
   bool undo = false;
   double before_move_seconds = 0;
 };
@@ -115,7 +132,8 @@ class AutoBalance {
   // After optimizer step `step`: each rank's busy seconds per sample over it (0 for a rank
   // that measured nothing, e.g. no sample), the fraction of the step it ran (in [0, 1];
   // empty: all ran the whole time; recorded only) and the step's wall seconds (0: unknown;
-  // then no move is judged). Returns the change when the split moves or a move is undone; then
+  // then moves wait for no span and are not judged). Returns the change when the split moves
+  // or a move is undone; then
   // shares() is the new split from the next step on. Deterministic in its inputs.
   std::optional<BalanceChange> observe(std::int64_t step,
                                        const std::vector<double>& seconds_per_sample,
@@ -134,19 +152,25 @@ class AutoBalance {
   int skip_ = 0;        // warm-up steps still to ignore
   bool moved_ = false;  // whether the split has moved yet
   int measured_ = 0;
+  // Whether `steps` (wall seconds) cover the span a move is judged on.
+  bool spans_enough(const std::vector<double>& steps) const;
+
   int quiet_windows_ = 0;    // windows still to only measure (after an undo)
-  int undone_in_a_row_ = 0;  // first moves taken back so far (a kept one is never judged)
-  // The move not judged yet, with what to go back to.
+  int undone_in_a_row_ = 0;  // moves taken back since the last one that was kept
+  // The move not judged yet: what to go back to, the mean step before it, whether it was the
+  // first, and the wall seconds of the steps since.
   struct Trial {
     std::vector<std::int64_t> shares_before;
     double step_seconds_before = 0;
+    bool first = false;
+    std::vector<double> steps_after;
   };
   std::optional<Trial> trial_;
-  std::vector<double> step_times_;    // wall seconds of the window's steps (rank 0's)
-  std::vector<double> sums_;          // busy seconds per sample, over the window
-  std::vector<double> running_sums_;  // fractions of the time run, over the window
-  std::vector<double> estimates_;     // empty until the first window
-  std::vector<double> running_;       // likewise (for the record)
+  std::vector<double> steps_since_change_;  // wall seconds of the steps since the last change
+  std::vector<double> sums_;                // busy seconds per sample, over the window
+  std::vector<double> running_sums_;        // fractions of the time run, over the window
+  std::vector<double> estimates_;           // empty until the first window
+  std::vector<double> running_;             // likewise (for the record)
 };
 
 }  // namespace partrain::data

@@ -279,6 +279,8 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
   // previous checkpoint stays whole (atomic writes).
   if (stop) StopRequest::set_saving(true);
   const std::string name = save_mid_epoch(epoch, batches_done, so_far);
+  // The write is nobody's step: the next step's time starts after it.
+  if (auto_balance_) start_measuring(parts_.observer.times());
   if (!stop) return false;
   StopRequest::set_saving(false);
   stopped_ = Stopped{step_, name, static_cast<int>(slots.stop_requests())};
@@ -329,15 +331,26 @@ EpochLoop::RankSpeed EpochLoop::measure_speed() {
   const Clock::time_point now = Clock::now();
   Clock::duration busy{0};
   for (const TimeSpan& span : work) busy += span.end - span.start;
-  // A stall outside the work spans (in a wait at a collective) held every other rank up too:
-  // it is this rank's, and counts with its work.
-  const Clock::duration held = stalls_->stalled_within({{measured_from_, now}});
-  const Clock::duration held_outside =
-      std::max(held - stalls_->stalled_within(work), Clock::duration{0});
+  // Its own work net of stalls, then the stalls: one no longer than that work is a slice of
+  // it, as a device shared in slices makes (the work takes longer however the stalls land,
+  // in the work or in a wait at a collective, where it holds every other rank up too), and
+  // counts with the work. One longer than the work is an absence for whole steps, which no
+  // share of the samples shortens (the others wait at the allreduce for it whatever its
+  // share): it stays out of the speed, or moving samples off the rank would only make its
+  // absences weigh more per sample and move more.
+  const TimeSpan measured{measured_from_, now};
+  const Clock::duration held = stalls_->stalled_within({measured});
+  const Clock::duration net_work =
+      std::max(busy - stalls_->stalled_within(work), Clock::duration{0});
+  Clock::duration slices{0};
+  for (const TimeSpan& stall : stalls_->stalls_overlapping(measured)) {
+    if (stall.end - stall.start > net_work) continue;
+    slices += std::min(stall.end, now) - std::max(stall.start, measured_from_);
+  }
   RankSpeed speed;
   if (step_samples_ > 0) {
     speed.seconds_per_sample =
-        Seconds(busy + held_outside).count() / static_cast<double>(step_samples_);
+        Seconds(net_work + slices).count() / static_cast<double>(step_samples_);
   }
   const Clock::duration elapsed = now - measured_from_;
   speed.step_seconds = Seconds(elapsed).count();

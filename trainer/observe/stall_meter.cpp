@@ -52,4 +52,14 @@ Clock::duration StallMeter::stalled_within(const std::vector<TimeSpan>& spans) c
   return covered;
 }
 
+std::vector<TimeSpan> StallMeter::stalls_overlapping(TimeSpan span) const {
+  std::vector<TimeSpan> found;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = stalls_.rbegin(); it != stalls_.rend() && it->end > span.start; ++it) {
+    if (it->start < span.end) found.push_back(*it);
+  }
+  std::reverse(found.begin(), found.end());
+  return found;
+}
+
 }  // namespace partrain

@@ -51,6 +51,8 @@ class StallMeter {
   // may not be recorded yet (the thread records it when it runs again): ask about spans that
   // ended at least a few ticks back for their whole figure.
   Clock::duration stalled_within(const std::vector<TimeSpan>& spans) const;
+  // The recorded stalls that overlap `span`, whole (not cut to it), oldest first.
+  std::vector<TimeSpan> stalls_overlapping(TimeSpan span) const;
 
   // Test seam: records a stall as the thread would.
   void record(TimeSpan stall);
