@@ -1,9 +1,9 @@
 // defines: `partrain explain REPORT [--trace TRACE] [--bench BENCH] [--baseline REPORT]
-// [--json]`: where a run's time went (each rank's breakdown), who the others waited for, how fast
-// the gradients travelled (against a `partrain bench allreduce --json` report), the speed-up
-// over the single-device run decomposed, and what would help — read from its report.json (and
-// trace.json), each claim with the figure it rests on; `partrain explain OUTPUT` of a
-// failed run: where each rank stood among its last collectives (OUTPUT/flight). Bad input:
+// [--probe REPORT] [--json]`: where a run's time went (each rank's breakdown), who the others
+// waited for, how fast the gradients travelled (against a `partrain bench allreduce --json`
+// report), the speed-up over the single-device run decomposed, and what would help — read from its
+// report.json (and trace.json), each claim with the figure it rests on; `partrain explain OUTPUT`
+// of a failed run: where each rank stood among its last collectives (OUTPUT/flight). Bad input:
 // exit 2, one line.
 #include <CLI/CLI.hpp>
 #include <filesystem>
@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/errors.h"
 #include "trainer/observe/explain.h"
 #include "trainer/observe/flight_recorder.h"
 #include "trainer/observe/trace_format.h"
@@ -27,6 +28,7 @@ void add_explain_command(CLI::App& app, int& exit_code) {
     std::string trace;
     std::string bench;
     std::string baseline;
+    std::string probe;
     bool json = false;
   };
   auto options = std::make_shared<Options>();
@@ -47,6 +49,10 @@ void add_explain_command(CLI::App& app, int& exit_code) {
                   "report.json of the single-device run of the same config, to decompose the "
                   "speed-up (default: baseline/report.json beside REPORT, as --with-baseline "
                   "leaves it, when there is one)");
+  sub->add_option("--probe", options->probe,
+                  "report.json of one process at one rank's batch and threads (default: "
+                  "baseline-rank-batch/report.json beside REPORT, as --with-baseline leaves it): "
+                  "splits slower compute into the smaller batch and the ranks' contention");
   sub->add_flag("--json", options->json,
                 "print one JSON object (partrain.explain/1) instead of sentences");
   sub->callback([options, &exit_code] {
@@ -65,17 +71,27 @@ void add_explain_command(CLI::App& app, int& exit_code) {
     if (!options->trace.empty()) trace = read_trace_summary(options->trace);
     BenchReport bench;
     if (!options->bench.empty()) bench = read_bench_report(options->bench);
-    std::string baseline_path = options->baseline;
-    if (baseline_path.empty()) {
-      const std::filesystem::path beside =
-          std::filesystem::path(options->report).parent_path() / "baseline" / "report.json";
-      if (std::filesystem::is_regular_file(beside, ec)) baseline_path = beside.string();
-    }
-    RunReport baseline;
+    // A report of the folder REPORT is in, as `partrain run --with-baseline` leaves them.
+    auto beside = [&](const std::string& given, const char* folder) {
+      if (!given.empty()) return given;
+      const std::filesystem::path path =
+          std::filesystem::path(options->report).parent_path() / folder / "report.json";
+      return std::filesystem::is_regular_file(path, ec) ? path.string() : std::string();
+    };
+    const std::string baseline_path = beside(options->baseline, "baseline");
+    // The probe only splits the baseline's compute part.
+    PARTRAIN_CHECK(options->probe.empty() || !baseline_path.empty(), UsageError,
+                   "--probe splits the compute part of the speed-up over a baseline, but ",
+                   options->report, " has none beside it: give --baseline too");
+    const std::string probe_path =
+        baseline_path.empty() ? std::string() : beside(options->probe, "baseline-rank-batch");
+    RunReport baseline, probe;
     if (!baseline_path.empty()) baseline = read_run_report(baseline_path);
-    const Explanation ex = explain(report, options->trace.empty() ? nullptr : &trace,
-                                   options->bench.empty() ? nullptr : &bench,
-                                   baseline_path.empty() ? nullptr : &baseline);
+    if (!probe_path.empty()) probe = read_run_report(probe_path);
+    const Explanation ex =
+        explain(report, options->trace.empty() ? nullptr : &trace,
+                options->bench.empty() ? nullptr : &bench,
+                baseline_path.empty() ? nullptr : &baseline, probe_path.empty() ? nullptr : &probe);
     if (options->json) {
       std::cout << explanation_to_json(ex, report).dump(2) << "\n" << std::flush;
     } else {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
@@ -124,6 +125,53 @@ int run_baseline(const RunOptions& o, const Config& parallel, int ranks) {
   return run(twin);
 }
 
+// The compute probe beside the twin: one process at one rank's batch and intra-op threads,
+// alone on this host, for kProbeSteps optimizer steps (enough that its first steps, which
+// allocate, weigh little). What a rank's forward and backward cost
+// without the other ranks beside it, so that `partrain explain` can tell the cost of the
+// smaller batch per rank (the probe against the twin) from the ranks' contention for the
+// host's cores, memory and caches (the run against the probe).
+constexpr int kProbeSteps = 100;
+constexpr const char* kProbeFolder = "baseline-rank-batch";
+
+int run_rank_batch_probe(const RunOptions& o, const Config& parallel, int ranks_here) {
+  const std::int64_t batch =
+      parallel.data.global_batch_size > 0
+          ? std::max<std::int64_t>(1, micro_batch_size(parallel) / ranks_here)
+          : parallel.data.batch_size;
+  int threads = parallel.train.threads;
+  if (threads == 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, ranks_here));
+  }
+  RunOptions probe = o;
+  probe.with_baseline = false;
+  probe.trace = false;
+  probe.nproc_per_node = "1";
+  probe.nnodes = 1;
+  probe.node_rank = 0;
+  probe.output = parallel.output_dir + "/" + kProbeFolder;
+  for (const char* s :
+       {"strategy=single", "launch.nproc_per_node=1", "launch.nnodes=1", "launch.max_restarts=0",
+        "data.global_batch_size=null", "data.balance=even",
+        "checkpoint.every_epochs=0", "checkpoint.every_steps=0", "checkpoint.every_seconds=0",
+        "checkpoint.resume=never", "observe.tensorboard=false", "observe.trace=false",
+        "reference=null"}) {
+    probe.config.overrides.push_back(s);
+  }
+  probe.config.overrides.push_back("data.batch_size=" + std::to_string(batch));
+  probe.config.overrides.push_back("train.threads=" + std::to_string(threads));
+  const std::int64_t steps = parallel.train.max_steps > 0
+                                 ? std::min<std::int64_t>(parallel.train.max_steps, kProbeSteps)
+                                 : kProbeSteps;
+  probe.config.overrides.push_back("train.max_steps=" + std::to_string(steps));
+  std::cout << "partrain: measuring compute at one rank's batch (" << batch << " samples, "
+            << threads << " thread" << (threads == 1 ? "" : "s") << ", " << steps
+            << " steps, alone) into " << probe.output << "\n"
+            << std::flush;
+  return run(probe);
+}
+
 void compare_with_reference(const Config& config) {
   std::string baseline = config.output_dir + "/baseline/report.json";
   std::string ours = config.output_dir + "/report.json";
@@ -161,6 +209,11 @@ int run(const RunOptions& o) {
         "--with-baseline compares a parallel run with one device; this config is strategy single");
     int code = run_baseline(o, config, config.strategy == StrategyKind::kDp ? 1 : world);
     if (code != 0) return code;
+    // Ranks of one process each (not dp's devices of one process) get the compute probe.
+    if (world > 1 && config.strategy == StrategyKind::kDdp) {
+      code = run_rank_batch_probe(o, config, nodes.ranks_on(o.node_rank));
+      if (code != 0) return code;
+    }
   }
   // One run per output folder; the nodes of a multi-node run share the token, so they may
   // share the folder too.

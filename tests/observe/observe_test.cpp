@@ -396,7 +396,7 @@ TEST(Explain, TheSpeedupDecomposedAddsUpToTheGap) {
                          "baseline (1.25x), at a batch of 64 a rank against 128"),
             std::string::npos)
       << ex.text;
-  EXPECT_NE(ex.text.find("A baseline at the per-rank batch"), std::string::npos) << ex.text;
+  EXPECT_NE(ex.text.find("measures one rank's batch alone too"), std::string::npos) << ex.text;
   const nlohmann::ordered_json j = explanation_to_json(ex, pair);
   EXPECT_EQ(j["schema"], "partrain.explain/1");
   EXPECT_EQ(j["verdict"]["cause"], "compute");
@@ -413,6 +413,69 @@ TEST(Explain, TheSpeedupDecomposedAddsUpToTheGap) {
   RunReport other = baseline;
   other.config_leaves["model.name"] = "resnet18";
   EXPECT_THROW(decompose_speedup(pair, other), UsageError);
+}
+
+// The compute probe (one process at one rank's batch and threads, alone) splits the compute
+// part in two that add up to it: the smaller batch (probe against baseline) and the ranks'
+// contention (run against probe); the advice follows whichever is large.
+TEST(Explain, TheComputeProbeSplitsBatchFromContention) {
+  Breakdown one;
+  one.forward = 6;
+  one.backward = 10;
+  one.optimizer = 1;
+  one.data_wait = 1;
+  one.evaluation = 1;
+  one.other = 1;
+  const RunReport baseline = timed_report({one}, 21.0, 12800, 128, 1);
+  Breakdown half;  // 10 s of forward+backward for 6400 images: 1.5625 ms a sample
+  half.forward = 3.75;
+  half.backward = 6.25;
+  half.optimizer = 1;
+  half.comm_exposed = 1.5;
+  half.data_wait = 0.5;
+  half.evaluation = 0.5;
+  half.other = 0.5;
+  const RunReport pair = timed_report({half, half}, 15.5, 12800, 64, 1);
+  Breakdown alone;  // the probe: 2560 images at batch 64 in 3.52 s, 1.375 ms a sample
+  alone.forward = 1.32;
+  alone.backward = 2.2;
+  alone.optimizer = 0.4;
+  RunReport probe = timed_report({alone}, 5.0, 2560, 64, 1);
+  probe.path = "runs/x/baseline-rank-batch/report.json";
+
+  const Scaling without = decompose_speedup(pair, baseline);
+  const Scaling sc = decompose_speedup(pair, baseline, &probe);
+  std::map<std::string, double> parts, whole;
+  double sum = 0;
+  for (const ScalingPart& p : sc.parts) {
+    parts[p.name] = p.speedup;
+    sum += p.speedup;
+  }
+  for (const ScalingPart& p : without.parts) whole[p.name] = p.speedup;
+  EXPECT_EQ(parts.count("compute"), 0u);
+  EXPECT_NEAR(sum, sc.ideal - sc.speedup, 1e-9);
+  EXPECT_NEAR(parts["compute_batch"] + parts["compute_contention"], whole["compute"], 1e-9);
+  // Batch: 1.375 ms alone at 64 against 1.25 ms at 128, over the rank's 6400 images.
+  EXPECT_NEAR(parts["compute_batch"], 2 * (6400 * 1.375e-3 - 16 / 2.0) / 15.5, 1e-9);
+  // Contention: 1.5625 ms beside the other rank against 1.375 ms alone.
+  EXPECT_NEAR(parts["compute_contention"], 2 * (10 - 6400 * 1.375e-3) / 15.5, 1e-9);
+
+  const Explanation ex = explain(pair, nullptr, nullptr, &baseline, &probe);
+  EXPECT_EQ(ex.cause, "compute");
+  EXPECT_NE(ex.text.find("forward+backward 1.562 ms a sample on each rank beside the others "
+                         "against 1.375 ms alone at the same batch and threads (1.14x)"),
+            std::string::npos)
+      << ex.text;
+  bool contention_advice = false;
+  for (const Advice& a : ex.advice) contention_advice |= a.action == "ranks_per_host";
+  EXPECT_TRUE(contention_advice) << ex.text;
+  EXPECT_EQ(ex.text.find("measures one rank's batch alone too"), std::string::npos) << ex.text;
+  const nlohmann::ordered_json j = explanation_to_json(ex, pair);
+  EXPECT_TRUE(j["scaling"]["parts"].contains("compute_contention"));
+  // A probe of another model is refused.
+  RunReport other = probe;
+  other.config_leaves["model.name"] = "resnet18";
+  EXPECT_THROW(decompose_speedup(pair, baseline, &other), UsageError);
 }
 
 // With a straggler the parts are read off the ranks that waited: its cost is the straggler part,

@@ -131,6 +131,13 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
       EXPECT_EQ(x.changes[i].before_move_seconds, y.changes[i].before_move_seconds) << i;
     }
   }
+  ASSERT_EQ(a.startup.has_value(), b.startup.has_value());
+  if (a.startup) {
+    EXPECT_EQ(a.startup->join, b.startup->join);
+    EXPECT_EQ(a.startup->clocks, b.startup->clocks);
+    EXPECT_EQ(a.startup->data, b.startup->data);
+    EXPECT_EQ(a.startup->model, b.startup->model);
+  }
 }
 
 // A run whose every field holds a value of its own (none left at its default), with a loss
@@ -192,6 +199,7 @@ RunSummary every_field_set(const ScratchDir& dir) {
                     {{8, {342, 170}, {0.0012375, 0.00249}, {1.0, 0.5}, 0.6375, 0.4233, 0.66},
                      {14, {256, 256}, {0.0012, 0.0025}, {1.0, 0.5}, 0.4275, 0.64, 0.7, true, 0.66},
                      {96, {340, 172}, {0.00125, 0.0024}, {0.875, 1.0}, 0.43, 0.425}}};
+  s.startup = StartupRecord{0.25, 0.0125, 0.5, 0.375};
   return s;
 }
 

@@ -104,6 +104,7 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
   summary.epochs = epochs;
   summary.straggler = observer.straggler();
   summary.balance = balance;
+  summary.startup = observer.startup();  // rank 0's: this is rank 0 writing
   double train_seconds = 0, images = 0;
   for (const auto& e : epochs) {
     train_seconds += e.train_seconds;

@@ -18,6 +18,7 @@
 #include "trainer/observe/phase_times.h"
 #include "trainer/observe/straggler.h"
 #include "trainer/observe/test_injection.h"
+#include "trainer/report/report_format.h"
 
 namespace partrain {
 
@@ -36,6 +37,10 @@ class RunObserver {
   // ddp with several ranks (store not null): estimates this rank's clock offset to rank 0.
   // Every rank calls it, at the same point of start-up.
   void sync_clocks(comm::Store* store);
+
+  // This rank's start-up phases (worker.cpp fills them; rank 0's go into report.json).
+  StartupRecord& startup() { return startup_; }
+  const StartupRecord& startup() const { return startup_; }
 
   // The training starts: the breakdown's zero, and the trace window armed.
   void start();
@@ -68,6 +73,7 @@ class RunObserver {
   void write_trace(const std::string& backend);
 
  private:
+  StartupRecord startup_;
   double local_seconds(Clock::time_point t) const;   // this rank's clock (with its skew)
   double common_seconds(Clock::time_point t) const;  // on rank 0's clock
 

@@ -19,10 +19,12 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
     d.train_set = std::make_shared<data::ImageDataset>(std::move(splits.train));
     d.test_set = std::make_shared<data::ImageDataset>(std::move(splits.test));
   };
-  // The others wait through the store, not a collective: a download may take far longer
-  // than comm.timeout_s, and is bounded by its own timeouts (DownloadOptions), which the
-  // wait adds to the usual bound.
-  if (store != nullptr && env.local_world_size > 1) {
+  // With data.download the host's first rank fetches the files while the others wait, so that
+  // one rank downloads; otherwise every rank reads at once (one after another, W ranks of a
+  // host would take W times as long to start). They wait through the store, not a
+  // collective: a download may take far longer than comm.timeout_s, and is bounded by its own
+  // timeouts (DownloadOptions), which the wait adds to the usual bound.
+  if (store != nullptr && env.local_world_size > 1 && cfg.data.download) {
     const std::string loaded_key = "data-loaded/" + std::to_string(env.rank - env.local_rank);
     if (env.local_rank == 0) {
       try {
@@ -35,10 +37,8 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
     } else {
       const data::DownloadOptions download;
       const auto bound =
-          timeout + (cfg.data.download
-                         ? std::chrono::milliseconds(static_cast<int64_t>(
-                               1000 * (download.connect_timeout_s + download.total_timeout_s)))
-                         : std::chrono::milliseconds(0));
+          timeout + std::chrono::milliseconds(static_cast<int64_t>(
+                        1000 * (download.connect_timeout_s + download.total_timeout_s)));
       store->wait({loaded_key}, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
       // The same files would fail here too: a usage error (exit 2), whichever rank exits first.

@@ -100,10 +100,22 @@ int run_worker(Config config, const WorkerEnv& env) {
   PrecisionPlugin precision = PrecisionPlugin::for_training(cfg.train.precision, device);
   const std::string note = precision_note(cfg.train.precision, device);
   if (!note.empty() && env.rank == 0) std::printf("%s\n", note.c_str());
+  // Each phase of the start-up, timed for the report (explain's start-up part).
+  auto phase_start = Clock::now();
+  auto phase_seconds = [&phase_start] {
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - phase_start).count();
+    phase_start = now;
+    return seconds;
+  };
   RankGroup group = join_rank_group(cfg, env, device);
   RunObserver observer(cfg, env);
+  observer.startup().join = std::chrono::duration<double>(Clock::now() - run_start).count();
+  phase_seconds();
   observer.sync_clocks(group.store());
+  observer.startup().clocks = phase_seconds();
   RankData data = load_rank_data(cfg, env, group.store(), group.timeout);
+  observer.startup().data = phase_seconds();
 
   Strategy strategy(cfg, device, group.comm.get());
   const ModelShape shape{data.train_set->channels, data.train_set->height,
@@ -134,6 +146,7 @@ int run_worker(Config config, const WorkerEnv& env) {
     strategy.set_rank_share(cfg.data.batch_size, micro_batch_size(cfg));
   }
   if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
+  observer.startup().model = phase_seconds();
 
   TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,
                  LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,

@@ -202,7 +202,7 @@ std::string straggler_words(const Straggler& g) {
 const char* cause_of_part(const std::string& part) {
   if (part == "communication") return "communication";
   if (part == "straggler") return "straggler";
-  if (part == "compute" || part == "optimizer") return "compute";
+  if (part.rfind("compute", 0) == 0 || part == "optimizer") return "compute";
   if (part == "data") return "data";
   if (part == "evaluation") return "evaluation";
   if (part == "checkpoint") return "checkpoint";
@@ -218,20 +218,27 @@ double predicted_transfer(double transfer_busy, double transfer, double factor) 
 
 }  // namespace
 
-Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
-  const RunSummary& s = run.summary;
-  const RunSummary& b = baseline.summary;
-  PARTRAIN_CHECK(b.ranks.size() == 1 && b.env.world_size == 1, UsageError, baseline.path,
-                 ": the baseline is a run of ", b.ranks.size(),
+// A baseline or probe is one process training the run's model on the run's data.
+void require_single_twin(const RunReport& run, const RunReport& twin, const char* what) {
+  const RunSummary& b = twin.summary;
+  PARTRAIN_CHECK(b.ranks.size() == 1 && b.env.world_size == 1, UsageError, twin.path, ": the ",
+                 what, " is a run of ", b.ranks.size(),
                  " ranks; it must be one process (strategy single, as --with-baseline trains)");
   for (const char* key : {"model.name", "model.width", "data.dataset"}) {
-    const std::string ours = leaf(run, key), theirs = leaf(baseline, key);
-    PARTRAIN_CHECK(ours == theirs, UsageError, baseline.path, ": ", key, " is '", theirs,
-                   "' but the run's (", run.path, ") is '", ours,
-                   "': a baseline trains the same model on the same data");
+    const std::string ours = leaf(run, key), theirs = leaf(twin, key);
+    PARTRAIN_CHECK(ours == theirs, UsageError, twin.path, ": ", key, " is '", theirs,
+                   "' but the run's (", run.path, ") is '", ours, "': a ", what,
+                   " trains the same model on the same data");
   }
+  require_breakdowns(twin);
+}
+
+Scaling decompose_speedup(const RunReport& run, const RunReport& baseline, const RunReport* probe) {
+  const RunSummary& s = run.summary;
+  const RunSummary& b = baseline.summary;
+  require_single_twin(run, baseline, "baseline");
+  if (probe) require_single_twin(run, *probe, "compute probe");
   require_breakdowns(run);
-  require_breakdowns(baseline);
   const double n_run = images_of(s), n_base = images_of(b);
   PARTRAIN_CHECK(n_run > 0 && n_base > 0 && s.total_seconds > 0 && b.total_seconds > 0, UsageError,
                  run.path, ": the run or its baseline trained no image");
@@ -262,11 +269,14 @@ Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
   const Breakdown& one = *b.ranks[0].breakdown;
   const double wait = straggler_wait(s, w);
   const double ideal = out.ideal;
-  // Each part: the run's seconds, the baseline's seconds, and the words for both.
-  auto add = [&](const char* name, double ours, double theirs, std::string figures) {
-    const double beyond = ours - theirs * n_run / (n_base * ideal);
+  // Each part: what it cost the run beyond the ideal, in seconds, and the words for it.
+  auto add_beyond = [&](const char* name, double beyond, std::string figures) {
     out.parts.push_back(
         ScalingPart{name, ideal * beyond / s.total_seconds, beyond, std::move(figures)});
+  };
+  // Or the run's seconds against the baseline's, spread ideally over the run's ranks.
+  auto add = [&](const char* name, double ours, double theirs, std::string figures) {
+    add_beyond(name, ours - theirs * n_run / (n_base * ideal), std::move(figures));
   };
   const double per_rank_images = n_run / world;
   const double fb = w.forward + w.backward, fb_base = one.forward + one.backward;
@@ -295,7 +305,32 @@ Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
                      format("%d thread%s", b.ranks[0].threads, b.ranks[0].threads == 1 ? "" : "s");
     if (oversubscribed(s.ranks[0])) compute_words += " (more threads than cores: they contend)";
   }
-  add("compute", fb, fb_base, compute_words);
+  if (!probe) {
+    add("compute", fb, fb_base, compute_words);
+  } else {
+    // The probe's forward+backward per sample, at one rank's batch and threads, alone: the
+    // compute of a rank without the others beside it.
+    const RunSummary& p = probe->summary;
+    const Breakdown& alone = *p.ranks[0].breakdown;
+    const double n_probe = images_of(p);
+    PARTRAIN_CHECK(n_probe > 0, UsageError, probe->path, ": the compute probe trained no image");
+    const double q = (alone.forward + alone.backward) / n_probe;
+    const double alone_seconds = q * per_rank_images;
+    add("compute_batch", alone_seconds, fb_base,
+        format("forward+backward %.3f ms a sample at a batch of %d alone (%s) against %.3f ms at "
+               "%d in the baseline (%.2fx)",
+               1e3 * q, probe->batch_size, probe->path.c_str(), fb_base_ms, baseline.batch_size,
+               fb_base_ms > 0 ? 1e3 * q / fb_base_ms : 0.0));
+    std::string contention_words = format(
+        "forward+backward %.3f ms a sample on each rank beside the others against %.3f ms "
+        "alone at the same batch and threads (%.2fx)",
+        fb_ms, 1e3 * q, q > 0 ? fb_ms / (1e3 * q) : 0.0);
+    if (!host_words(s.ranks[0]).empty()) {
+      contention_words += "; " + host_words(s.ranks[0]);
+      if (oversubscribed(s.ranks[0])) contention_words += " (more threads than cores)";
+    }
+    add_beyond("compute_contention", fb - alone_seconds, contention_words);
+  }
   const std::int64_t steps = std::max<std::int64_t>(1, steps_of(s));
   const std::int64_t base_steps = std::max<std::int64_t>(1, steps_of(b));
   add("optimizer", w.optimizer, one.optimizer,
@@ -312,10 +347,21 @@ Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
       format("checkpoints %.2f s on each rank against %.2f s in the baseline", w.checkpoint,
              one.checkpoint));
   const double startup = s.total_seconds - w.total(), base_startup = b.total_seconds - one.total();
-  add("startup", startup, base_startup,
-      format("start-up and the final report %.2f s (the run's %.2f s less its ranks' %.2f s of "
-             "epochs) against %.2f s in the baseline",
-             startup, s.total_seconds, w.total(), base_startup));
+  std::string startup_words = format(
+      "start-up and the final report %.2f s (the run's %.2f s less its ranks' %.2f s of "
+      "epochs) against %.2f s in the baseline",
+      startup, s.total_seconds, w.total(), base_startup);
+  if (s.startup && b.startup) {
+    // Which phase grew: each of rank 0's against the baseline's.
+    const StartupRecord& x = *s.startup;
+    const StartupRecord& y = *b.startup;
+    startup_words += format(
+        "; joining %.2f s (%.2f), clock estimate %.2f s (%.2f), data %.2f s (%.2f), model %.2f s "
+        "(%.2f), the end of the run %.2f s (%.2f)",
+        x.join, y.join, x.clocks, y.clocks, x.data, y.data, x.model, y.model,
+        std::max(0.0, startup - x.total()), std::max(0.0, base_startup - y.total()));
+  }
+  add("startup", startup, base_startup, startup_words);
   add("other", w.other, one.other,
       format("other %.2f s a rank (logging, the epochs' sums) against %.2f s in the baseline",
              w.other, one.other));
@@ -323,7 +369,7 @@ Scaling decompose_speedup(const RunReport& run, const RunReport& baseline) {
 }
 
 Explanation explain(const RunReport& report, const TraceSummary* trace, const BenchReport* bench,
-                    const RunReport* baseline) {
+                    const RunReport* baseline, const RunReport* probe) {
   const RunSummary& s = report.summary;
   require_breakdowns(report);
   Explanation ex;
@@ -388,7 +434,7 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
 
   // The speed-up against the single-device run.
   if (baseline) {
-    ex.scaling = decompose_speedup(report, *baseline);
+    ex.scaling = decompose_speedup(report, *baseline, probe);
     const Scaling& sc = *ex.scaling;
     out += format(
         "\nSpeed-up over the single-device run (%s): %.2fx of an ideal %.2fx (%s), on wall time "
@@ -412,14 +458,31 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
   // The cause.
   const double transfer = waiting.comm_exposed - wait;
   if (ex.scaling) {
-    const ScalingPart* top = nullptr;
+    // The parts summed by the cause they belong to (compute holds forward+backward, however
+    // split, and the optimizer; other holds start-up), in the order causes first appear.
+    std::vector<std::pair<std::string, double>> causes;
     for (const ScalingPart& p : ex.scaling->parts) {
-      if (!top || p.speedup > top->speedup) top = &p;
+      const std::string cause = cause_of_part(p.name);
+      auto it = std::find_if(causes.begin(), causes.end(),
+                             [&](const auto& c) { return c.first == cause; });
+      if (it == causes.end()) {
+        causes.emplace_back(cause, p.speedup);
+      } else {
+        it->second += p.speedup;
+      }
     }
-    ex.cause = cause_of_part(top->name);
-    ex.cause_text =
-        format("%s costs the most of the speed-up: %.2fx of the %.2fx missing", top->name.c_str(),
-               top->speedup, ex.scaling->ideal - ex.scaling->speedup);
+    const auto top =
+        std::max_element(causes.begin(), causes.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    ex.cause = top->first;
+    std::string parts;
+    for (const ScalingPart& p : ex.scaling->parts) {
+      if (cause_of_part(p.name) != ex.cause || std::fabs(p.speedup) < 0.005) continue;
+      parts += format("%s%s %+.2fx", parts.empty() ? "" : ", ", p.name.c_str(), p.speedup);
+    }
+    ex.cause_text = format("%s costs the most of the speed-up: %.2fx of the %.2fx missing (%s)",
+                           ex.cause.c_str(), top->second, ex.scaling->ideal - ex.scaling->speedup,
+                           parts.c_str());
   } else {
     struct Candidate {
       const char* cause;
@@ -633,10 +696,32 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
               "measure", 0,
               format("Compute per sample is slower than the baseline's (%.2fx of the speed-up, "
                      "%.2f s): the smaller batch per rank or the ranks' sharing of the host's "
-                     "memory and caches. A baseline at the per-rank batch (partrain run CONFIG "
-                     "--set strategy=single --set data.batch_size=%d) would tell the two apart.",
-                     p.speedup, p.seconds, report.batch_size)});
+                     "memory and caches. partrain run CONFIG --with-baseline measures one rank's "
+                     "batch alone too (OUTPUT/baseline-rank-batch), which tells the two apart.",
+                     p.speedup, p.seconds)});
         }
+      } else if (p.name == "compute_batch") {
+        advice.push_back(Advice{
+            "data.batch_size", p.seconds,
+            format("Each rank computes a batch of %d, which costs more per sample than the "
+                   "baseline's larger batch even alone (%s): %.2fx of the speed-up, %.2f s. A "
+                   "larger batch per rank (data.batch_size, or data.global_batch_size) would win "
+                   "most of it back.",
+                   report.batch_size, p.figures.c_str(), p.speedup, p.seconds)});
+      } else if (p.name == "compute_contention") {
+        const RankRecord& r0 = s.ranks[0];
+        advice.push_back(Advice{
+            oversubscribed(r0) ? "train.threads" : "ranks_per_host", p.seconds,
+            format("The ranks slow each other down on the host (%s): %.2fx of the speed-up, "
+                   "%.2f s. %s",
+                   p.figures.c_str(), p.speedup, p.seconds,
+                   oversubscribed(r0)
+                       ? format("They ask for more threads than there are cores: train.threads "
+                                "%d would stop them contending.",
+                                std::max(1, r0.host_cores / r0.ranks_on_host))
+                             .c_str()
+                       : "They share the host's memory bandwidth and caches: ranks on more hosts "
+                         "(or devices), not more ranks on this one, would take it away.")});
       } else if (p.name == "optimizer") {
         advice.push_back(Advice{
             "data.batch_size", 0,

@@ -52,7 +52,8 @@ double achieved_busbw_gbps(const RankRecord& rank, int world_size);
 // I (x_k - y_k / I) / t, and the shares add up to I - t1 / t exactly. A part is negative where
 // the parallel run spent less on it than its share of the baseline's.
 struct ScalingPart {
-  std::string name;     // communication, straggler, compute, optimizer, data, evaluation,
+  std::string name;     // communication, straggler, compute (or, given the compute probe,
+                        // compute_batch and compute_contention), optimizer, data, evaluation,
                         // checkpoint, startup, other
   double speedup = 0;   // of the gap, in speed-up units
   double seconds = 0;   // what it cost the parallel run's wall time beyond the ideal
@@ -69,7 +70,14 @@ struct Scaling {
 
 // The parallel run and its baseline decomposed (above). UsageError naming the files when the
 // baseline is not a one-process run of the same model and data, or either lacks a breakdown.
-Scaling decompose_speedup(const RunReport& run, const RunReport& baseline);
+// `probe`, when given, is one process at one rank's batch and threads, alone on the host (what
+// `partrain run --with-baseline` leaves in OUTPUT/baseline-rank-batch): its forward+backward
+// per sample q splits the compute part in two that add up to it: compute_batch, the probe
+// against the baseline (the smaller batch per rank), and compute_contention, the run against
+// the probe (the ranks beside each other on the host's cores, memory and caches). A probe of
+// another batch, model or data is a UsageError naming it.
+Scaling decompose_speedup(const RunReport& run, const RunReport& baseline,
+                          const RunReport* probe = nullptr);
 
 // One suggestion: the setting or action, what it would save (seconds of wall time; 0 where
 // the report cannot say) and the sentence. Where it predicts what one measured part becomes
@@ -79,7 +87,7 @@ struct Advice {
   std::string action;
   double saves_seconds = 0;
   std::string text;
-  std::string part;
+  std::string part = {};
   double now_seconds = 0;
   double after_seconds = 0;
 };
@@ -108,15 +116,18 @@ struct Explanation {
 };
 
 // trace: the run's trace summary, or null; bench: a bench allreduce report, or null; baseline:
-// the single-device run of the same config, or null. Throws UsageError naming the report when
-// a rank has no breakdown (a report written before partrain recorded one).
+// the single-device run of the same config, or null; probe: the compute probe (above), or null,
+// used only with a baseline. Throws UsageError naming the report when a rank has no breakdown
+// (a report written before partrain recorded one).
 Explanation explain(const RunReport& report, const TraceSummary* trace,
-                    const BenchReport* bench = nullptr, const RunReport* baseline = nullptr);
+                    const BenchReport* bench = nullptr, const RunReport* baseline = nullptr,
+                    const RunReport* probe = nullptr);
 
 inline std::string explain_run(const RunReport& report, const TraceSummary* trace,
                                const BenchReport* bench = nullptr,
-                               const RunReport* baseline = nullptr) {
-  return explain(report, trace, bench, baseline).text;
+                               const RunReport* baseline = nullptr,
+                               const RunReport* probe = nullptr) {
+  return explain(report, trace, bench, baseline, probe).text;
 }
 
 // `explain --json`: {"schema": "partrain.explain/1", "report", "verdict": {"cause", "text"},

@@ -395,6 +395,12 @@ Json report_to_json(const RunSummary& s) {
   if (s.compression) report["compression"] = compression_to_json(*s.compression);
   report["straggler"] = straggler_to_json(s.straggler);
   if (s.balance) report["balance"] = balance_to_json(*s.balance);
+  if (s.startup) {
+    report["startup"] = {{"join_s", s.startup->join},
+                         {"clocks_s", s.startup->clocks},
+                         {"data_s", s.startup->data},
+                         {"model_s", s.startup->model}};
+  }
   if (!s.epochs.empty()) {
     report["final"] = {{"test_accuracy", s.epochs.back().test_accuracy},
                        {"test_loss", s.epochs.back().test_loss},
@@ -426,6 +432,11 @@ RunSummary report_from_json(const JsonAt& j) {
   }
   if (j.has("straggler")) s.straggler = straggler_from_json(j["straggler"]);
   if (j.has("balance")) s.balance = balance_from_json(j["balance"]);
+  if (j.has("startup")) {
+    const JsonAt startup = j["startup"];
+    s.startup = StartupRecord{startup["join_s"].non_negative(), startup["clocks_s"].non_negative(),
+                              startup["data_s"].non_negative(), startup["model_s"].non_negative()};
+  }
   j["final"].object();  // derived from the epochs, so only its presence is checked
   return s;
 }

@@ -199,6 +199,18 @@ BalanceRecord balance_from_json(const JsonAt& j);
 
 // What report.json holds. Its "final" object is not a field: it repeats the last epoch's
 // figures (null without epochs) for readers that want only those.
+// Rank 0's start-up, in seconds: joining the run (store, host layout, communicators), the
+// clock estimate, loading the data, and the model (build, rank 0's state broadcast, the
+// optimizer, a resume, the Reducer). What explain's start-up part is made of; the rest of that
+// part is the end of the run (the final sums and the report).
+struct StartupRecord {
+  double join = 0;
+  double clocks = 0;
+  double data = 0;
+  double model = 0;
+  double total() const { return join + clocks + data + model; }
+};
+
 struct RunSummary {
   std::string config_json;  // the resolved config (config_to_json), embedded as an object
   RunEnv env;
@@ -211,6 +223,7 @@ struct RunSummary {
   std::optional<Straggler> straggler;  // null: the ranks were even, or one rank only
   // Global-batch mode only: absent from the file otherwise (and from reports written before it).
   std::optional<BalanceRecord> balance;
+  std::optional<StartupRecord> startup;  // absent in reports written before it
 };
 
 // The epoch's entry of report.json's "epochs", of the checkpoint's metadata and of an epoch
