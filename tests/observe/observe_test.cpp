@@ -512,6 +512,16 @@ TEST(Explain, AnAwayRankIsTheCauseAndGetsNoWireAdvice) {
   const nlohmann::ordered_json j = explanation_to_json(ex, pair);
   EXPECT_EQ(j["straggler"]["rank"], 1);
   EXPECT_EQ(j["straggler"]["kind"], "away");
+  // Beyond the measured wait, 4 s more exposed (a quarter of the training): with the rank away
+  // that is its absences inside the collectives too, so still no wire or compression advice.
+  RunReport longer = pair;
+  longer.summary.ranks[0].breakdown->comm_exposed = 10;
+  longer.summary.ranks[0].comm_busy_seconds = 4.5;
+  const Explanation still = explain(longer, nullptr);
+  EXPECT_EQ(still.text.find("comm.wire_dtype bf16"), std::string::npos) << still.text;
+  EXPECT_EQ(still.text.find("powersgd"), std::string::npos) << still.text;
+  EXPECT_NE(still.text.find("while that rank is away for whole steps"), std::string::npos)
+      << still.text;
 }
 
 // The wire's prediction: half the busy time, backward hiding what it hides now.

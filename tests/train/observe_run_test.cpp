@@ -289,6 +289,15 @@ TEST(Observe, ExplainRefusesBadInput) {
   EXPECT_EQ(o.code, 2) << o.output;
   EXPECT_EQ(std::count(o.output.begin(), o.output.end(), '\n'), 1) << o.output;
   EXPECT_NE(o.output.find("ranks[0] has no breakdown"), std::string::npos) << o.output;
+
+  // A compute probe splits the compute part of a speed-up, which needs a baseline.
+  Result probe_alone =
+      partrain("explain " + old_report.string() + " --probe " + old_report.string(), dir);
+  EXPECT_EQ(probe_alone.code, 2) << probe_alone.output;
+  EXPECT_EQ(std::count(probe_alone.output.begin(), probe_alone.output.end(), '\n'), 1)
+      << probe_alone.output;
+  EXPECT_NE(probe_alone.output.find("give --baseline too"), std::string::npos)
+      << probe_alone.output;
 }
 
 }  // namespace

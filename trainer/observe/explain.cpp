@@ -574,7 +574,10 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
   ex.traffic = Traffic{
       waiting.comm_exposed, wait, transfer, busy,
       s.ranks.size() > 1 ? achieved_busbw_gbps(s.ranks[0], static_cast<int>(s.ranks.size())) : 0.0};
-  if (share(transfer, waiting_total) >= kCommExposedNotable) {
+  // With a rank away for whole steps, what is left of the exposed wait after the straggler's
+  // is not the wire's: a rank stopped between two buckets holds up the collective it is in, and
+  // the busy time with it. No wire, backend, bucket or compression advice then.
+  if (!away && share(transfer, waiting_total) >= kCommExposedNotable) {
     auto offer = [&](const std::string& action, double factor, const std::string& why) {
       const double after = predicted_transfer(transfer_busy, transfer, factor);
       const double saves = transfer - after;
@@ -647,11 +650,17 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
   } else if (s.straggler && share(waiting.comm_exposed, waiting_total) >= kCommExposedNotable) {
     advice.push_back(Advice{
         "none", 0,
-        format("Exposed communication is %.1f%% of training, but %.1f%% of it is the wait for "
-               "rank %d: the transfer itself is %.1f%%, so a faster wire would not help before the "
-               "straggler is fixed.",
-               pct_waiting(waiting.comm_exposed), pct_waiting(wait), s.straggler->rank,
-               pct_waiting(transfer))});
+        away ? format("Exposed communication is %.1f%% of training, %.1f%% of it measured as the "
+                      "wait for rank %d; while that rank is away for whole steps the rest (%.1f%%) "
+                      "holds its absences in the middle of collectives too, so a faster wire "
+                      "would not help before it is back.",
+                      pct_waiting(waiting.comm_exposed), pct_waiting(wait), s.straggler->rank,
+                      pct_waiting(transfer))
+             : format("Exposed communication is %.1f%% of training, but %.1f%% of it is the wait "
+                      "for rank %d: the transfer itself is %.1f%%, so a faster wire would not help "
+                      "before the straggler is fixed.",
+                      pct_waiting(waiting.comm_exposed), pct_waiting(wait), s.straggler->rank,
+                      pct_waiting(transfer))});
   }
   const RankRecord* hungriest = nullptr;
   for (const RankRecord& r : s.ranks) {
