@@ -10,7 +10,10 @@
 #     skips it). A variant BACKEND:WIRE:powersgdR trains with PowerSGD gradient compression at
 #     rank R from step POWERSGD_START (default 10) on (training only), and the table gives the
 #     gradient bytes a rank sends per step, from report.json. With EXPLAIN_DIR set, what
-#     `partrain explain` says of each training run goes to EXPLAIN_DIR/RATE-VARIANT.txt.
+#     `partrain explain` says of each training run goes to EXPLAIN_DIR/RATE-VARIANT.txt (and
+#     --json to .json); with BASELINE=1 too, host 0 first trains the single-device twin
+#     (--with-baseline, while host 1 waits at the rendezvous), so explain decomposes the
+#     speed-up over it.
 # Needs root and iproute2.
 #
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
@@ -138,6 +141,7 @@ for rate in $rates; do
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
           "${compression[@]}" --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
     extra0=(--output "$work/out0"); extra1=(--output "$work/out1")
+    [ "${BASELINE:-0}" = 1 ] && extra0+=(--with-baseline)
     on_both run 900
     python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" "$per_host" "$compress" <<'PY'
 import json, sys
@@ -159,6 +163,7 @@ PY
     if [ -n "${EXPLAIN_DIR:-}" ]; then
       mkdir -p "$EXPLAIN_DIR"
       "$exe" explain "$work/out0/report.json" > "$EXPLAIN_DIR/$rate-${variant//:/-}.txt"
+      "$exe" explain "$work/out0/report.json" --json > "$EXPLAIN_DIR/$rate-${variant//:/-}.json"
     fi
   done
 done
