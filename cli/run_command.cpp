@@ -153,10 +153,9 @@ int run_rank_batch_probe(const RunOptions& o, const Config& parallel, int ranks_
   probe.output = parallel.output_dir + "/" + kProbeFolder;
   for (const char* s :
        {"strategy=single", "launch.nproc_per_node=1", "launch.nnodes=1", "launch.max_restarts=0",
-        "data.global_batch_size=null", "data.balance=even",
-        "checkpoint.every_epochs=0", "checkpoint.every_steps=0", "checkpoint.every_seconds=0",
-        "checkpoint.resume=never", "observe.tensorboard=false", "observe.trace=false",
-        "reference=null"}) {
+        "data.global_batch_size=null", "data.balance=even", "checkpoint.every_epochs=0",
+        "checkpoint.every_steps=0", "checkpoint.every_seconds=0", "checkpoint.resume=never",
+        "observe.tensorboard=false", "observe.trace=false", "reference=null"}) {
     probe.config.overrides.push_back(s);
   }
   probe.config.overrides.push_back("data.batch_size=" + std::to_string(batch));
