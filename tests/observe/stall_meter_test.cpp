@@ -42,6 +42,22 @@ TEST(StallMeter, CountsTheOverlapOfStallsWithTheSpans) {
   EXPECT_TRUE(meter.stalls_overlapping({at(30), at(50)}).empty());
 }
 
+// Stalls no longer than the step's own work are slices of it and count (the part inside the
+// span); a longer one is an absence for whole steps and does not, even where it overlaps.
+TEST(StallMeter, OnlyStallsShorterThanTheWorkCountAsWork) {
+  const Clock::time_point t0 = Clock::now();
+  auto at = [&](int ms) { return t0 + milliseconds(ms); };
+  const TimeSpan step{at(0), at(100)};
+  const std::vector<TimeSpan> stalls = {{at(-5), at(5)},     // 10 ms, 5 of them in the step
+                                        {at(20), at(30)},    // 10 ms
+                                        {at(40), at(100)},   // 60 ms: longer than the 30 ms of work
+                                        {at(95), at(110)}};  // 15 ms, 5 of them in the step
+  EXPECT_EQ(stalls_within_work(stalls, step, milliseconds(30)), milliseconds(20));
+  // With 60 ms of work, the long stall is a slice too.
+  EXPECT_EQ(stalls_within_work(stalls, step, milliseconds(60)), milliseconds(80));
+  EXPECT_EQ(stalls_within_work({}, step, milliseconds(30)), milliseconds(0));
+}
+
 TEST(StallMeter, KeepsTheNewestStallsOnly) {
   StallMeterOptions options;
   options.keep = 2;

@@ -342,11 +342,8 @@ EpochLoop::RankSpeed EpochLoop::measure_speed() {
   const Clock::duration held = stalls_->stalled_within({measured});
   const Clock::duration net_work =
       std::max(busy - stalls_->stalled_within(work), Clock::duration{0});
-  Clock::duration slices{0};
-  for (const TimeSpan& stall : stalls_->stalls_overlapping(measured)) {
-    if (stall.end - stall.start > net_work) continue;
-    slices += std::min(stall.end, now) - std::max(stall.start, measured_from_);
-  }
+  const Clock::duration slices =
+      stalls_within_work(stalls_->stalls_overlapping(measured), measured, net_work);
   RankSpeed speed;
   if (step_samples_ > 0) {
     speed.seconds_per_sample =

@@ -52,6 +52,18 @@ Clock::duration StallMeter::stalled_within(const std::vector<TimeSpan>& spans) c
   return covered;
 }
 
+Clock::duration stalls_within_work(const std::vector<TimeSpan>& stalls, TimeSpan span,
+                                   Clock::duration net_work) {
+  Clock::duration slices{0};
+  for (const TimeSpan& stall : stalls) {
+    if (stall.end - stall.start > net_work) continue;
+    const Clock::time_point from = std::max(stall.start, span.start);
+    const Clock::time_point to = std::min(stall.end, span.end);
+    if (to > from) slices += to - from;
+  }
+  return slices;
+}
+
 std::vector<TimeSpan> StallMeter::stalls_overlapping(TimeSpan span) const {
   std::vector<TimeSpan> found;
   std::lock_guard<std::mutex> lock(mu_);

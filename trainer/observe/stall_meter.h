@@ -38,6 +38,13 @@ struct StallMeterOptions {
   std::size_t keep = 4096;                // the newest stalls kept; older ones are dropped
 };
 
+// Of `stalls` (whole, as stalls_overlapping() gives them), the time within `span` of those no
+// longer than `net_work`: slices of a rank's work, which a smaller share of the samples
+// shortens. A longer stall is an absence for whole steps, which no share shortens, and is
+// left out (EpochLoop::measure_speed, data.balance auto).
+Clock::duration stalls_within_work(const std::vector<TimeSpan>& stalls, TimeSpan span,
+                                   Clock::duration net_work);
+
 class StallMeter {
  public:
   // Starts the thread (throws std::system_error when it cannot).
