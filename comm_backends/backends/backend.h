@@ -1,7 +1,9 @@
 // defines: BackendEntry — what each backend file registers, in one line: its name, whether it
 // is compiled in, "may `auto` take me for this placement, and if not, why?" and "make one" —
-// with BackendArgs and make_backend<>() for that line, the entries themselves (listed in the
-// order `auto` tries them in communicator.cpp) and the buffer checks every backend shares.
+// with BackendArgs and make_backend<>() for that line, and the entries themselves (listed in
+// the order `auto` tries them in communicator.cpp). What a backend makes is wrapped in a
+// CheckedCommunicator (checked_communicator.h), which locks, checks buffers against the
+// backend's Capabilities, records and traces failures: a backend does none of that itself.
 #pragma once
 
 #include <memory>
@@ -54,8 +56,5 @@ extern const BackendEntry kShmBackend;
 extern const BackendEntry kHierarchicalBackend;
 extern const BackendEntry kAsioRingBackend;
 extern const BackendEntry kGlooBackend;
-
-void check_host_buffer(const Buffer& buffer, const std::string& backend);
-void check_allgather_buffers(const Buffer& in, const Buffer& out, int size);
 
 }  // namespace partrain::comm
