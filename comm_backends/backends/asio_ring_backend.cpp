@@ -6,6 +6,9 @@
 // failure here names the peer the transport lost (PeerError), which may only be the peer of
 // the rank that failed first.
 
+#include <algorithm>
+#include <thread>
+
 #include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/peer/peer_transport.h"
@@ -24,6 +27,7 @@ PeerTransportOptions transport_options(const BackendArgs& args) {
   o.key_prefix = transport_prefix(args.prefix);
   o.timeout = args.options.timeout;
   o.name = "asio-ring";
+  o.spin = peer_spin(args.placement, args.rank);
   return o;
 }
 
@@ -72,6 +76,13 @@ class AsioRingCommunicator : public Communicator {
 };
 
 }  // namespace
+
+std::chrono::microseconds peer_spin(const Placement& placement, int rank) {
+  const HostLayout& layout = placement.hosts.layout();
+  const std::size_t here = layout.hosts[layout.host_of[rank]].size();
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return here <= cores ? kPeerSpin : std::chrono::microseconds(0);
+}
 
 std::string asio_ring_address_key(const std::string& prefix, int rank) {
   return peer_address_key(transport_prefix(prefix), rank);

@@ -6,6 +6,7 @@
 // backend's Capabilities, records and traces failures: a backend does none of that itself.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,12 @@ struct BackendEntry {
 // Where rank `rank` of the asio-ring communicator whose keys start with `prefix`
 // (communicator_key_prefix()) publishes the address of its ring port.
 std::string asio_ring_address_key(const std::string& prefix, int rank);
+
+// How long the peer transport of `rank` polls its sockets before it sleeps (PeerTransport-
+// Options::spin): kPeerSpin when every rank of its host has a core of its own, else 0 (a
+// spinning rank would take the core a peer it waits for needs).
+inline constexpr std::chrono::microseconds kPeerSpin{50};
+std::chrono::microseconds peer_spin(const Placement& placement, int rank);
 
 template <typename CommunicatorType>
 std::unique_ptr<Communicator> make_backend(const BackendArgs& args) {
