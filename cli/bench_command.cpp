@@ -1,6 +1,9 @@
 // defines: add_bench_command() — `partrain bench allreduce`: per message size the median
-// time, algbw, busbw and a count of wrong elements, for one or several backends in one run,
-// each rank a separate process (nccl-tests is the model).
+// time, algbw, busbw and a count of wrong elements of one collective (allreduce by default;
+// --collective reduce_scatter, allgather or broadcast), for one or several backends in one
+// run, each rank a separate process (nccl-tests is the model); each row names the algorithm
+// the backend took, and for the peer transport's algorithms a latency/bandwidth fit per
+// backend and algorithm follows the table.
 //
 // Two ways to get the ranks:
 //   * started here: the launcher (cli/launcher.h, as partrain run uses it) starts --world
@@ -10,7 +13,7 @@
 //     process that started it (node 0's) prints the table and writes --json.
 //   * started by mpirun, srun or torchrun: each process is one rank, found and rendezvoused
 //     as partrain worker does (cli/engine_env.h); rank 0 prints and writes --json.
-// Each iteration refills the buffer, passes a barrier, times one allreduce and checks every
+// Each iteration refills the buffer, passes a barrier, times one collective and checks every
 // element; an iteration's time is the slowest rank's.
 #include <CLI/CLI.hpp>
 
@@ -20,8 +23,10 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -33,8 +38,11 @@
 #include "cli/engine_env.h"
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
+#include "comm_backends/algorithms/algorithm_choice.h"
+#include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/rank_group.h"
+#include "comm_backends/reduction.h"
 #include "common/errors.h"
 #include "common/atomic_file.h"
 #include "common/temp_dir.h"
@@ -51,7 +59,9 @@ constexpr const char* kResultsVariable = "PARTRAIN_BENCH_RESULTS";
 
 struct BenchArgs {
   std::string backends = "asio-ring";
-  int world = 0;  // 0: not given
+  std::string collective = "allreduce";  // allreduce | reduce_scatter | allgather | broadcast
+  std::string algorithm = "auto";        // comm.algorithm for asio-ring and hierarchical
+  int world = 0;                         // 0: not given
   std::string sizes = "4K,64K,1M,16M";
   std::string dtype = "f32";
   std::string wire_dtype = "f32";
@@ -201,9 +211,126 @@ void reduce_host_values(comm::Communicator& comm, comm::DeviceKind kind, int dev
   std::memcpy(values, memory.host(), bytes);
 }
 
+comm::CollectiveKind parse_collective(const std::string& name) {
+  for (auto kind : {comm::CollectiveKind::allreduce, comm::CollectiveKind::reduce_scatter,
+                    comm::CollectiveKind::allgather, comm::CollectiveKind::broadcast}) {
+    if (comm::collective_kind_name(kind) == name) return kind;
+  }
+  throw UsageError("bench: --collective '" + name +
+                   "' is not one of allreduce, reduce_scatter, allgather, broadcast");
+}
+
+// The period `expected` turned to start at element `offset` of it.
+std::vector<std::uint8_t> rotated(const std::vector<std::uint8_t>& period, std::size_t offset,
+                                  std::size_t element_size) {
+  const std::size_t at = (offset % (period.size() / element_size)) * element_size;
+  std::vector<std::uint8_t> out(period.begin() + static_cast<std::ptrdiff_t>(at), period.end());
+  out.insert(out.end(), period.begin(), period.begin() + static_cast<std::ptrdiff_t>(at));
+  return out;
+}
+
+// One collective's buffers, fill and check. `bytes` is its size as nccl-tests counts it: the
+// buffer (allreduce, broadcast), the input (reduce_scatter) or the output (allgather).
+struct Collective {
+  comm::CollectiveKind kind;
+  int rank, world;
+  comm::DType dtype;
+  std::size_t elem, period;
+  BenchMemory& in;
+  BenchMemory& out;
+
+  std::size_t count(std::size_t bytes) const { return bytes / elem; }
+  std::size_t block(std::size_t bytes) const { return count(bytes) / world; }
+  // Rank r's values: r + 1 + (i mod P); their sum over the ranks at i: W(W+1)/2 + W (i mod P).
+  std::vector<std::uint8_t> values_of(int r) const {
+    return encode_period(dtype, period, r + 1, 1.0);
+  }
+  std::vector<std::uint8_t> sums() const {
+    return encode_period(dtype, period, world * (world + 1) / 2.0, world);
+  }
+
+  void fill(std::size_t bytes) {
+    const std::size_t n = kind == comm::CollectiveKind::allgather ? bytes / world : bytes;
+    partrain::cli::fill(in.host(), n, values_of(rank));
+    in.to_collective(n);
+  }
+
+  void run(comm::Communicator& comm, std::size_t bytes) {
+    using K = comm::CollectiveKind;
+    switch (kind) {
+      case K::allreduce:
+        return comm.allreduce(in.buffer(count(bytes), dtype), comm::ReduceOp::sum);
+      case K::broadcast:
+        return comm.broadcast(in.buffer(count(bytes), dtype), 0);
+      case K::reduce_scatter:
+        return comm.reduce_scatter(in.buffer(count(bytes), dtype), out.buffer(block(bytes), dtype),
+                                   comm::ReduceOp::sum);
+      case K::allgather:
+        return comm.allgather(in.buffer(block(bytes), dtype), out.buffer(count(bytes), dtype));
+      default:
+        return;
+    }
+  }
+
+  std::int64_t wrong(std::size_t bytes) {
+    using K = comm::CollectiveKind;
+    switch (kind) {
+      case K::allreduce:
+        in.from_collective(bytes);
+        return count_wrong(in.host(), bytes, elem, sums());
+      case K::broadcast:
+        in.from_collective(bytes);
+        return count_wrong(in.host(), bytes, elem, values_of(0));
+      case K::reduce_scatter: {
+        const std::size_t n = block(bytes);
+        out.from_collective(n * elem);
+        return count_wrong(out.host(), n * elem, elem,
+                           rotated(sums(), static_cast<std::size_t>(rank) * n, elem));
+      }
+      case K::allgather: {
+        out.from_collective(bytes);
+        const std::size_t per_rank = bytes / world;
+        std::int64_t bad = 0;
+        for (int r = 0; r < world; ++r) {
+          bad += count_wrong(out.host() + r * per_rank, per_rank, elem, values_of(r));
+        }
+        return bad;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  // busbw over algbw, as nccl-tests counts it.
+  double bus_factor() const {
+    using K = comm::CollectiveKind;
+    if (kind == K::allreduce) return 2.0 * (world - 1) / world;
+    if (kind == K::broadcast) return 1.0;
+    return static_cast<double>(world - 1) / world;
+  }
+};
+
+// What the peer transport's algorithm `name` counts for the model (algorithm_choice.h), when
+// asio-ring ran one of them among `world` ranks; null for other backends.
+json cost_terms_json(const std::string& backend, comm::CollectiveKind kind, const std::string& name,
+                     std::size_t bytes, int world, std::size_t chunk_bytes) {
+  if (backend != "asio-ring") return nullptr;
+  for (auto a :
+       {comm::Algorithm::ring, comm::Algorithm::recursive_doubling, comm::Algorithm::rabenseifner,
+        comm::Algorithm::recursive_halving, comm::Algorithm::binomial_tree}) {
+    if (comm::algorithm_name(a) != name) continue;
+    const comm::CostTerms t = comm::cost_terms(kind, a, bytes, world, chunk_bytes);
+    return {{"messages", t.messages},
+            {"bytes_moved", t.bytes_moved},
+            {"bytes_reduced", t.bytes_reduced}};
+  }
+  return nullptr;
+}
+
 RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   const comm::DType dtype = comm::parse_dtype(args.dtype);
   const comm::DType wire = comm::parse_dtype(args.wire_dtype);
+  const comm::CollectiveKind kind = parse_collective(args.collective);
   const bool narrow = comm::dtype_size(dtype) == 2 || comm::dtype_size(wire) == 2;
   const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(args.timeout_s * 1000));
   PARTRAIN_CHECK(!me.rendezvous.empty(), UsageError, "bench: no rendezvous for ", me.world_size,
@@ -228,32 +355,31 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     const bool on_device = backend == "nccl";
     const int device = on_device ? me.local_rank % devices : 0;
     const auto memory_kind = on_device ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
-    BenchMemory memory(max_bytes + 64, memory_kind, device);
+    BenchMemory input(max_bytes + 64, memory_kind, device);
+    BenchMemory output(max_bytes + 64, memory_kind, device);
     comm::CommOptions options = group->comm_options();
     options.backend = backend;
     options.wire_dtype = wire;
+    options.algorithm = args.algorithm;
     options.device = memory_kind;
     options.device_index = device;
     auto comm = group->make_communicator(options);
+    Collective c{
+        kind,  me.rank, me.world_size, dtype, comm::dtype_size(dtype), pattern_period(narrow),
+        input, output};
     for (std::size_t bytes : sizes) {
-      const std::size_t count = bytes / comm::dtype_size(dtype);
       const int iters = args.iters > 0 ? args.iters : iterations_for(bytes);
       std::vector<double> seconds;
       std::int64_t wrong = 0;
-      const std::size_t period = pattern_period(narrow);
-      const auto mine = encode_period(dtype, period, me.rank + 1, 1.0);
-      const auto expected =
-          encode_period(dtype, period, me.world_size * (me.world_size + 1) / 2.0, me.world_size);
-      const std::size_t used = count * comm::dtype_size(dtype);
+      std::string algorithm;
       for (int it = 0; it < args.warmup + iters; ++it) {
-        fill(memory.host(), used, mine);
-        memory.to_collective(used);
+        c.fill(bytes);
         comm->barrier();
         const auto start = Clock::now();
-        comm->allreduce(memory.buffer(count, dtype), comm::ReduceOp::sum);
+        c.run(*comm, bytes);
         const auto stop = Clock::now();
-        memory.from_collective(used);
-        wrong += count_wrong(memory.host(), used, comm::dtype_size(dtype), expected);
+        algorithm = comm->last_algorithm();
+        wrong += c.wrong(bytes);
         if (it >= args.warmup)
           seconds.push_back(std::chrono::duration<double>(stop - start).count());
       }
@@ -265,14 +391,28 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
       const double median = seconds[seconds.size() / 2];
       const double algbw = static_cast<double>(bytes) / median / 1e9;
       out.all_right &= wrong == 0;
-      out.results.push_back({{"backend", backend},
-                             {"bytes", bytes},
-                             {"iters", iters},
-                             {"median_us", median * 1e6},
-                             {"min_us", seconds.front() * 1e6},
-                             {"algbw_gbps", algbw},
-                             {"busbw_gbps", algbw * 2.0 * (me.world_size - 1) / me.world_size},
-                             {"wrong", wrong}});
+      // What the peer transport's algorithms count: bytes as they travel (f16/bf16 data go as
+      // f32 unless the wire is narrow too).
+      const comm::DType work = comm::accumulator_type(dtype);
+      const comm::DType travels =
+          work == comm::DType::f32 && comm::dtype_size(wire) == 2 ? wire : work;
+      const bool reduces =
+          kind == comm::CollectiveKind::allreduce || kind == comm::CollectiveKind::reduce_scatter;
+      const std::size_t wire_bytes =
+          reduces ? bytes / comm::dtype_size(dtype) * comm::dtype_size(travels) : bytes;
+      const std::size_t chunk =
+          options.ring_chunk_bytes > 0 ? options.ring_chunk_bytes : comm::kDefaultRingChunkBytes;
+      out.results.push_back(
+          {{"backend", backend},
+           {"algorithm", algorithm},
+           {"bytes", bytes},
+           {"iters", iters},
+           {"median_us", median * 1e6},
+           {"min_us", seconds.front() * 1e6},
+           {"algbw_gbps", algbw},
+           {"busbw_gbps", algbw * c.bus_factor()},
+           {"wrong", wrong},
+           {"terms", cost_terms_json(backend, kind, algorithm, wire_bytes, me.world_size, chunk)}});
     }
   }
   return out;
@@ -281,29 +421,98 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
 // ---- reporting ------------------------------------------------------------------------------
 
 void print_table(const json& results, const BenchArgs& args, int world, const std::string& where) {
-  std::printf("# partrain bench allreduce  world=%d  dtype=%s  wire=%s  sum, %d processes, %s\n",
-              world, args.dtype.c_str(), args.wire_dtype.c_str(), world, where.c_str());
-  std::printf("%-10s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "bytes", "size", "iters",
-              "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
+  std::printf(
+      "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, "
+      "algorithm=%s, %d processes, %s\n",
+      args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
+      args.algorithm.c_str(), world, where.c_str());
+  std::printf("%-12s %-18s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "algorithm", "bytes",
+              "size", "iters", "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {
-    std::printf(
-        "%-10s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n", r["backend"].get<std::string>().c_str(),
-        r["bytes"].get<std::size_t>(), human_size(r["bytes"].get<std::size_t>()).c_str(),
-        r["iters"].get<int>(), r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
-        r["busbw_gbps"].get<double>(), static_cast<long long>(r["wrong"].get<std::int64_t>()));
+    std::printf("%-12s %-18s %12zu %9s %6d %12.1f %12.3f %12.3f %7lld\n",
+                r["backend"].get<std::string>().c_str(), r["algorithm"].get<std::string>().c_str(),
+                r["bytes"].get<std::size_t>(), human_size(r["bytes"].get<std::size_t>()).c_str(),
+                r["iters"].get<int>(), r["median_us"].get<double>(), r["algbw_gbps"].get<double>(),
+                r["busbw_gbps"].get<double>(),
+                static_cast<long long>(r["wrong"].get<std::int64_t>()));
   }
   std::fflush(stdout);
 }
 
-// The table, the --json report, and exit code 1 when any element was wrong.
+// Per backend and algorithm, over its sizes, the least-squares fit of the median time
+// T = alpha * messages + beta * bytes_moved with the model's counts (algorithm_choice.h; beta
+// takes in the reductions), or T = alpha + beta * bytes for an algorithm the model does not
+// count (shm, Gloo's). Printed after the table and kept in the report as "fits".
+json fit_models(const json& results) {
+  std::map<std::pair<std::string, std::string>, std::vector<const json*>> groups;
+  for (const auto& r : results) {
+    groups[{r["backend"].get<std::string>(), r["algorithm"].get<std::string>()}].push_back(&r);
+  }
+  json fits = json::array();
+  for (const auto& [key, rows] : groups) {
+    if (rows.size() < 2) continue;
+    // Normal equations of the two-parameter fit, weighted by 1/T so that every size counts
+    // relatively (a 64 MiB time must not drown a 4 KiB one).
+    double sxx = 0, sxy = 0, syy = 0, sxt = 0, syt = 0;
+    const auto regressors = [](const json& r) {
+      const json& t = r["terms"];
+      if (t.is_null()) return std::pair{1.0, r["bytes"].get<double>()};
+      return std::pair{t["messages"].get<double>(), t["bytes_moved"].get<double>()};
+    };
+    for (const json* r : rows) {
+      const auto [x, y] = regressors(*r);
+      const double t = (*r)["median_us"].get<double>() * 1e-6, w = 1.0 / (t * t);
+      sxx += w * x * x;
+      sxy += w * x * y;
+      syy += w * y * y;
+      sxt += w * x * t;
+      syt += w * y * t;
+    }
+    const double det = sxx * syy - sxy * sxy;
+    if (std::abs(det) < 1e-300) continue;
+    const double alpha = (sxt * syy - syt * sxy) / det, beta = (syt * sxx - sxt * sxy) / det;
+    double worst = 0;
+    for (const json* r : rows) {
+      const auto [x, y] = regressors(*r);
+      const double t = (*r)["median_us"].get<double>() * 1e-6;
+      worst = std::max(worst, std::abs(alpha * x + beta * y - t) / t);
+    }
+    fits.push_back({{"backend", key.first},
+                    {"algorithm", key.second},
+                    {"counted", !rows.front()->at("terms").is_null()},
+                    {"alpha_us", alpha * 1e6},
+                    {"beta_ns_per_byte", beta * 1e9},
+                    {"sizes", rows.size()},
+                    {"max_error", worst}});
+  }
+  return fits;
+}
+
+void print_fits(const json& fits) {
+  for (const auto& f : fits) {
+    std::printf(
+        "# fit %-12s %-18s alpha %9.2f us %s beta %8.4f ns/B  (%zu sizes, off by %.0f%% "
+        "at most)\n",
+        f["backend"].get<std::string>().c_str(), f["algorithm"].get<std::string>().c_str(),
+        f["alpha_us"].get<double>(), f["counted"].get<bool>() ? "per message" : "per call",
+        f["beta_ns_per_byte"].get<double>(), f["sizes"].get<std::size_t>(),
+        100 * f["max_error"].get<double>());
+  }
+  std::fflush(stdout);
+}
+
+// The table, the fits, the --json report, and exit code 1 when any element was wrong.
 int report(const json& results, const BenchArgs& args, int world, const std::string& where) {
   print_table(results, args, world, where);
+  const json fits = fit_models(results);
+  print_fits(fits);
   bool all_right = true;
   for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
   if (!args.json_path.empty()) {
-    const json report = {
-        {"schema", "partrain.bench/1"}, {"collective", "allreduce"},     {"world", world},
-        {"dtype", args.dtype},          {"wire_dtype", args.wire_dtype}, {"results", results}};
+    const json report = {{"schema", "partrain.bench/1"}, {"collective", args.collective},
+                         {"algorithm", args.algorithm},  {"world", world},
+                         {"dtype", args.dtype},          {"wire_dtype", args.wire_dtype},
+                         {"results", results},           {"fits", fits}};
     write_file_atomically(args.json_path, report.dump(2) + "\n");
   }
   PARTRAIN_CHECK(all_right, Error, "bench: some results were wrong (see the wrong column)");
@@ -316,6 +525,8 @@ void check_args(const BenchArgs& args, int world) {
   PARTRAIN_CHECK(world >= 1 && world <= 1024, UsageError, "bench: --world must be 1..1024");
   const comm::DType dtype = comm::parse_dtype(args.dtype);
   comm::parse_dtype(args.wire_dtype);
+  const comm::CollectiveKind kind = parse_collective(args.collective);
+  comm::parse_algorithm_request(args.algorithm);
   PARTRAIN_CHECK(args.timeout_s > 0, UsageError, "bench: --timeout-s must be positive");
   PARTRAIN_CHECK(args.warmup >= 0 && args.iters >= 0, UsageError,
                  "bench: --iters and --warmup must be 0 or more");
@@ -339,6 +550,13 @@ void check_args(const BenchArgs& args, int world) {
     const std::size_t bytes = parse_size(s);
     PARTRAIN_CHECK(bytes > 0 && bytes % comm::dtype_size(dtype) == 0, UsageError, "bench: size ", s,
                    " is not a positive multiple of the ", args.dtype, " element size");
+    // reduce_scatter's input and allgather's output hold one block per rank.
+    const std::size_t unit = comm::dtype_size(dtype) * static_cast<std::size_t>(world);
+    PARTRAIN_CHECK(
+        (kind != comm::CollectiveKind::reduce_scatter && kind != comm::CollectiveKind::allgather) ||
+            bytes % unit == 0,
+        UsageError, "bench: size ", s, " of ", args.collective, " is not a multiple of ", world,
+        " ranks x the ", args.dtype, " element size");
   }
 }
 
@@ -377,6 +595,8 @@ int start_ranks(const BenchArgs& args) {
   // them (launcher.h), so per-node paths travel in the environment instead.
   plan.worker_args = {"bench",        "allreduce",
                       "--backend",    args.backends,
+                      "--collective", args.collective,
+                      "--algorithm",  args.algorithm,
                       "--world",      std::to_string(args.world),
                       "--sizes",      args.sizes,
                       "--dtype",      args.dtype,
@@ -427,6 +647,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   if (comm::backend_compiled_in("nccl"))
     backend_help += " (nccl: on CUDA device memory, so it needs a CUDA device)";
   allreduce->add_option("--backend", args->backends, backend_help)->required();
+  allreduce->add_option("--collective", args->collective,
+                        "allreduce (default) | reduce_scatter | allgather | broadcast; a size "
+                        "is the buffer, reduce_scatter's input or allgather's output");
+  allreduce->add_option("--algorithm", args->algorithm,
+                        "asio-ring and hierarchical (between hosts): auto (default: by size and "
+                        "world) | ring | recursive_doubling | rabenseifner");
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");

@@ -12,7 +12,7 @@
 //   1. connects to the store and passes the token hello        (open_store, as RankGroup)
 //   2. learns the host layout                                    (exchange_host_layout)
 //   3. numbers its communicator                                  (make_communicator's add)
-//   4. publishes its ring address, reads its right neighbour's   (asio-ring's transport)
+//   4. publishes its address, reads its right neighbour's         (asio-ring's transport)
 //   5. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
 //   6. passes a store barrier                                    (store_barrier)
 #include <CLI/CLI.hpp>
@@ -42,7 +42,7 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/open_files.h"
 #include "comm_backends/placement.h"
-#include "comm_backends/ring/ring_transport.h"
+#include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/store_barrier.h"
 #include "comm_backends/store/tcp_store.h"
@@ -125,9 +125,9 @@ void join_as_rank(int port, int rank, int world, std::chrono::milliseconds timeo
   const std::string prefix = comm::communicator_key_prefix(instance, "asio-ring");
   // The port is this rank's number: the address is published and read, never dialled.
   const std::string mine = "127.0.0.1:" + std::to_string(10000 + rank % 50000);
-  store->set(comm::ring_address_key(prefix, rank),
+  store->set(comm::peer_address_key(prefix, rank),
              std::vector<std::uint8_t>(mine.begin(), mine.end()));
-  store->get(comm::ring_address_key(prefix, (rank + 1) % world));
+  store->get(comm::peer_address_key(prefix, (rank + 1) % world));
   mark(ends[3]);
   estimate_clock_offset(*store, rank, world, kClockRounds, [] {
     return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();

@@ -2,7 +2,9 @@
 
 #include <optional>
 
+#include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/backends/backend.h"
+#include "comm_backends/checked_communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 
@@ -44,6 +46,7 @@ void check_options(const CommOptions& options, int rank, int size) {
                      options.wire_dtype == DType::bf16,
                  UsageError, "comm.wire_dtype must be f32, f16 or bf16, not ",
                  dtype_name(options.wire_dtype));
+  parse_algorithm_request(options.algorithm);  // throws UsageError naming the accepted ones
 }
 
 }  // namespace
@@ -96,26 +99,14 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
   const BackendEntry& backend = chosen_backend(options.backend, placement);
   PARTRAIN_CHECK(backend.compiled_in, UsageError, "comm backend '", backend.name,
                  "' is not compiled into this build: ", backend.how_to_get);
-  return backend.make(BackendArgs{options, store, placement, rank,
-                                  communicator_key_prefix(instance, backend.name)});
+  const std::string prefix = communicator_key_prefix(instance, backend.name);
+  return std::make_unique<CheckedCommunicator>(
+      backend.make(BackendArgs{options, store, placement, rank, prefix}), store, prefix, instance,
+      options.timeout);
 }
 
 std::string communicator_key_prefix(std::int64_t instance, const std::string& backend) {
   return "comm/" + std::to_string(instance) + "/" + backend + "/";
-}
-
-void check_host_buffer(const Buffer& buffer, const std::string& backend) {
-  PARTRAIN_CHECK(buffer.device == DeviceKind::cpu, UsageError, "comm backend '", backend,
-                 "' works on CPU buffers; use nccl (Linux with CUDA) for CUDA buffers");
-  PARTRAIN_CHECK(buffer.count == 0 || buffer.data != nullptr, UsageError,
-                 "collective on a null buffer of ", buffer.count, " elements");
-}
-
-void check_allgather_buffers(const Buffer& in, const Buffer& out, int size) {
-  PARTRAIN_CHECK(in.dtype == out.dtype, UsageError, "allgather: input is ", dtype_name(in.dtype),
-                 " but output is ", dtype_name(out.dtype));
-  PARTRAIN_CHECK_EQ(out.count, in.count * static_cast<std::size_t>(size), UsageError,
-                    "allgather: the output's element count is not ", size, " x ", in.count);
 }
 
 }  // namespace partrain::comm

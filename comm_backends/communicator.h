@@ -2,6 +2,10 @@
 // communicator_key_prefix(), backend_names(), backend_compiled_in(), choose_backend() and
 // BackendStatus / probe_backends().
 //
+// Every communicator make_communicator() returns is a backend's behind one CheckedCommunicator
+// (checked_communicator.h): the lock, the buffer checks, the numbering and flight record of
+// every call, and the naming of a failed rank are done there once, for every backend.
+//
 // Backends: nccl, shm, hierarchical, asio-ring, gloo, and auto. One list (communicator.cpp)
 // holds them in the order `auto` tries them; the first compiled in and usable for the
 // placement of the ranks (placement.h) wins. So auto takes nccl for CUDA buffers on Linux,
@@ -33,6 +37,18 @@ struct CommOptions {
   std::string token;                    // run token for the ring handshake
   std::string bind_host = "127.0.0.1";  // address the ring listens on and advertises
   std::size_t ring_chunk_bytes = 0;     // asio-ring pipeline chunk; 0: the default
+  // asio-ring and hierarchical (across hosts): auto | ring | recursive_doubling | rabenseifner
+  // (algorithm_choice.h)
+  std::string algorithm = "auto";
+};
+
+// What a backend can do, asked of it rather than told by its name.
+struct Capabilities {
+  bool host_memory = true;     // takes buffers in host memory
+  bool device_memory = false;  // takes CUDA buffers and reduces them where they are
+  // reduce_scatter moves only (W-1)/W of the input through each rank, instead of running
+  // as an allreduce whose result is then cut.
+  bool native_reduce_scatter = false;
 };
 
 class Communicator {
@@ -41,11 +57,19 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const { return {}; }
   virtual void allreduce(Buffer buffer, ReduceOp op) = 0;  // in place
+  // in.count must equal size() * out.count, and in and out not overlap: rank r receives in
+  // `out` the reduction over all ranks of block r of `in` (elements [r * out.count,
+  // (r + 1) * out.count)). `in` is not modified. This default, for host buffers, is an
+  // allreduce of a copy; every backend has its own.
+  virtual void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op);
   virtual void broadcast(Buffer buffer, int root) = 0;
   // out.count must equal size() * in.count; result in rank order.
   virtual void allgather(const Buffer& in, Buffer out) = 0;
   virtual void barrier() = 0;
+  // How the last collective moved its data ("ring", "recursive_doubling", "shm", ...).
+  virtual std::string last_algorithm() const { return name(); }
 };
 
 // The store must outlive the communicator: asio-ring also uses it, after a failure, to trace

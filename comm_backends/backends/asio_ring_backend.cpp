@@ -1,94 +1,91 @@
-// The asio-ring backend: RingTransport + RingCollectives behind the Communicator contract.
+// The asio-ring backend: PeerTransport + PeerCollectives behind the Communicator contract: our
+// own collectives over TCP, each call by the algorithm its size and the world call for (the
+// ring for large messages, whence the name).
 //
-// Naming the failed rank: in a ring only the neighbours of a dead or silent rank see it go;
-// the others see *their* neighbour close its sockets or stop sending. So a rank that fails
-// with PeerError(p) blames p in the store and follows the chain of blame upstream to the
-// rank that reported nothing (failure_trace.h).
-#include <algorithm>
-#include <mutex>
+// The lock, the buffer checks and the naming of a failed rank are CheckedCommunicator's; a
+// failure here names the peer the transport lost (PeerError), which may only be the peer of
+// the rank that failed first.
 
+#include <algorithm>
+#include <thread>
+
+#include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/backends/backend.h"
-#include "comm_backends/backends/failure_trace.h"
-#include "common/errors.h"
-#include "comm_backends/ring/ring_allreduce.h"
-#include "comm_backends/ring/ring_transport.h"
-#include "comm_backends/store/store.h"
+#include "comm_backends/peer/peer_transport.h"
 
 namespace partrain::comm {
 
 namespace {
 
-// The ring's transport keeps its keys under the communicator's prefix + this.
-std::string transport_prefix(const std::string& prefix) { return prefix + "ring/"; }
+// The transport keeps its keys under the communicator's prefix + this.
+std::string transport_prefix(const std::string& prefix) { return prefix + "peers/"; }
+
+PeerTransportOptions transport_options(const BackendArgs& args) {
+  PeerTransportOptions o;
+  o.token = args.options.token;
+  o.bind_host = args.options.bind_host;
+  o.key_prefix = transport_prefix(args.prefix);
+  o.timeout = args.options.timeout;
+  o.name = "asio-ring";
+  o.spin = peer_spin(args.placement, args.rank);
+  return o;
+}
+
+PeerCollectivesOptions collectives_options(const CommOptions& options) {
+  PeerCollectivesOptions o;
+  if (options.ring_chunk_bytes > 0) o.chunk_bytes = options.ring_chunk_bytes;
+  o.algorithm = parse_algorithm_request(options.algorithm);
+  return o;
+}
 
 class AsioRingCommunicator : public Communicator {
  public:
   explicit AsioRingCommunicator(const BackendArgs& args)
-      : transport_(args.store, args.rank, args.size(),
-                   RingTransportOptions{args.options.token, args.options.bind_host,
-                                        transport_prefix(args.prefix), args.options.timeout}),
-        ring_(transport_, args.options.timeout,
-              args.options.ring_chunk_bytes > 0 ? args.options.ring_chunk_bytes
-                                                : kDefaultRingChunkBytes),
-        wire_(args.options.wire_dtype),
-        store_(args.store),
-        prefix_(args.prefix),
-        grace_(failure_grace(args.options.timeout)),
-        timeout_(args.options.timeout) {}
+      : transport_(args.store, args.rank, args.size(), transport_options(args)),
+        collectives_(transport_, collectives_options(args.options)),
+        wire_(args.options.wire_dtype) {}
 
   int rank() const override { return transport_.rank(); }
   int size() const override { return transport_.size(); }
   std::string name() const override { return "asio-ring"; }
+  Capabilities capabilities() const override {
+    return {.host_memory = true, .device_memory = false, .native_reduce_scatter = true};
+  }
+  std::string last_algorithm() const override {
+    return std::string(algorithm_name(collectives_.last_algorithm()));
+  }
 
   void allreduce(Buffer buffer, ReduceOp op) override {
-    check_host_buffer(buffer, name());
-    std::lock_guard<std::mutex> lock(mutex_);
-    traced([&] { ring_.allreduce(buffer.data, buffer.count, buffer.dtype, op, wire_); });
+    collectives_.allreduce(buffer.data, buffer.count, buffer.dtype, op, wire_);
   }
-
+  void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) override {
+    collectives_.reduce_scatter(in.data, out.data, out.count, in.dtype, op, wire_);
+  }
   void broadcast(Buffer buffer, int root) override {
-    check_host_buffer(buffer, name());
-    std::lock_guard<std::mutex> lock(mutex_);
-    traced([&] { ring_.broadcast(buffer.data, buffer.bytes(), root); });
+    collectives_.broadcast(buffer.data, buffer.bytes(), root);
   }
-
   void allgather(const Buffer& in, Buffer out) override {
-    check_host_buffer(in, name());
-    check_host_buffer(out, name());
-    check_allgather_buffers(in, out, size());
-    std::lock_guard<std::mutex> lock(mutex_);
-    traced([&] { ring_.allgather(in.data, out.data, in.bytes()); });
+    collectives_.allgather(in.data, out.data, in.bytes());
   }
-
-  void barrier() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    traced([&] { ring_.barrier(); });
-  }
+  void barrier() override { collectives_.barrier(); }
 
  private:
-  template <typename F>
-  void traced(F&& collective) {
-    try {
-      collective();
-    } catch (const PeerError& e) {
-      rethrow_traced(e, "asio-ring", store_, prefix_, rank(), size(), grace_, timeout_);
-    }
-  }
-
-  std::mutex mutex_;  // one collective at a time: the byte streams carry them in order
-  RingTransport transport_;
-  RingCollectives ring_;
+  PeerTransport transport_;
+  PeerCollectives collectives_;
   DType wire_;
-  Store& store_;
-  std::string prefix_;
-  std::chrono::milliseconds grace_;
-  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace
 
+std::chrono::microseconds peer_spin(const Placement& placement, int rank) {
+  const HostLayout& layout = placement.hosts.layout();
+  const std::size_t here = layout.hosts[layout.host_of[rank]].size();
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return here <= cores ? kPeerSpin : std::chrono::microseconds(0);
+}
+
 std::string asio_ring_address_key(const std::string& prefix, int rank) {
-  return ring_address_key(transport_prefix(prefix), rank);
+  return peer_address_key(transport_prefix(prefix), rank);
 }
 
 constinit const BackendEntry kAsioRingBackend{"asio-ring", true, "", usable_anywhere,

@@ -1,9 +1,12 @@
 // defines: BackendEntry — what each backend file registers, in one line: its name, whether it
 // is compiled in, "may `auto` take me for this placement, and if not, why?" and "make one" —
-// with BackendArgs and make_backend<>() for that line, the entries themselves (listed in the
-// order `auto` tries them in communicator.cpp) and the buffer checks every backend shares.
+// with BackendArgs and make_backend<>() for that line, and the entries themselves (listed in
+// the order `auto` tries them in communicator.cpp). What a backend makes is wrapped in a
+// CheckedCommunicator (checked_communicator.h), which locks, checks buffers against the
+// backend's Capabilities, records and traces failures: a backend does none of that itself.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +42,12 @@ struct BackendEntry {
 // (communicator_key_prefix()) publishes the address of its ring port.
 std::string asio_ring_address_key(const std::string& prefix, int rank);
 
+// How long the peer transport of `rank` polls its sockets before it sleeps (PeerTransport-
+// Options::spin): kPeerSpin when every rank of its host has a core of its own, else 0 (a
+// spinning rank would take the core a peer it waits for needs).
+inline constexpr std::chrono::microseconds kPeerSpin{50};
+std::chrono::microseconds peer_spin(const Placement& placement, int rank);
+
 template <typename CommunicatorType>
 std::unique_ptr<Communicator> make_backend(const BackendArgs& args) {
   return std::make_unique<CommunicatorType>(args);
@@ -54,8 +63,5 @@ extern const BackendEntry kShmBackend;
 extern const BackendEntry kHierarchicalBackend;
 extern const BackendEntry kAsioRingBackend;
 extern const BackendEntry kGlooBackend;
-
-void check_host_buffer(const Buffer& buffer, const std::string& backend);
-void check_allgather_buffers(const Buffer& in, const Buffer& out, int size);
 
 }  // namespace partrain::comm

@@ -15,6 +15,7 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast_one_to_all.h>
+#include <gloo/reduce_scatter.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -31,10 +32,8 @@
 #include <csignal>
 #include <list>
 #include <cstring>
-#include <mutex>
 #include <regex>
 
-#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/store/store_barrier.h"
 #include "comm_backends/reduction.h"
 #include "comm_backends/store/store.h"
@@ -117,40 +116,46 @@ class GlooCommunicator : public Communicator {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   std::string name() const override { return "gloo"; }
+  Capabilities capabilities() const override {
+    return {.host_memory = true, .device_memory = false, .native_reduce_scatter = true};
+  }
+  std::string last_algorithm() const override { return last_algorithm_; }
 
   void allreduce(Buffer buffer, ReduceOp op) override {
-    check_host_buffer(buffer, name());
     PARTRAIN_CHECK(buffer.count <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: allreduce of ", buffer.count, " elements is over Gloo's int limit");
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (size() > 1) by_type(buffer.dtype, [](auto) {});  // refused whatever the count
+    last_algorithm_ = "none";
     if (size() == 1 || buffer.count == 0) return;
     guard("allreduce", [&] {
-      switch (buffer.dtype) {
-        case DType::f32:
-          return reduce<float>(buffer, op);
-        case DType::f64:
-          return reduce<double>(buffer, op);
-        case DType::f16:
-          return reduce<gloo::float16>(buffer, op);
-        case DType::i32:
-          return reduce<std::int32_t>(buffer, op);
-        case DType::i64:
-          return reduce<std::int64_t>(buffer, op);
-        case DType::bf16:
-          throw UsageError(
-              "comm backend 'gloo' cannot reduce bf16 (this Gloo has no bfloat16 type); use "
-              "asio-ring, or f32/f16 buffers");
-      }
+      by_type(buffer.dtype,
+              [&](auto type) { reduce<decltype(type)>(Kind::allreduce, buffer, buffer, op); });
     });
     if (op == ReduceOp::avg) divide(buffer);
   }
 
+  // Gloo's ReduceScatterHalvingDoubling, on a copy of the input (it reduces in place).
+  void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) override {
+    PARTRAIN_CHECK(in.count <= static_cast<std::size_t>(INT_MAX), UsageError,
+                   "gloo: reduce_scatter of ", in.count, " elements is over Gloo's int limit");
+    if (size() > 1) by_type(in.dtype, [](auto) {});
+    last_algorithm_ = "none";
+    if (out.count == 0) return;
+    if (size() == 1) {
+      std::memmove(out.data, in.data, out.bytes());
+      return;
+    }
+    guard("reduce_scatter", [&] {
+      by_type(in.dtype,
+              [&](auto type) { reduce<decltype(type)>(Kind::reduce_scatter, in, out, op); });
+    });
+    if (op == ReduceOp::avg) divide(out);
+  }
+
   void broadcast(Buffer buffer, int root) override {
-    check_host_buffer(buffer, name());
-    PARTRAIN_CHECK(root >= 0 && root < size(), UsageError, "broadcast: root ", root,
-                   " is outside a world of ", size());
-    std::lock_guard<std::mutex> lock(mutex_);
+    last_algorithm_ = "none";
     if (size() == 1 || buffer.count == 0) return;
+    last_algorithm_ = "one_to_all";
     guard("broadcast", [&] {
       std::vector<std::uint8_t*> pointers{static_cast<std::uint8_t*>(buffer.data)};
       gloo::BroadcastOneToAll<std::uint8_t>(context_, pointers, buffer.bytes(), root).run();
@@ -158,17 +163,15 @@ class GlooCommunicator : public Communicator {
   }
 
   void allgather(const Buffer& in, Buffer out) override {
-    check_host_buffer(in, name());
-    check_host_buffer(out, name());
-    check_allgather_buffers(in, out, size());
     PARTRAIN_CHECK(in.bytes() <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: allgather of ", in.bytes(), " bytes is over Gloo's int limit");
-    std::lock_guard<std::mutex> lock(mutex_);
+    last_algorithm_ = "none";
     if (in.count == 0) return;
     if (size() == 1) {
       std::memmove(out.data, in.data, in.bytes());
       return;
     }
+    last_algorithm_ = "ring";
     guard("allgather", [&] {
       std::vector<const std::uint8_t*> inputs{static_cast<const std::uint8_t*>(in.data)};
       gloo::AllgatherRing<std::uint8_t>(context_, inputs, static_cast<std::uint8_t*>(out.data),
@@ -178,49 +181,82 @@ class GlooCommunicator : public Communicator {
   }
 
   void barrier() override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    last_algorithm_ = "none";
     if (size() == 1) return;
+    last_algorithm_ = "all_to_all";
     guard("barrier", [&] { gloo::BarrierAllToAll(context_).run(); });
   }
 
  private:
   // Gloo's algorithm objects register their buffers when built, which costs far more than a
-  // small allreduce. So they are built once per (count, dtype, op) on a scratch buffer of our
-  // own and kept; a call copies in, runs, copies out. The key holds no pointer, so every rank
-  // makes the same hit/miss/evict decisions — it must, since building one takes slots from
-  // the context in step with the peers.
+  // small allreduce. So they are built once per (kind, count, dtype, op) on a scratch buffer
+  // of our own and kept; a call copies in, runs, copies out. The key holds no pointer, so
+  // every rank makes the same hit/miss/evict decisions — it must, since building one takes
+  // slots from the context in step with the peers.
+  enum class Kind { allreduce, reduce_scatter };
   struct CachedAllreduce {
+    Kind kind;
     std::size_t count;
     DType dtype;
     ReduceOp op;
     std::vector<std::uint8_t> scratch;
     std::unique_ptr<gloo::Algorithm> algorithm;
+    const char* name;
   };
+
+  // Calls f(T{}) with the Gloo element type of `dtype`.
+  template <typename F>
+  static void by_type(DType dtype, F&& f) {
+    switch (dtype) {
+      case DType::f32:
+        return f(float{});
+      case DType::f64:
+        return f(double{});
+      case DType::f16:
+        return f(gloo::float16{});
+      case DType::i32:
+        return f(std::int32_t{});
+      case DType::i64:
+        return f(std::int64_t{});
+      case DType::bf16:
+        throw UsageError(
+            "comm backend 'gloo' cannot reduce bf16 (this Gloo has no bfloat16 type); use "
+            "asio-ring, or f32/f16 buffers");
+    }
+  }
   static constexpr std::size_t kCacheEntries = 16;
   static constexpr std::size_t kCacheBytes = std::size_t{512} << 20;
 
+  // `in` reduced (allreduce: in place, in == out; reduce_scatter: this rank's block to out).
   template <typename T>
-  void reduce(const Buffer& buffer, ReduceOp op) {
+  void reduce(Kind kind, const Buffer& in, const Buffer& out, ReduceOp op) {
     auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const CachedAllreduce& c) {
-      return c.count == buffer.count && c.dtype == buffer.dtype && c.op == op;
+      return c.kind == kind && c.count == in.count && c.dtype == in.dtype && c.op == op;
     });
     if (hit == cache_.end()) {
-      CachedAllreduce entry{buffer.count, buffer.dtype, op,
-                            std::vector<std::uint8_t>(buffer.bytes()), nullptr};
+      CachedAllreduce entry{kind,    in.count, in.dtype, op, std::vector<std::uint8_t>(in.bytes()),
+                            nullptr, nullptr};
       const gloo::ReductionFunction<T>* fn = gloo::ReductionFunction<T>::sum;
       if (op == ReduceOp::min) fn = gloo::ReductionFunction<T>::min;
       if (op == ReduceOp::max) fn = gloo::ReductionFunction<T>::max;
       std::vector<T*> pointers{reinterpret_cast<T*>(entry.scratch.data())};
-      const int count = static_cast<int>(buffer.count);
+      const int count = static_cast<int>(in.count);
       const bool power_of_two = (size() & (size() - 1)) == 0;
-      if (buffer.bytes() < kSmallMessageBytes) {
+      if (kind == Kind::reduce_scatter) {
+        entry.algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
+            context_, pointers, count, std::vector<int>(size(), static_cast<int>(out.count)), fn);
+        entry.name = "halving_doubling";
+      } else if (in.bytes() < kSmallMessageBytes) {
         entry.algorithm =
             std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count, fn);
+        entry.name = "halving_doubling";
       } else if (size() == 2 || !power_of_two) {
         entry.algorithm =
             std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
+        entry.name = "ring_chunked";
       } else {
         entry.algorithm = std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn);
+        entry.name = "bcube";
       }
       cache_.push_front(std::move(entry));
       std::size_t bytes = 0;
@@ -234,9 +270,11 @@ class GlooCommunicator : public Communicator {
       cache_.splice(cache_.begin(), cache_, hit);
       hit = cache_.begin();
     }
-    std::memcpy(hit->scratch.data(), buffer.data, buffer.bytes());
+    std::memcpy(hit->scratch.data(), in.data, in.bytes());
     hit->algorithm->run();
-    std::memcpy(buffer.data, hit->scratch.data(), buffer.bytes());
+    // Gloo's reduce-scatter leaves this rank's block at the start of the buffer.
+    std::memcpy(out.data, hit->scratch.data(), out.bytes());
+    last_algorithm_ = hit->name;
   }
 
   void divide(const Buffer& buffer) {
@@ -341,29 +379,15 @@ class GlooCommunicator : public Communicator {
     return -1;
   }
 
+  // With two ranks the peer is known. With more, the message names an address, which may be
+  // that of a survivor that is itself stuck on the failed one, or none (-1): either way the
+  // other ranks' reports tell (CheckedCommunicator, failure_trace.h).
   [[noreturn]] void fail(const char* what, const std::string& message) {
     failed_ = true;
-    const std::string text = std::string("gloo: ") + what + " failed: " + message;
-    // With two ranks the peer is known. With more, the message names an address, which may
-    // be that of a survivor that is itself stuck on the failed one: the reports of the
-    // others tell (failure_trace.h).
-    int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
-    const FailureTrace trace = trace_failed_rank(store_, prefix_, rank(), size(), blamed,
-                                                 failure_grace(timeout_), timeout_);
-    if (trace.culprit >= 0) {
-      std::string whom = "rank " + std::to_string(trace.culprit);
-      if (trace.silent.size() > 1) {
-        whom = "ranks";
-        for (std::size_t i = 0; i < trace.silent.size(); ++i) {
-          whom += (i == 0 ? " " : ", ") + std::to_string(trace.silent[i]);
-        }
-      }
-      throw PeerError(trace.culprit, text + " (lost " + whom + ")");
-    }
-    throw CommError(text);
+    const int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
+    throw PeerError(blamed, std::string("gloo: ") + what + " failed: " + message);
   }
 
-  std::mutex mutex_;
   comm::Store& store_;
   std::string prefix_;
   std::chrono::milliseconds timeout_{0};
@@ -371,6 +395,7 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
   std::list<CachedAllreduce> cache_;         // most recently used first; dies before context_
+  std::string last_algorithm_ = "none";
 };
 
 }  // namespace

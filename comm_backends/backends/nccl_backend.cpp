@@ -22,12 +22,10 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
-#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/net/local_address.h"
 #include "comm_backends/store/store.h"
 
@@ -105,7 +103,13 @@ class NcclCommunicator : public Communicator {
     PARTRAIN_CHECK(started == ncclSuccess || started == ncclInProgress, CommError,
                    "nccl: ncclCommInitRankConfig failed: ", ncclGetErrorString(started));
     const auto deadline = Clock::now() + timeout_;
-    if (!wait_comm(deadline, nullptr)) {
+    bool ready = false;
+    try {
+      ready = wait_comm(deadline, nullptr);
+    } catch (const PeerError& e) {
+      throw CommError(e.what());  // outside a collective nobody traces whom it lost
+    }
+    if (!ready) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
       // Name a rank that never reached the rendezvous, if there is one.
@@ -140,21 +144,32 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
+  Capabilities capabilities() const override {
+    return {.host_memory = false, .device_memory = true, .native_reduce_scatter = true};
+  }
+  std::string last_algorithm() const override { return "nccl"; }
 
   void allreduce(Buffer buffer, ReduceOp op) override {
     check_device_buffer(buffer);
-    std::lock_guard<std::mutex> lock(mutex_);
     run("allreduce", &buffer, [&] {
       return ncclAllReduce(buffer.data, buffer.data, buffer.count, nccl_type(buffer.dtype),
                            nccl_op(op), comm_, stream_);
     });
   }
 
+  // ncclReduceScatter takes the count each rank receives and leaves rank r's block in its
+  // output; ordered after the input is ready, as the other collectives.
+  void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) override {
+    check_device_buffer(in);
+    check_device_buffer(out);
+    run("reduce_scatter", &in, [&] {
+      return ncclReduceScatter(in.data, out.data, out.count, nccl_type(in.dtype), nccl_op(op),
+                               comm_, stream_);
+    });
+  }
+
   void broadcast(Buffer buffer, int root) override {
     check_device_buffer(buffer);
-    PARTRAIN_CHECK(root >= 0 && root < size_, UsageError, "broadcast: root ", root,
-                   " is outside a world of ", size_);
-    std::lock_guard<std::mutex> lock(mutex_);
     run("broadcast", &buffer, [&] {
       return ncclBroadcast(buffer.data, buffer.data, buffer.count, nccl_type(buffer.dtype), root,
                            comm_, stream_);
@@ -164,25 +179,19 @@ class NcclCommunicator : public Communicator {
   void allgather(const Buffer& in, Buffer out) override {
     check_device_buffer(in);
     check_device_buffer(out);
-    check_allgather_buffers(in, out, size_);
-    std::lock_guard<std::mutex> lock(mutex_);
     run("allgather", &in, [&] {
       return ncclAllGather(in.data, out.data, in.count, nccl_type(in.dtype), comm_, stream_);
     });
   }
 
   void barrier() override {
-    std::lock_guard<std::mutex> lock(mutex_);
     run("barrier", nullptr,
         [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
   }
 
  private:
+  // The memory kind and null checks are CheckedCommunicator's (Capabilities).
   void check_device_buffer(const Buffer& buffer) const {
-    PARTRAIN_CHECK(buffer.device == DeviceKind::cuda, UsageError,
-                   "comm backend 'nccl' works on CUDA buffers; use asio-ring or gloo for CPU");
-    PARTRAIN_CHECK(buffer.count == 0 || buffer.data != nullptr, UsageError,
-                   "collective on a null buffer");
     PARTRAIN_CHECK(buffer.device_index == device_, UsageError,
                    "nccl: a buffer on cuda:", buffer.device_index,
                    " for a communicator on cuda:", device_);
@@ -259,19 +268,11 @@ class NcclCommunicator : public Communicator {
     }
   }
 
-  // NCCL's errors name no peer (ncclRemoteError, ncclSystemError, or a timeout here). A peer
-  // that died or hung makes every survivor fail at about the same moment, so the survivors
-  // report through the store and the ranks that do not are the lost ones (failure_trace.h).
-  [[noreturn]] void fail(const std::string& text) {
-    const FailureTrace trace =
-        trace_failed_rank(store_, prefix_, rank_, size_, -1, failure_grace(timeout_), timeout_);
-    if (trace.culprit < 0) throw CommError(text);
-    std::string whom = trace.silent.size() > 1 ? "ranks" : "rank";
-    for (std::size_t i = 0; i < trace.silent.size(); ++i) {
-      whom += (i == 0 ? " " : ", ") + std::to_string(trace.silent[i]);
-    }
-    throw PeerError(trace.culprit, text + " (lost " + whom + ": no report from it)");
-  }
+  // NCCL's errors name no peer (ncclRemoteError, ncclSystemError, or a timeout here): -1. A
+  // peer that died or hung makes every survivor fail at about the same moment, so the
+  // survivors report through the store and the ranks that do not are the lost ones
+  // (CheckedCommunicator, failure_trace.h).
+  [[noreturn]] void fail(const std::string& text) { throw PeerError(-1, text); }
 
   // NCCL opens its own sockets and picks their NIC itself. Unless NCCL_SOCKET_IFNAME says
   // otherwise, it gets the NIC of the address the other backends would use, so that all of
@@ -290,7 +291,6 @@ class NcclCommunicator : public Communicator {
   Store& store_;
   std::string prefix_;
   bool broken_ = false;
-  std::mutex mutex_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;  // non-blocking: no implicit sync with the legacy stream
   cudaEvent_t ready_ = nullptr;    // recorded on the caller's stream when it gives no event

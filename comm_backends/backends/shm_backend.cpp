@@ -4,7 +4,6 @@
 // Setup: the placement (learned once for the group) must show every rank on this host; then
 // the region is made and mapped through the store (shm_region.h).
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -55,37 +54,29 @@ class ShmCommunicator : public Communicator {
   int rank() const override { return collectives_->rank(); }
   int size() const override { return collectives_->size(); }
   std::string name() const override { return "shm"; }
+  Capabilities capabilities() const override {
+    return {.host_memory = true, .device_memory = false, .native_reduce_scatter = true};
+  }
+  std::string last_algorithm() const override { return "shared_memory"; }
 
   void allreduce(Buffer buffer, ReduceOp op) override {
-    check_host_buffer(buffer, name());
-    std::lock_guard<std::mutex> lock(mutex_);
     collectives_->allreduce(buffer.data, buffer.count, buffer.dtype, op, wire_);
   }
-
+  void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op) override {
+    collectives_->reduce_scatter(in.data, out.data, out.count, in.dtype, op, wire_);
+  }
   void broadcast(Buffer buffer, int root) override {
-    check_host_buffer(buffer, name());
-    std::lock_guard<std::mutex> lock(mutex_);
     collectives_->broadcast(buffer.data, buffer.bytes(), root);
   }
-
   void allgather(const Buffer& in, Buffer out) override {
-    check_host_buffer(in, name());
-    check_host_buffer(out, name());
-    check_allgather_buffers(in, out, size());
-    std::lock_guard<std::mutex> lock(mutex_);
     collectives_->allgather(in.data, out.data, in.bytes());
   }
-
-  void barrier() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    collectives_->barrier();
-  }
+  void barrier() override { collectives_->barrier(); }
 
  private:
   DType wire_;
   std::unique_ptr<ShmRegion> region_;
   std::unique_ptr<ShmCollectives> collectives_;
-  std::mutex mutex_;  // one collective at a time, as on the other backends
 };
 
 }  // namespace

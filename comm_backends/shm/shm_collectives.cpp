@@ -342,6 +342,82 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
   }
 }
 
+// Like asio-ring's ring reduce-scatter, to the bit: block k's chain starts at rank k + 1 and
+// ends at rank k (ring_reduce_scatter()), so the rank that owns block k applies that sequence
+// across the slots, and no other rank touches block k. Each piece holds the same element
+// range of every block, side by side in each rank's slot; one sync a piece suffices, since
+// the owner reads back only what it wrote itself.
+void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
+                                    ReduceOp op, DType wire) {
+  PARTRAIN_CHECK(!broken_, CommError,
+                 "shm: broken by an earlier failure; create a new communicator");
+  const int W = world_;
+  const std::size_t data_elem = dtype_size(dtype);
+  if (W == 1) {
+    if (count > 0) std::memmove(out, in, count * data_elem);
+    return;
+  }
+  PARTRAIN_CHECK(count == 0 || (in != nullptr && out != nullptr), UsageError,
+                 "reduce_scatter: null buffer");
+  const DType acc = accumulator_type(dtype);
+  if (acc != DType::f32 || (wire != DType::f16 && wire != DType::bf16)) wire = acc;
+  const bool narrow = acc != wire;
+  const std::size_t work_elem = dtype_size(acc);
+  const int divisor = op == ReduceOp::avg ? W : 1;
+
+  Call call;
+  call.words.sequence = ++sequence_;
+  call.words.elements = count;
+  call.words.kind = static_cast<std::uint8_t>(Kind::reduce_scatter);
+  call.words.dtype = static_cast<std::uint8_t>(dtype);
+  call.words.wire = static_cast<std::uint8_t>(wire);
+  call.words.op = static_cast<std::uint8_t>(op);
+  if (count == 0) return sync(call, 0);
+  const auto* source = static_cast<const std::uint8_t*>(in);
+  auto* target = static_cast<std::uint8_t*>(out);
+  const std::size_t piece_elems = kShmSlotBytes / work_elem / static_cast<std::size_t>(W);
+  const int k = rank_;
+  for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
+    const std::size_t n = std::min(piece_elems, count - p0);
+    const int h = half_;
+    half_ ^= 1;
+    // 1. This piece of every block, in the type the ring reduces in.
+    for (int b = 0; b < W; ++b) {
+      const std::uint8_t* from = source + (static_cast<std::size_t>(b) * count + p0) * data_elem;
+      std::uint8_t* to = slot(h, rank_) + static_cast<std::size_t>(b) * n * work_elem;
+      if (acc != dtype) {
+        convert_elements(from, dtype, to, acc, n);
+      } else {
+        std::memcpy(to, from, n * data_elem);
+      }
+    }
+    sync(call, p0 == 0 ? 0 : 1);
+    // 2. Block k (this rank's): ranks k+1, k+2, ..., k in turn, as the ring reduces it.
+    const std::size_t at = static_cast<std::size_t>(k) * n;
+    const std::uint8_t* result = nullptr;
+    if (narrow) {
+      std::uint16_t* w = words(h) + at;
+      narrow_to_wire(reinterpret_cast<const float*>(slot(h, (k + 1) % W)) + at, w, wire, n);
+      for (int j = 1; j < W; ++j) {
+        reduce_from_wire(reinterpret_cast<float*>(slot(h, (k + 1 + j) % W)) + at, w, wire, n, op,
+                         j == W - 1, divisor);
+      }
+    } else {
+      for (int j = 1; j < W; ++j) {
+        std::uint8_t* own = slot(h, (k + 1 + j) % W) + at * work_elem;
+        reduce_into(own, acc, slot(h, (k + j) % W) + at * work_elem, acc, n, op);
+        if (j == W - 1 && divisor != 1) divide_elements(own, acc, n, divisor);
+      }
+    }
+    result = slot(h, k) + at * work_elem;
+    if (acc != dtype) {
+      convert_elements(result, acc, target + p0 * data_elem, dtype, n);
+    } else {
+      std::memcpy(target + p0 * data_elem, result, n * data_elem);
+    }
+  }
+}
+
 void ShmCollectives::mark_failed(int blamed) {
   broken_ = true;
   state_of(region_, rank_).blamed.store(blamed + 1, std::memory_order_release);

@@ -1,5 +1,5 @@
-// defines: ShmCollectives — allreduce, broadcast, allgather and barrier among the ranks of
-// one host through a shared memory region; shm_region_bytes(). The algorithm and the
+// defines: ShmCollectives — allreduce, reduce_scatter, broadcast, allgather and barrier among the
+// ranks of one host through a shared memory region; shm_region_bytes(). The algorithm and the
 // region's layout: Note [Shared-memory collectives] in shm_collectives.cpp.
 #pragma once
 
@@ -34,10 +34,14 @@ class ShmCollectives {
   int rank() const { return rank_; }
   int size() const { return world_; }
 
-  // The same arguments and results as RingCollectives (asio-ring), to the bit: each element
-  // is reduced in the order the ring reduces it (see the note), and a reduced-precision wire
-  // rounds where the ring's does.
+  // The same arguments and results as asio-ring with its ring algorithm (comm.algorithm:
+  // ring), to the bit: each element is reduced in the order the ring reduces it (see the
+  // note), and a reduced-precision wire rounds where the ring's does.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, DType wire);
+  // `in` holds size() blocks of `count` elements; `out` gets the reduction of this rank's.
+  // The bits of asio-ring's ring reduce-scatter.
+  void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
+                      DType wire);
   void broadcast(void* data, std::size_t bytes, int root);
   void allgather(const void* in, void* out, std::size_t bytes_per_rank);
   void barrier();

@@ -66,12 +66,53 @@ TEST(BenchCommand, WritesACheckedReport) {
   EXPECT_EQ(report["results"][1]["bytes"], 100 * 1024);
 }
 
+// Each collective is timed and checked; the rows name the algorithm that carried it (forced
+// here), with the model's counts for the fit printed after the table.
+TEST(BenchCommand, TimesAndChecksEachCollective) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  testing::ScratchDir dir;
+  const std::pair<const char*, const char*> runs[] = {{"reduce_scatter", "recursive_halving"},
+                                                      {"allgather", "recursive_doubling"},
+                                                      {"broadcast", "binomial_tree"}};
+  for (const auto& [collective, algorithm] : runs) {
+    const std::string json_path = (dir.path() / (std::string(collective) + ".json")).string();
+    std::string output;
+    const int code =
+        run(exe + " bench allreduce --backend asio-ring --world 3 --collective " + collective +
+                " --algorithm recursive_doubling --sizes 12K,96K --iters 3 --json " + json_path,
+            output);
+    ASSERT_EQ(code, 0) << output;
+    EXPECT_NE(output.find("# fit asio-ring"), std::string::npos) << output;
+    std::ifstream in(json_path);
+    const auto report = nlohmann::json::parse(in);
+    EXPECT_EQ(report["collective"], collective);
+    EXPECT_EQ(report["algorithm"], "recursive_doubling");
+    ASSERT_EQ(report["results"].size(), 2u);
+    for (const auto& r : report["results"]) {
+      EXPECT_EQ(r["algorithm"], algorithm) << collective;
+      EXPECT_EQ(r["wrong"], 0) << collective;
+      EXPECT_GT(r["terms"]["messages"].get<double>(), 0.0) << collective;
+    }
+    ASSERT_EQ(report["fits"].size(), 1u) << output;
+  }
+  // A reduce_scatter's input holds one block per rank.
+  std::string output;
+  EXPECT_EQ(run(exe + " bench allreduce --backend asio-ring --world 3 --collective "
+                      "reduce_scatter --sizes 4K",
+                output),
+            2)
+      << output;
+}
+
 TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
   for (const std::string args :
        {"--backend asio-ring --world 2 --sizes 6", "--backend mpi --world 2 --sizes 4K",
-        "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8"}) {
+        "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8",
+        "--backend asio-ring --world 2 --collective alltoall",
+        "--backend asio-ring --world 2 --algorithm bcube"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

@@ -164,6 +164,50 @@ TEST_P(Collectives, AllreduceMatchesReference) {
   }
 }
 
+// Rank r gets the reduction of block r, the input stays as it was; every dtype, several ops,
+// counts around the block boundaries.
+TEST_P(Collectives, ReduceScatterMatchesReference) {
+  const BackendSetup setup = GetParam();
+  const int world = setup.world;
+  testing::ScratchDir dir;
+  std::atomic<int> wrong{0};
+  testing::run_ranks(world, [&](int rank) {
+    auto store = open_store(dir.url(), store_options(rank));
+    auto comm = make_communicator(comm_options(), *store, rank, world);
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1001}}) {
+          const std::size_t elem = dtype_size(dtype);
+          std::vector<std::uint8_t> in(count * world * elem), out(count * elem);
+          for (std::size_t i = 0; i < count * world; ++i) {
+            store_value(in.data(), dtype, i, input_value(rank, i));
+          }
+          const auto before = in;
+          const Buffer input{in.data(), count * world, dtype}, output{out.data(), count, dtype};
+          if (unsupported(setup.backend, dtype) && world > 1) {
+            EXPECT_THROW(comm->reduce_scatter(input, output, op), UsageError);
+            continue;
+          }
+          comm->reduce_scatter(input, output, op);
+          EXPECT_EQ(in, before) << "the input changed";
+          for (std::size_t i = 0; i < count; ++i) {
+            const double want = expected_value(world, rank * count + i, op, dtype);
+            const double got = load_value(out.data(), dtype, i);
+            if (std::abs(got - want) >
+                    tolerance(dtype, setup.wire) * std::max(1.0, std::abs(want)) &&
+                ++wrong <= 3) {
+              ADD_FAILURE() << "rank " << rank << " " << dtype_name(dtype) << " "
+                            << reduce_op_name(op) << " count " << count << " [" << i << "]: got "
+                            << got << ", want " << want;
+            }
+          }
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
+
 TEST_P(Collectives, BroadcastAllgatherBarrier) {
   const int world = GetParam().world;
   testing::ScratchDir dir;

@@ -1,10 +1,12 @@
-// The shm backend against asio-ring: the same inputs give the same bits, for every dtype,
-// op and wire, at world sizes 2-4 and at sizes that take several pieces; ranks that call
-// different collectives fail with a message; nothing stays in /dev/shm.
+// The shm backend against asio-ring's ring algorithm: the same inputs give the same bits, for
+// every dtype, op and wire, at world sizes 2-4 and at sizes that take several pieces (where
+// asio-ring's own choice is the ring too); ranks that call different collectives fail with a
+// message; nothing stays in /dev/shm.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -69,6 +71,7 @@ RankComm connect(const testing::ScratchDir& dir, int rank, int world, const Comm
 std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend, int world,
                                                       DType dtype, ReduceOp op, DType wire,
                                                       std::size_t count,
+                                                      const std::string& algorithm = "auto",
                                                       const std::string& token = "") {
   testing::ScratchDir dir;
   std::vector<std::vector<std::uint8_t>> results(world);
@@ -78,6 +81,7 @@ std::vector<std::vector<std::uint8_t>> allreduce_with(const std::string& backend
     options.timeout = milliseconds(20000);
     options.wire_dtype = wire;
     options.token = token;
+    options.algorithm = algorithm;
     auto [store, comm] = connect(dir, rank, world, options, milliseconds(20000));
     results[rank] = random_input(dtype, count, rank);
     comm->allreduce({results[rank].data(), count, dtype}, op);
@@ -108,7 +112,7 @@ TEST(Shm, AllreduceHasTheRingsBitsForEveryDtypeOpAndWire) {
   for (int world : {2, 3, 4}) {
     for (const Case& c : cases) {
       const std::size_t count = 1237;  // segments of unequal length
-      const auto ring = allreduce_with("asio-ring", world, c.dtype, c.op, c.wire, count);
+      const auto ring = allreduce_with("asio-ring", world, c.dtype, c.op, c.wire, count, "ring");
       const auto shm = allreduce_with("shm", world, c.dtype, c.op, c.wire, count);
       for (int r = 0; r < world; ++r) {
         EXPECT_EQ(shm[r], ring[r])
@@ -121,12 +125,48 @@ TEST(Shm, AllreduceHasTheRingsBitsForEveryDtypeOpAndWire) {
 }
 
 TEST(Shm, LargeAllreduceRunsInPiecesWithTheSameBits) {
-  // 3 slots' worth of f32 and a ragged end: pieces cut across the ring's segments.
+  // 3 slots' worth of f32 and a ragged end: pieces cut across the ring's segments. That large,
+  // asio-ring takes the ring by itself.
   const std::size_t count = 3 * kShmSlotBytes / 4 + 12345;
   for (DType wire : {DType::f32, DType::bf16}) {
-    const auto ring = allreduce_with("asio-ring", 3, DType::f32, ReduceOp::sum, wire, count);
+    const auto ring =
+        allreduce_with("asio-ring", 3, DType::f32, ReduceOp::sum, wire, count, "auto");
     const auto shm = allreduce_with("shm", 3, DType::f32, ReduceOp::sum, wire, count);
     for (int r = 0; r < 3; ++r) EXPECT_TRUE(shm[r] == ring[r]) << "rank " << r;
+  }
+}
+
+// reduce_scatter reduces each block in the ring's order too: the bits of asio-ring's ring.
+TEST(Shm, ReduceScatterHasTheRingsBits) {
+  for (int world : {2, 3, 4}) {
+    for (const auto& [dtype, wire] :
+         {std::pair{DType::f32, DType::f32}, std::pair{DType::bf16, DType::f32},
+          std::pair{DType::f32, DType::bf16}}) {
+      // Enough per rank for several pieces at three ranks, with a ragged end.
+      const std::size_t count = kShmSlotBytes / 4 / 3 * 2 + 101;
+      std::map<std::string, std::vector<std::vector<std::uint8_t>>> results;
+      for (const std::string backend : {"asio-ring", "shm"}) {
+        testing::ScratchDir dir;
+        results[backend].resize(world);
+        testing::run_ranks(world, [&](int rank) {
+          CommOptions options;
+          options.backend = backend;
+          options.algorithm = "ring";
+          options.timeout = milliseconds(20000);
+          options.wire_dtype = wire;
+          auto [store, comm] = connect(dir, rank, world, options, milliseconds(20000));
+          const auto in = random_input(dtype, count * world, rank);
+          results[backend][rank].resize(count * dtype_size(dtype));
+          comm->reduce_scatter(Buffer{const_cast<std::uint8_t*>(in.data()), count * world, dtype},
+                               Buffer{results[backend][rank].data(), count, dtype}, ReduceOp::avg);
+        });
+      }
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(results["shm"][r] == results["asio-ring"][r])
+            << "world " << world << " rank " << r << " " << dtype_name(dtype) << " wire "
+            << dtype_name(wire);
+      }
+    }
   }
 }
 
@@ -210,7 +250,7 @@ TEST(Shm, LeavesNothingInDevShm) {
     }
     return n;
   };
-  allreduce_with("shm", 3, DType::f32, ReduceOp::sum, DType::f32, 100, token);
+  allreduce_with("shm", 3, DType::f32, ReduceOp::sum, DType::f32, 100, "auto", token);
   EXPECT_EQ(ours(), 0);
 }
 

@@ -6,7 +6,7 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/timed_io.h"
-#include "comm_backends/ring/ring_transport.h"
+#include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "tests/support/late_rank_ring.h"
@@ -35,9 +35,9 @@ TEST(RingStrangers, AreRefusedAndTheRingStillForms) {
   // Before rank 0 shows up, four strangers knock on rank 1's door.
   const std::vector<std::string> knocks = {
       "GET / HTTP/1.1\r\n\r\n" + std::string(16, 'x'),    // garbage
-      encode_ring_handshake(0, kWorld, "not-the-token"),  // wrong run token
-      encode_ring_handshake(2, kWorld, token),            // not rank 1's left neighbour
-      encode_ring_handshake(0, kWorld + 1, token),        // another world size
+      encode_peer_handshake(0, kWorld, "not-the-token"),  // wrong run token
+      encode_peer_handshake(2, kWorld, token),            // a higher rank: rank 1 dials it
+      encode_peer_handshake(0, kWorld + 1, token),        // another world size
       std::string(),                                      // connects, says nothing
   };
   std::vector<std::unique_ptr<Stranger>> strangers;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
 
@@ -174,6 +175,9 @@ TEST_F(ConfigTest, BadEnumValue) {
             ":1:15: model.norm: 'layer' is not one of batch | none");
   EXPECT_EQ(error_of("comm: {wire_dtype: f64}\n"),
             ":1:20: comm.wire_dtype: 'f64' is not one of f32 | f16 | bf16");
+  EXPECT_EQ(error_of("comm: {algorithm: bcube}\n"),
+            ":1:19: comm.algorithm: 'bcube' is not one of auto | ring | recursive_doubling | "
+            "rabenseifner");
   EXPECT_EQ(error_of("data: {dataset: imagenet}\n"),
             ":1:17: data.dataset: 'imagenet' is not one of cifar100 | cifar10 | fashion-mnist | "
             "mnist | image-folder | tensors | synthetic");
@@ -187,6 +191,10 @@ TEST_F(ConfigTest, BackendNamesAreCommBackendsOwn) {
   const std::vector<std::string> names = comm::backend_names();
   for (const std::string& name : names) {
     EXPECT_EQ(load_config(write("name: x\n"), {"comm.backend=" + name}).comm.backend, name);
+  }
+  // comm.algorithm likewise: the algorithm families are comm_backends'.
+  for (const std::string& name : comm::algorithm_request_names()) {
+    EXPECT_EQ(load_config(write("name: x\n"), {"comm.algorithm=" + name}).comm.algorithm, name);
   }
   const std::string error = error_of("comm: {backend: mpi}\n");
   EXPECT_EQ(static_cast<std::size_t>(std::count(error.begin(), error.end(), '|')) + 1, names.size())
@@ -273,6 +281,7 @@ TEST_F(ConfigTest, WireDtypeAndResume) {
   Config c =
       load_config(write("comm: {wire_dtype: bf16}\ncheckpoint: {resume: " + checkpoint + "}\n"));
   EXPECT_EQ(c.comm.wire_dtype, comm::DType::bf16);
+  EXPECT_EQ(c.comm.algorithm, "auto");
   EXPECT_EQ(c.checkpoint.resume.mode, ResumeMode::kPath);
   EXPECT_EQ(c.checkpoint.resume.path, checkpoint);
   EXPECT_NE(config_to_json(c).find("\"wire_dtype\":\"bf16\""), std::string::npos);

@@ -635,11 +635,16 @@ TEST(FlightRecorder, KeepsTheLastCollectives) {
   EXPECT_EQ(describe_flight(recorder.entries(), 0), "no collective recorded");
   for (int i = 0; i < 100; ++i) {
     recorder.set_step(i / 4);
-    const std::uint64_t seq =
+    // The caller marks what the collective is for; the communicator records it.
+    const std::uint64_t mark =
         recorder.enter(i % 4 == 3 ? FlightOp::kStepExchange : FlightOp::kAllreduce,
                        i % 4 == 3 ? -1 : i % 4, 1000 * static_cast<std::size_t>(i));
-    EXPECT_EQ(seq, static_cast<std::uint64_t>(i + 1));
-    if (i < 99) recorder.leave(seq);
+    const std::uint64_t order =
+        recorder.begin(1, static_cast<std::uint64_t>(i + 1), comm::CollectiveKind::allreduce,
+                       1000 * static_cast<std::size_t>(i));
+    EXPECT_EQ(order, static_cast<std::uint64_t>(i + 1));
+    if (i < 99) recorder.end(order, "ring");
+    recorder.leave(mark);
   }
   const std::vector<FlightEntry> entries = recorder.entries();
   ASSERT_EQ(entries.size(), FlightRecorder::kCapacity);
@@ -653,7 +658,8 @@ TEST(FlightRecorder, KeepsTheLastCollectives) {
   EXPECT_EQ(entries[entries.size() - 2].bucket, 2);
   const std::string where = describe_flight(entries, entries.back().start_s + 5.04);
   EXPECT_EQ(where, "in step exchange #100 (step 24, 99000 bytes) for 5.0 s");
-  recorder.leave(100);
+  EXPECT_EQ(entries[entries.size() - 2].algorithm_name(), "ring");
+  recorder.end(100, "recursive_doubling");
   EXPECT_EQ(describe_flight(recorder.entries(), recorder.entries().back().end_s + 2),
             "after step exchange #100 (step 24, 99000 bytes), 2.0 s ago");
 }

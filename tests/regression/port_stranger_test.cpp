@@ -11,7 +11,7 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/timed_io.h"
-#include "comm_backends/ring/ring_transport.h"
+#include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
@@ -156,8 +156,8 @@ TEST(RingPortStrangers, HugeLengthPrefixAndHalfOpenConnectionsAreRefused) {
   testing::LateRankRing ring(kWorld, token, 3000);
   const int port = ring.port();
 
-  const std::string right = encode_ring_handshake(0, kWorld, token);
-  std::string huge = right.substr(0, kRingHandshakeBytes);
+  const std::string right = encode_peer_handshake(0, kWorld, token);
+  std::string huge = right.substr(0, kPeerHandshakeBytes);
   put_u32(huge, 20, 0xffffffffu);  // a 4 GiB token announced, nothing sent
   Stranger huge_prefix(port, huge, false);
   Stranger silent(port, right.substr(0, 10), false);

@@ -38,6 +38,10 @@ struct CommConfig {
   double bucket_mb = 25.0;  // 0.001..4096 MiB of gradients per allreduce bucket (ddp)
   // f32 | f16 | bf16: the element type asio-ring, shm and hierarchical (across hosts) send.
   comm::DType wire_dtype = comm::DType::f32;
+  // auto | ring | recursive_doubling | rabenseifner: how asio-ring (and hierarchical between
+  // hosts) carries each collective; auto chooses per call by size and world
+  // (comm_backends/algorithms/algorithm_choice.h).
+  std::string algorithm = "auto";
   double timeout_s = 300.0;  // 0.1..604800 s: a collective or rendezvous waiting longer fails
   // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.
   std::string interface;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
@@ -149,6 +150,7 @@ void read_comm(Section comm, CommConfig& m, StrategyKind strategy) {
   std::string wire_dtype;
   comm.read("wire_dtype", wire_dtype, {"f32", "f16", "bf16"});
   if (!wire_dtype.empty()) m.wire_dtype = comm::parse_dtype(wire_dtype);
+  comm.read("algorithm", m.algorithm, comm::algorithm_request_names());
   comm.read_double("timeout_s", m.timeout_s, 0.1, 86400.0 * 7);
   comm.read_checked("interface", m.interface, interface_problem);
   comm.read_checked("host", m.host, host_problem);

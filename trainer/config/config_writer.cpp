@@ -89,6 +89,7 @@ Json comm_json(const CommConfig& m) {
   return {{"backend", m.backend},
           {"bucket_mb", m.bucket_mb},
           {"wire_dtype", comm::dtype_name(m.wire_dtype)},
+          {"algorithm", m.algorithm},
           {"timeout_s", m.timeout_s},
           {"interface", m.interface},
           {"host", m.host},

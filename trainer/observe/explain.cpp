@@ -92,6 +92,10 @@ BenchReport read_bench_report(const std::string& path) {
   if (root["schema"].string() != "partrain.bench/1") {
     root["schema"].fail("is not partrain.bench/1 (write it with partrain bench allreduce --json)");
   }
+  // The gradient buckets are allreduces: another collective's busbw says nothing of them.
+  if (root["collective"].string() != "allreduce") {
+    root["collective"].fail("is not allreduce (the gradient collectives are allreduces)");
+  }
   BenchReport bench;
   bench.path = path;
   bench.world = root["world"].integer();

@@ -38,10 +38,12 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-// "allreduce #136 (step 68, bucket 2, 1.1 MB)"
+// "allreduce #136 (step 68, bucket 2, 1.1 MB)"; a collective of a communicator other than
+// the first names it.
 std::string name_collective(const FlightEntry& e) {
   std::ostringstream text;
-  text << flight_op_name(e.op) << " #" << e.seq << " (step " << e.step;
+  text << e.op_name() << " #" << e.seq << " (step " << e.step;
+  if (e.comm > 1) text << ", communicator " << e.comm;
   if (e.bucket >= 0) text << ", bucket " << e.bucket;
   text << ", " << format_bytes(e.bytes) << ")";
   return text.str();
@@ -61,11 +63,22 @@ struct RankDump {
   std::vector<FlightEntry> entries;
 };
 
-std::optional<FlightOp> op_from_name(const std::string& name) {
-  for (FlightOp op : {FlightOp::kAllreduce, FlightOp::kStepExchange}) {
-    if (flight_op_name(op) == name) return op;
+// What the "op" of a dump's entry stands for: a collective's kind, or the step exchange.
+bool op_from_name(const std::string& name, FlightEntry& e) {
+  if (name == "step exchange") {
+    e.kind = comm::CollectiveKind::allreduce;
+    e.op = FlightOp::kStepExchange;
+    return true;
   }
-  return std::nullopt;
+  for (auto kind : {comm::CollectiveKind::allreduce, comm::CollectiveKind::broadcast,
+                    comm::CollectiveKind::allgather, comm::CollectiveKind::barrier,
+                    comm::CollectiveKind::reduce_scatter}) {
+    if (comm::collective_kind_name(kind) == name) {
+      e.kind = kind;
+      return true;
+    }
+  }
+  return false;
 }
 
 RankDump read_dump(const std::filesystem::path& path) {
@@ -85,12 +98,18 @@ RankDump read_dump(const std::filesystem::path& path) {
     for (const auto& c : j.at("collectives")) {
       FlightEntry e;
       e.seq = c.at("seq").get<std::uint64_t>();
-      const auto op = op_from_name(c.at("op").get<std::string>());
-      if (!op) throw bad("unknown op '" + c.at("op").get<std::string>() + "'");
-      e.op = *op;
+      e.order = d.entries.size() + 1;
+      e.comm = c.value("comm", 1);
+      if (!op_from_name(c.at("op").get<std::string>(), e)) {
+        throw bad("unknown op '" + c.at("op").get<std::string>() + "'");
+      }
       e.bucket = c.at("bucket").is_null() ? -1 : c.at("bucket").get<int>();
       e.bytes = c.at("bytes").get<std::uint64_t>();
       e.step = c.at("step").get<std::int64_t>();
+      if (c.contains("algorithm") && c.at("algorithm").is_string()) {
+        const std::string name = c.at("algorithm").get<std::string>();
+        name.copy(e.algorithm.data(), std::min(name.size(), e.algorithm.size() - 1));
+      }
       e.start_s = c.at("start_s").get<double>();
       e.end_s = c.at("end_s").is_null() ? -1 : c.at("end_s").get<double>();
       d.entries.push_back(e);
@@ -98,68 +117,18 @@ RankDump read_dump(const std::filesystem::path& path) {
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("malformed: ") + e.what());
   }
-  std::sort(d.entries.begin(), d.entries.end(),
-            [](const FlightEntry& a, const FlightEntry& b) { return a.seq < b.seq; });
   return d;
 }
 
+// Where a rank stood among the collectives of communicator `comm`: its last entry there.
+const FlightEntry* last_of(const RankDump& d, int comm) {
+  for (auto it = d.entries.rbegin(); it != d.entries.rend(); ++it) {
+    if (it->comm == comm) return &*it;
+  }
+  return nullptr;
+}
+
 }  // namespace
-
-std::string_view flight_op_name(FlightOp op) {
-  switch (op) {
-    case FlightOp::kAllreduce:
-      return "allreduce";
-    case FlightOp::kStepExchange:
-      return "step exchange";
-  }
-  return "collective";
-}
-
-std::uint64_t FlightRecorder::enter(FlightOp op, int bucket, std::size_t bytes) {
-  const double now = unix_seconds_now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  const std::uint64_t seq = next_seq_++;
-  FlightEntry& e = ring_[seq % kCapacity];
-  e.seq = seq;
-  e.op = op;
-  e.bucket = bucket;
-  e.bytes = bytes;
-  e.step = step_.load(std::memory_order_relaxed);
-  e.start_s = now;
-  e.end_s = -1;
-  return seq;
-}
-
-void FlightRecorder::leave(std::uint64_t seq) {
-  const double now = unix_seconds_now();
-  std::lock_guard<std::mutex> lock(mutex_);
-  FlightEntry& e = ring_[seq % kCapacity];
-  if (e.seq == seq) e.end_s = now;  // else overwritten by 64 newer ones: nothing to mark
-}
-
-std::vector<FlightEntry> FlightRecorder::entries() const {
-  std::vector<FlightEntry> out;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const FlightEntry& e : ring_) {
-      if (e.seq != 0) out.push_back(e);
-    }
-  }
-  std::sort(out.begin(), out.end(),
-            [](const FlightEntry& a, const FlightEntry& b) { return a.seq < b.seq; });
-  return out;
-}
-
-void FlightRecorder::clear() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ring_ = {};
-  next_seq_ = 1;
-}
-
-FlightRecorder& flight_recorder() {
-  static FlightRecorder recorder;
-  return recorder;
-}
 
 std::string describe_flight(const std::vector<FlightEntry>& entries, double now_s) {
   if (entries.empty()) return "no collective recorded";
@@ -175,10 +144,12 @@ std::string dump_flight(const std::string& output_dir, int rank, int world_size,
   Json collectives = Json::array();
   for (const FlightEntry& e : entries) {
     collectives.push_back({{"seq", e.seq},
-                           {"op", flight_op_name(e.op)},
+                           {"comm", e.comm},
+                           {"op", e.op_name()},
                            {"bucket", e.bucket >= 0 ? Json(e.bucket) : Json(nullptr)},
                            {"bytes", e.bytes},
                            {"step", e.step},
+                           {"algorithm", e.end_s >= 0 ? Json(e.algorithm_name()) : Json(nullptr)},
                            {"start_s", e.start_s},
                            {"end_s", e.end_s >= 0 ? Json(e.end_s) : Json(nullptr)}});
   }
@@ -219,6 +190,24 @@ std::string explain_flight(const std::string& dir) {
   std::ostringstream text;
   text << "Flight records (" << dumps.size() << " of " << world << " ranks), the last "
        << FlightRecorder::kCapacity << " collectives of each:\n";
+  // The ranks are compared on one communicator: the first one every dump has entries of
+  // (the trainer's main one, made first), or else the one of rank 0's last entry.
+  int comm = 0;
+  for (const auto& [rank, d] : dumps) {
+    for (const FlightEntry& e : d.entries) {
+      if (comm != 0 && e.comm >= comm) continue;
+      bool everywhere = true;
+      for (const auto& [other, o] : dumps) everywhere &= last_of(o, e.comm) != nullptr;
+      if (everywhere) comm = e.comm;
+    }
+  }
+  if (comm == 0 && !dumps.begin()->second.entries.empty()) {
+    comm = dumps.begin()->second.entries.back().comm;
+  }
+  const auto position = [comm](const RankDump& d) -> std::uint64_t {
+    const FlightEntry* e = last_of(d, comm);
+    return e == nullptr ? 0 : e->seq;
+  };
   std::vector<int> missing;
   std::uint64_t furthest = 0;
   std::uint64_t least = UINT64_MAX;
@@ -233,21 +222,16 @@ std::string explain_flight(const std::string& dir) {
     text << "  rank " << r << ": " << describe_flight(d.entries, d.written_s);
     if (!d.error.empty()) text << "; " << d.error;
     text << "\n";
-    const std::uint64_t last = d.entries.empty() ? 0 : d.entries.back().seq;
-    furthest = std::max(furthest, last);
-    least = std::min(least, last);
+    furthest = std::max(furthest, position(d));
+    least = std::min(least, position(d));
   }
   // A rank that left no record (frozen, killed) is the first suspect: the others cannot get
   // past a collective it never joined. Among the ranks that wrote one, the furthest behind
   // held up those ahead of it.
   std::vector<int> behind, ahead;
-  for (const auto& [rank, d] : dumps) {
-    const std::uint64_t last = d.entries.empty() ? 0 : d.entries.back().seq;
-    (last == least ? behind : ahead).push_back(rank);
-  }
-  const RankDump& b = dumps.at(behind.front());
-  const std::string behind_at =
-      b.entries.empty() ? std::string("no collective") : name_collective(b.entries.back());
+  for (const auto& [rank, d] : dumps) (position(d) == least ? behind : ahead).push_back(rank);
+  const FlightEntry* b = last_of(dumps.at(behind.front()), comm);
+  const std::string behind_at = b == nullptr ? std::string("no collective") : name_collective(*b);
   if (!missing.empty()) {
     text << "The others waited for " << join_ranks(missing)
          << ", which left no record (frozen or killed)";
@@ -260,13 +244,13 @@ std::string explain_flight(const std::string& dir) {
     text << "Every rank stood at the same collective (#" << furthest << ")";
   }
   if (least < furthest) {
-    const RankDump* a = nullptr;  // a rank that entered the furthest collective
+    const FlightEntry* a = nullptr;  // where a rank that entered the furthest collective stood
     for (const int r : ahead) {
-      if (dumps.at(r).entries.back().seq == furthest) a = &dumps.at(r);
+      if (position(dumps.at(r)) == furthest) a = last_of(dumps.at(r), comm);
     }
     text << (missing.empty() ? ": " : "; ") << join_ranks(behind) << " stood at " << behind_at
-         << ", " << join_ranks(ahead) << " had entered #" << furthest << " ("
-         << flight_op_name(a->entries.back().op) << ")";
+         << ", " << join_ranks(ahead) << " had entered #" << furthest << " (" << a->op_name()
+         << ")";
   }
   text << ".\n";
   return text.str();

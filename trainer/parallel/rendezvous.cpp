@@ -23,6 +23,7 @@ RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::De
   comm::CommOptions co = group.ranks->comm_options();
   co.backend = cfg.comm.backend;
   co.wire_dtype = cfg.comm.wire_dtype;
+  co.algorithm = cfg.comm.algorithm;
   co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
   co.device_index = device.is_cuda() ? device.index() : 0;
   group.comm = group.ranks->make_communicator(co);

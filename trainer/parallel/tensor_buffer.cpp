@@ -10,7 +10,7 @@
 namespace partrain {
 
 bool collective_reads_device_memory(const comm::Communicator& comm) {
-  return comm.name() == "nccl";
+  return comm.capabilities().device_memory;
 }
 
 namespace {

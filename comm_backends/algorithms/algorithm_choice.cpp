@@ -1,0 +1,182 @@
+#include "comm_backends/algorithms/algorithm_choice.h"
+
+// Note [Choosing an algorithm]
+// Each algorithm costs, on the busiest rank, some messages in a row (alpha each), some bytes
+// through its link (beta each) and some bytes reduced (gamma each); cost_terms() counts them,
+// as MPICH's and Open MPI's papers do (Thakur, Rabenseifner and Gropp 2005), with p the largest
+// power of two <= W and a fold of two more messages when W is not one:
+//
+//   allreduce       ring 2(W-1) msgs, 2(W-1)/W n moved; recursive doubling log2 p msgs, n
+//                   moved per message; Rabenseifner 2 log2 p msgs, 2(p-1)/p n moved
+//   reduce_scatter  ring W-1 msgs; recursive halving log2 p msgs; both (W-1)/W n moved
+//   allgather       ring W-1 msgs; recursive doubling log2 p msgs; both (W-1)/W n moved
+//   broadcast       chain W-2+C msgs of n/C (C chunks); binomial tree ceil(log2 W) msgs of n
+//
+// The ring reduces each chunk while the kernel moves the next ones (Note [Ring allreduce]), so
+// its reductions add no time here; the others reduce a whole message after it arrived. A call
+// takes the algorithm with the least predicted time. The constants of
+// loopback_model() were fitted to `partrain bench allreduce --algorithm A` runs of every
+// algorithm at W = 2, 4, 8 on one host over loopback TCP (bench/allreduce/model.sh prints the
+// fit and how far it is off; BENCHMARKS.md, "Collectives for many ranks").
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/errors.h"
+
+namespace partrain::comm {
+
+namespace {
+
+struct RequestName {
+  AlgorithmRequest request;
+  const char* name;
+};
+constexpr RequestName kRequests[] = {
+    {AlgorithmRequest::automatic, "auto"},
+    {AlgorithmRequest::ring, "ring"},
+    {AlgorithmRequest::recursive_doubling, "recursive_doubling"},
+    {AlgorithmRequest::rabenseifner, "rabenseifner"},
+};
+
+int floor_log2(int w) {
+  int l = 0;
+  while ((2 << l) <= w) ++l;
+  return l;
+}
+
+int ceil_log2(int w) {
+  int l = 0;
+  while ((1 << l) < w) ++l;
+  return l;
+}
+
+}  // namespace
+
+std::vector<std::string> algorithm_request_names() {
+  std::vector<std::string> names;
+  for (const auto& r : kRequests) names.emplace_back(r.name);
+  return names;
+}
+
+AlgorithmRequest parse_algorithm_request(std::string_view name) {
+  std::string known;
+  for (const auto& r : kRequests) {
+    if (name == r.name) return r.request;
+    known += (known.empty() ? "" : ", ") + std::string(r.name);
+  }
+  throw UsageError("unknown comm algorithm '" + std::string(name) + "' (expected one of " + known +
+                   ")");
+}
+
+std::string_view algorithm_request_name(AlgorithmRequest request) {
+  for (const auto& r : kRequests) {
+    if (r.request == request) return r.name;
+  }
+  return "auto";
+}
+
+CostModel loopback_model() { return CostModel{15e-6, 0.4e-9, 0.2e-9}; }
+
+std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::allreduce:
+    case CollectiveKind::barrier:
+      return {Algorithm::recursive_doubling, Algorithm::rabenseifner, Algorithm::ring};
+    case CollectiveKind::reduce_scatter:
+      return {Algorithm::recursive_halving, Algorithm::ring};
+    case CollectiveKind::allgather:
+      return {Algorithm::recursive_doubling, Algorithm::ring};
+    case CollectiveKind::broadcast:
+      return {Algorithm::binomial_tree, Algorithm::ring};
+  }
+  return {};
+}
+
+CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes, int world,
+                     std::size_t chunk_bytes) {
+  CostTerms c;
+  if (world <= 1) return c;
+  const double n = static_cast<double>(bytes), w = world;
+  const int l = floor_log2(world);
+  const double p = static_cast<double>(1 << l);
+  const double fold = world == (1 << l) ? 0 : 1;
+  const double ring_share = (w - 1) / w, halving_share = (p - 1) / p;
+  switch (kind) {
+    case CollectiveKind::allreduce:
+    case CollectiveKind::barrier:
+      if (algorithm == Algorithm::ring) {
+        c = {2 * (w - 1), 2 * ring_share * n, 0};
+      } else if (algorithm == Algorithm::recursive_doubling) {
+        c = {l + 2 * fold, (l + 2 * fold) * n, (l + fold) * n};
+      } else {
+        c = {2.0 * l + 2 * fold, 2 * halving_share * n + 2 * fold * n,
+             halving_share * n + fold * n};
+      }
+      break;
+    case CollectiveKind::reduce_scatter:
+      if (algorithm == Algorithm::ring) {
+        c = {w - 1, ring_share * n, 0};
+      } else {
+        c = {l + 2 * fold, halving_share * n + fold * (n + n / w), halving_share * n + fold * n};
+      }
+      break;
+    case CollectiveKind::allgather:
+      if (algorithm == Algorithm::ring) {
+        c = {w - 1, ring_share * n, 0};
+      } else {
+        c = {l + 2 * fold, halving_share * n + fold * (n + n / w), 0};
+      }
+      break;
+    case CollectiveKind::broadcast:
+      if (algorithm == Algorithm::ring) {
+        const double chunks = std::max(
+            1.0, std::ceil(n / static_cast<double>(std::max<std::size_t>(chunk_bytes, 1))));
+        c = {w - 2 + chunks, (w - 2 + chunks) / chunks * n, 0};
+      } else {
+        const double steps = ceil_log2(world);
+        c = {steps, steps * n, 0};
+      }
+      break;
+  }
+  return c;
+}
+
+double predicted_seconds(CollectiveKind kind, Algorithm algorithm, std::size_t bytes, int world,
+                         const CostModel& model, std::size_t chunk_bytes) {
+  const CostTerms c = cost_terms(kind, algorithm, bytes, world, chunk_bytes);
+  return c.messages * model.alpha + c.bytes_moved * model.beta + c.bytes_reduced * model.gamma;
+}
+
+Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
+                           AlgorithmRequest request, const CostModel& model,
+                           std::size_t chunk_bytes) {
+  const bool reduces = kind == CollectiveKind::allreduce || kind == CollectiveKind::barrier;
+  switch (request) {
+    case AlgorithmRequest::ring:
+      return Algorithm::ring;
+    case AlgorithmRequest::recursive_doubling:
+    case AlgorithmRequest::rabenseifner:
+      if (kind == CollectiveKind::reduce_scatter) return Algorithm::recursive_halving;
+      if (kind == CollectiveKind::broadcast) return Algorithm::binomial_tree;
+      if (kind == CollectiveKind::allgather) return Algorithm::recursive_doubling;
+      return request == AlgorithmRequest::rabenseifner && reduces ? Algorithm::rabenseifner
+                                                                  : Algorithm::recursive_doubling;
+    case AlgorithmRequest::automatic:
+      break;
+  }
+  Algorithm best = Algorithm::ring;
+  double best_seconds = 0;
+  bool first = true;
+  for (Algorithm a : algorithms_for(kind)) {
+    const double s = predicted_seconds(kind, a, bytes, world, model, chunk_bytes);
+    if (first || s < best_seconds) {
+      best = a;
+      best_seconds = s;
+      first = false;
+    }
+  }
+  return best;
+}
+
+}  // namespace partrain::comm

@@ -1,0 +1,118 @@
+// Rabenseifner's allreduce: a reduce-scatter by recursive halving, then an allgather by
+// recursive doubling. 2 log2(W) messages, like recursive doubling's log2(W) twice, but each
+// rank sends and receives only 2(W-1)/W of the buffer, as the ring does: the algorithm for
+// messages too large for recursive doubling and too small for the ring's 2(W-1) messages.
+//
+// Recursive halving: the blocks of the new ranks (Fold) form a window, at first all of them.
+// In step mask = pow2/2, pow2/4, ..., 1 rank x keeps the half of its window on its side of
+// bit `mask` (the lower half when x & mask is 0), sends the other half to x ^ mask and reduces
+// the half it keeps with what that rank sends; the window halves. After the last step rank x
+// alone holds the reduction of block x, divided (avg) and, on a narrow wire, rounded to the
+// wire type; every element is reduced by one rank only, so no rank can hold other bits.
+// The allgather then spreads the blocks (recursive_doubling.cpp), on a narrow wire as words.
+#include <cstring>
+
+#include "comm_backends/algorithms/algorithms.h"
+#include "comm_backends/reduction.h"
+
+namespace partrain::comm {
+namespace {
+
+// Halving among the fold's new ranks over `blocks` (pow2 + 1 bounds, in elements).
+void halving_core(PeerTransport& t, const Fold& fold, const Reduction& r, std::uint8_t* work,
+                  const Bounds& blocks, Scratch& s) {
+  const int nr = fold.new_rank;
+  const std::size_t count = blocks.back();
+  const std::size_t we = r.work_elem(), wi = r.wire_elem();
+  if (r.narrow()) {
+    s.words.resize(std::max(s.words.size(), count));
+    s.theirs.resize(std::max(s.theirs.size(), count));
+  } else {
+    // The blocks of a fold may be uneven: the half kept can be most of the buffer.
+    s.stage.resize(std::max(s.stage.size(), count * we));
+  }
+  for (int mask = fold.pow2 / 2; mask >= 1; mask >>= 1) {
+    const int partner = nr ^ mask;
+    const int base = nr & ~(2 * mask - 1);
+    const std::size_t lo = blocks[base], mid = blocks[base + mask], hi = blocks[base + 2 * mask];
+    const bool upper = (nr & mask) != 0;
+    const std::size_t keep = upper ? mid : lo, keep_n = upper ? hi - mid : mid - lo;
+    const std::size_t give = upper ? lo : mid, give_n = upper ? mid - lo : hi - mid;
+    PeerTransport::Transfer send, recv;
+    send.peer = recv.peer = fold.last_of(partner);
+    send.outgoing = true;
+    if (r.narrow()) {
+      std::uint16_t* words = s.words.data() + give;
+      narrow_to_wire(reinterpret_cast<const float*>(work) + give, words, r.wire, give_n);
+      send.data = words;
+      recv.data = s.theirs.data();
+    } else {
+      send.data = work + give * we;
+      recv.data = s.stage.data();
+    }
+    send.bytes = give_n * wi;
+    recv.bytes = keep_n * wi;
+    t.start(send);
+    t.start(recv);
+    t.wait(send, recv);
+    reduce_into(work + keep * we, r.work, recv.data, r.wire, keep_n, r.op);
+    if (mask == 1) finish_values(r, work + keep * we, keep_n, s);
+  }
+  if (fold.pow2 == 1) finish_values(r, work, count, s);
+}
+
+}  // namespace
+
+void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
+                            std::size_t count, Scratch& s) {
+  const Fold fold(t.rank(), t.size());
+  fold_in_reduce(t, fold, r, work, count, s);
+  if (fold.new_rank >= 0) {
+    const Bounds blocks = equal_bounds(count, fold.pow2);
+    halving_core(t, fold, r, work, blocks, s);
+    if (r.narrow()) {
+      // The final values travel as wire words; this rank's own are already wire values.
+      const std::size_t mine = blocks[fold.new_rank], n = blocks[fold.new_rank + 1] - mine;
+      s.words.resize(std::max(s.words.size(), count));
+      narrow_to_wire(reinterpret_cast<const float*>(work) + mine, s.words.data() + mine, r.wire, n);
+      doubling_allgather_core(t, fold, reinterpret_cast<std::uint8_t*>(s.words.data()),
+                              scaled(blocks, r.wire_elem()));
+      widen_from_wire(s.words.data(), reinterpret_cast<float*>(work), r.wire, count);
+    } else {
+      doubling_allgather_core(t, fold, work, scaled(blocks, r.work_elem()));
+    }
+  }
+  fold_out_result(t, fold, r, work, count, s);
+}
+
+void recursive_halving_reduce_scatter(PeerTransport& t, const Reduction& r, std::uint8_t* work,
+                                      const Bounds& blocks, Scratch& s) {
+  const Fold fold(t.rank(), t.size());
+  const std::size_t count = blocks.back();
+  fold_in_reduce(t, fold, r, work, count, s);
+  if (fold.new_rank >= 0) halving_core(t, fold, r, work, fold.fold_bounds(blocks), s);
+  // The odd rank of a pair holds both ranks' blocks: the even one's goes back to it.
+  const int rank = t.rank();
+  if (!fold.takes_over() && !fold.hands_over()) return;
+  const int even = fold.takes_over() ? rank - 1 : rank;
+  const std::size_t at = blocks[even], n = blocks[even + 1] - at;
+  PeerTransport::Transfer one;
+  one.peer = fold.takes_over() ? rank - 1 : rank + 1;
+  one.outgoing = fold.takes_over();
+  one.bytes = n * r.wire_elem();
+  if (!r.narrow()) {
+    one.data = work + at * r.work_elem();
+  } else {
+    s.words.resize(std::max(s.words.size(), count));
+    std::uint16_t* words = s.words.data() + at;
+    if (one.outgoing) narrow_to_wire(reinterpret_cast<const float*>(work) + at, words, r.wire, n);
+    one.data = words;
+  }
+  t.start(one);
+  t.wait(one);
+  if (!one.outgoing && r.narrow()) {
+    widen_from_wire(s.words.data() + at, reinterpret_cast<float*>(work) + at, r.wire, n);
+  }
+}
+
+}  // namespace partrain::comm

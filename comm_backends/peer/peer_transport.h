@@ -1,0 +1,144 @@
+// defines: PeerTransport — one rank's connections to any other rank of its group, made when
+// first needed and kept (Gloo's pairs, NCCL's lazy connections), and the one-thread engine
+// that moves the bytes of a collective's messages over them. The algorithms
+// (comm_backends/algorithms/) see only this and their buffers. Note [Peer transport] in
+// peer_transport.cpp tells how connections are made and how a message travels.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm_backends/collective_call.h"
+
+namespace partrain::comm {
+
+class Store;
+
+inline constexpr char kPeerMagic[8] = {'P', 'T', 'P', 'E', 'E', 'R', '0', '1'};
+inline constexpr char kPeerAccept[8] = {'P', 'T', 'P', 'E', 'E', 'R', 'O', 'K'};
+inline constexpr std::uint32_t kPeerProtocolVersion = 2;
+inline constexpr std::size_t kPeerHandshakeBytes = 24;  // magic, version, rank, world, token size
+inline constexpr std::uint32_t kPeerMaxTokenBytes = 1024;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+
+struct PeerTransportOptions {
+  std::string token;
+  std::string bind_host = "127.0.0.1";
+  std::string key_prefix = "peers/";
+  std::string name = "asio-ring";  // how errors name the backend
+  // Bound on each collective (from begin() to end()), connections made during it included.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  int socket_buffer_bytes = 4 << 20;
+  // How long a wait for bytes polls the sockets before it sleeps in the kernel; 0 sleeps at
+  // once (the right choice when the ranks of this host outnumber its cores).
+  std::chrono::microseconds spin{0};
+};
+
+// The store key under which rank `rank` publishes the "host:port" it listens on.
+std::string peer_address_key(const std::string& key_prefix, int rank);
+
+// The handshake a rank sends to a higher rank it connects to (also used by tests that play a
+// stranger with a well-formed but wrong handshake).
+std::string encode_peer_handshake(int rank, int world, const std::string& token);
+
+// The accepting side's check of a handshake's fixed part: the rank it announces when that
+// is a rank below `acceptor` of a world of `world` announcing a token of `token_bytes` bytes
+// (only lower ranks connect to a rank), else -1.
+int check_peer_handshake(const char* handshake, int acceptor, int world, std::size_t token_bytes);
+
+// A frame header in words ("allreduce #3 of 10 f32 (sum, wire f32) by ring"), or "something
+// unrecognisable" when the bytes are not a frame header at all.
+std::string describe_frame(const std::uint8_t* header);
+void encode_frame(const CollectiveCall& call, std::uint8_t* out);
+
+class PeerTransport {
+ public:
+  // One message to or from one peer. The caller fills peer, outgoing, data and bytes, hands it
+  // to start() and keeps it (and its data) alive until done(). Messages between two ranks in
+  // one direction travel in the order they were started.
+  class Transfer {
+   public:
+    int peer = -1;
+    bool outgoing = false;
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    bool done() const { return done_; }
+
+   private:
+    friend class PeerTransport;
+    std::uint8_t header_[kFrameHeaderBytes] = {};
+    std::size_t header_bytes_ = 0;  // 0 or kFrameHeaderBytes: the collective's first message
+    std::size_t moved_ = 0;         // header and data bytes moved so far
+    bool done_ = false;
+  };
+
+  // Listens on an ephemeral port of bind_host and publishes it; connects nothing yet.
+  PeerTransport(Store& store, int rank, int size, const PeerTransportOptions& options);
+  ~PeerTransport();
+  PeerTransport(const PeerTransport&) = delete;
+  PeerTransport& operator=(const PeerTransport&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // A collective opens with begin(call): its deadline starts, and the first message to and
+  // from each peer carries the call's frame header, checked by the receiver. end() closes it.
+  void begin(const CollectiveCall& call);
+  void end();
+  const CollectiveCall& call() const { return call_; }
+
+  // Starts a message (connecting to its peer first if this is their first), moving what the
+  // socket takes at once. Throws like progress().
+  void start(Transfer& transfer);
+  // Drives every started message until at least one more is done. Throws PeerError naming
+  // the peer that closed, failed or let the deadline pass, CommError when a peer's frame
+  // header shows another call; either way every connection is closed and the transport
+  // refuses further use.
+  void progress();
+  // Drives until `transfer` is done.
+  void wait(const Transfer& transfer);
+  void wait(const Transfer& a, const Transfer& b);
+
+  // After a failure the byte streams are out of step: close every connection.
+  void break_links();
+  bool broken() const { return broken_; }
+
+  // Counters since construction (tests and the benchmark's account of system calls).
+  struct Counters {
+    std::uint64_t sends = 0, receives = 0, polls = 0, would_block = 0, connects = 0;
+  };
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct Link;
+  class Listener;
+  Link& link(int peer);
+  bool ready(int peer, Link& link);
+  void opened(int peer, Link& link);
+  void connect_to(int peer, Link& link);
+  bool move_bytes(Transfer& transfer, Link& link);
+  void sleep_until_ready();
+  [[noreturn]] void fail_peer(int peer, const std::string& what);
+  [[noreturn]] void fail_timeout();
+
+  int rank_;
+  int size_;
+  PeerTransportOptions options_;
+  Store& store_;
+  bool broken_ = false;
+  CollectiveCall call_{};
+  std::uint8_t header_[kFrameHeaderBytes] = {};
+  std::chrono::steady_clock::time_point deadline_{};
+  std::vector<Transfer*> active_;  // started, not done, in start order
+  std::unique_ptr<Listener> listener_;
+  std::vector<std::unique_ptr<Link>> links_;  // by peer; null until connected
+  std::uint64_t generation_ = 0;  // begin() calls: which collective a frame header opens
+  std::uint64_t round_ = 0;       // progress() rounds: one message per stream and round
+  Counters counters_;
+};
+
+}  // namespace partrain::comm
