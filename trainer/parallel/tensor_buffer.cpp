@@ -77,6 +77,25 @@ void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::
   out.copy_(host_out);
 }
 
+// Note [Reduce-scatter fallback]
+// ------------------------------
+// The communicators of comm_backends/ have no reduce-scatter yet. Until they do, this one
+// function makes it from what they have: an allreduce of the whole of `in`, in place, of which
+// each rank keeps its own block. The result is exact (the same sums as a reduce-scatter would
+// make, in the allreduce's order); what it costs is the allreduce's traffic, twice a
+// reduce-scatter's, and `in` as its working space. When Communicator::reduce_scatter(in, out,
+// op) lands, the body becomes that call (through on_reachable_memory for CUDA tensors on the
+// host backends), and its callers, which already treat `in` as scratch, do not change.
+void reduce_scatter_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                           comm::ReduceOp op, const StreamOrder& order) {
+  const std::int64_t world = comm.size();
+  PARTRAIN_CHECK(in.numel() == world * out.numel() && in.scalar_type() == out.scalar_type(), Error,
+                 "reduce_scatter_tensor: ", in.numel(), " elements in, ", out.numel(),
+                 " out, over ", world, " ranks");
+  allreduce_tensor(comm, in, op, order);
+  out.copy_(in.narrow(0, comm.rank() * out.numel(), out.numel()));
+}
+
 void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
                     const c10::Device& device) {
   if (comm == nullptr || comm->size() == 1 || values.empty()) return;
