@@ -64,9 +64,10 @@ std::string shape_text(const at::Tensor& t) {
 
 // The dict of a checkpoint's bytes, its format checked. Checkpoints of earlier versions hold
 // "momentum" where later ones hold "optimizer" (upgrade_older_formats()).
-c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes,
+// From the file itself where `bytes` is empty, else from the bytes rank 0 sent.
+c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes, const std::string& file,
                                            const std::string& path) {
-  const c10::IValue loaded = load_pickle(bytes, path);
+  const c10::IValue loaded = bytes.empty() ? load_pickle_file(file) : load_pickle(bytes, path);
   PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
                  " is not a partrain checkpoint");
   auto top = loaded.toGenericDict();
@@ -225,8 +226,9 @@ void Checkpointer::save(const std::string& name, bool best, const TrainingPositi
   comm::Communicator* comm = strategy.comm();
   StrategyState state;
   strategy.save_state(state, env_.rank == 0);
-  if (env_.rank == 0 || state.shard) fs::create_directories(dir_);
-  if (state.shard) {
+  const bool sharded = state.shard.has_value();
+  if (env_.rank == 0 || sharded) fs::create_directories(dir_);
+  if (sharded) {
     const int world = env_.world_size;
     if (!name.empty()) {
       write_pickle_atomically(dir_ + "/" + shard_file_name(name, env_.rank, world), *state.shard);
@@ -248,7 +250,7 @@ void Checkpointer::save(const std::string& name, bool best, const TrainingPositi
   if (comm != nullptr) comm->barrier();
   // Each rank's own shards go by the same rule as the checkpoints (rank 0's pruning, which may
   // see them all on a shared filesystem, removes the same ones).
-  if (env_.rank != 0) prune_shards();
+  if (sharded && env_.rank != 0) prune_shards();
 }
 
 bool Checkpointer::step_checkpoint_due(std::int64_t step) const {
@@ -374,7 +376,7 @@ TrainingPosition Checkpointer::resume(TrainModel& model, Strategy& strategy) {
   const std::string& path = fetched.path;
   SavedStrategyState saved;
   saved.path = path;
-  saved.checkpoint = unpickle_checkpoint(fetched.bytes, path);
+  saved.checkpoint = unpickle_checkpoint(fetched.bytes, fetched.rank0_path, path);
   fetched.bytes = std::vector<char>();  // the tensors are unpickled: the bytes may go
   upgrade_older_formats(saved.checkpoint);
   const CheckpointMeta meta = meta_from_text(saved.checkpoint.at("meta").toStringRef());
@@ -462,20 +464,28 @@ std::string Checkpointer::choose_checkpoint() const {
   return path;
 }
 
-// Rank 0 chooses and reads; the others receive its bytes and its path, or word that there are
-// none.
+// Rank 0 chooses; every rank that sees the same file (its size and hash are rank 0's: one
+// host, or a shared filesystem) reads it itself, record by record; if any rank does not, rank 0
+// reads the file's bytes and broadcasts them. Or word that there is nothing to resume from.
 Checkpointer::Fetched Checkpointer::fetch_checkpoint(comm::Communicator* comm) const {
   comm::Communicator* shared = comm != nullptr && comm->size() > 1 ? comm : nullptr;
   Fetched fetched;
   std::int64_t length = kFresh;
+  std::uint64_t hash = 0;
   if (env_.rank == 0) {
     // A failure here is told to the other ranks before it is thrown: they would wait for the
     // checkpoint until the timeout.
     try {
       fetched.path = choose_checkpoint();
       if (!fetched.path.empty()) {
-        fetched.bytes = read_with_room(fetched.path);
-        length = static_cast<std::int64_t>(fetched.bytes.size());
+        std::error_code ec;
+        const auto size = fs::file_size(fetched.path, ec);
+        PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", fetched.path, ": cannot read (",
+                       ec.message(), ")");
+        PARTRAIN_CHECK(size <= kMaxCheckpointBytes, UsageError, "checkpoint ", fetched.path, ": ",
+                       size, " bytes is larger than any checkpoint partrain writes");
+        length = static_cast<std::int64_t>(size);
+        if (shared != nullptr) hash = file_hash(fetched.path);
       }
     } catch (const UsageError&) {
       if (shared != nullptr) broadcast_bytes(*shared, device_, 0, kRank0Failed, nullptr);
@@ -483,21 +493,44 @@ Checkpointer::Fetched Checkpointer::fetch_checkpoint(comm::Communicator* comm) c
     }
     fetched.rank0_path = fetched.path;
   }
-  if (shared != nullptr) {
-    length = broadcast_bytes(*shared, device_, 0, length, &fetched.bytes);
-    PARTRAIN_CHECK(length != kRank0Failed, UsageError,
-                   "rank 0 could not load the checkpoint to resume from (its message says why)");
-    if (length >= 0) {
-      std::vector<char> path(fetched.rank0_path.begin(), fetched.rank0_path.end());
-      path.reserve((path.size() + 7) / 8 * 8);
-      broadcast_bytes(*shared, device_, 0, static_cast<std::int64_t>(path.size()), &path);
-      fetched.rank0_path.assign(path.begin(), path.end());
-    }
-    if (env_.rank != 0 && length >= 0) {
-      fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
-    }
+  if (shared == nullptr) {
+    fetched.fresh = length == kFresh;
+    return fetched;
   }
+  length = broadcast_bytes(*shared, device_, 0, length, nullptr);
+  PARTRAIN_CHECK(length != kRank0Failed, UsageError,
+                 "rank 0 could not load the checkpoint to resume from (its message says why)");
   fetched.fresh = length == kFresh;
+  if (fetched.fresh) return fetched;
+  // Rank 0's path and the file's hash, then whether every rank sees that very file.
+  std::vector<char> announced(fetched.rank0_path.begin(), fetched.rank0_path.end());
+  announced.resize(announced.size() + sizeof(hash));
+  std::memcpy(announced.data() + fetched.rank0_path.size(), &hash, sizeof(hash));
+  announced.reserve((announced.size() + 7) / 8 * 8);
+  broadcast_bytes(*shared, device_, 0, static_cast<std::int64_t>(announced.size()), &announced);
+  std::memcpy(&hash, announced.data() + announced.size() - sizeof(hash), sizeof(hash));
+  fetched.rank0_path.assign(announced.begin(), announced.end() - sizeof(hash));
+  double sees_it = 1.0;
+  if (env_.rank != 0 && injected_faults(env_.rank).own_disk) {
+    sees_it = 0.0;
+    fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+  } else if (env_.rank != 0) {
+    std::error_code ec;
+    try {
+      sees_it = fs::file_size(fetched.rank0_path, ec) == static_cast<std::uintmax_t>(length) &&
+                        !ec && file_hash(fetched.rank0_path) == hash
+                    ? 1.0
+                    : 0.0;
+    } catch (const UsageError&) {
+      sees_it = 0.0;  // unreadable here: rank 0 sends it
+    }
+    fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+  }
+  std::vector<double> missing{1.0 - sees_it};
+  sum_over_ranks(shared, missing, device_);
+  if (missing[0] == 0.0) return fetched;  // every rank reads the file itself
+  if (env_.rank == 0) fetched.bytes = read_with_room(fetched.path);
+  broadcast_bytes(*shared, device_, 0, length, &fetched.bytes);
   return fetched;
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/core/ivalue.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
@@ -14,6 +15,7 @@
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
+#include "common/hash.h"
 
 namespace partrain {
 
@@ -81,6 +83,29 @@ c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path)
     throw UsageError("checkpoint " + path +
                      " cannot be read (truncated or not a partrain checkpoint)");
   }
+}
+
+c10::IValue load_pickle_file(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
+                                             c10::nullopt, reader);
+  } catch (const c10::Error&) {
+    throw UsageError("checkpoint " + path +
+                     " cannot be read (truncated or not a partrain checkpoint)");
+  }
+}
+
+std::uint64_t file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PARTRAIN_CHECK(in.good(), UsageError, "checkpoint ", path, ": cannot read");
+  std::vector<char> chunk(1 << 20);
+  std::uint64_t hash = kFnv1aOffset;
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    hash = fnv1a_64(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())), hash);
+  }
+  return hash;
 }
 
 std::vector<char> read_file_bytes(const std::string& path, std::uint64_t max_bytes) {

@@ -28,6 +28,11 @@ std::uint64_t write_pickle_atomically(const std::string& path, const c10::IValue
 
 // The value of such a file's bytes. Throws UsageError naming `path` when they are not one.
 c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path);
+// The value of such a file, read record by record: each tensor's bytes go from the file into
+// its own memory, so the file is never held whole beside them.
+c10::IValue load_pickle_file(const std::string& path);
+// FNV-1a over a file's bytes, read a MiB at a time; throws UsageError when it cannot be read.
+std::uint64_t file_hash(const std::string& path);
 
 // A whole file's bytes; throws UsageError naming `path` when it cannot be read or is larger
 // than `max_bytes`.

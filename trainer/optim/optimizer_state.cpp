@@ -173,8 +173,18 @@ void StateAssembly::take(const StatePiece& piece) {
     const std::int64_t lo = std::max(r.begin, piece.begin), hi = std::min(r.end, piece.end);
     if (lo >= hi) continue;
     Destination& d = destinations_[r.d];
+    // A piece that is a whole destination and the whole of its tensor's memory (a parameter's
+    // state in an unsharded checkpoint) becomes the state itself: no second copy is made.
+    const bool whole = r.at == 0 && lo == 0 && hi == d.elements && piece.begin == 0 &&
+                       piece.end == d.elements;
     for (const auto& [key, t] : piece.tensors) {
       at::Tensor& target = d.state.tensors[key];
+      if (!target.defined() && whole && t.is_contiguous() && t.dtype() == d.options.dtype() &&
+          t.device() == d.options.device() &&
+          t.storage().nbytes() == static_cast<std::size_t>(t.nbytes())) {
+        target = t;
+        continue;
+      }
       if (!target.defined()) target = at::zeros({d.elements}, d.options);
       target.narrow(0, r.at + (lo - r.begin), hi - lo)
           .copy_(t.narrow(0, lo - piece.begin, hi - lo));
