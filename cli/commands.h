@@ -31,5 +31,6 @@ void add_parity_command(CLI::App& app, int& exit_code);      // parity_command.c
 void add_explain_command(CLI::App& app, int& exit_code);     // explain_command.cpp
 void add_data_command(CLI::App& app, int& exit_code);        // data_command.cpp
 void add_version_command(CLI::App& app, int& exit_code);     // version_command.cpp
+void add_export_command(CLI::App& app, int& exit_code);      // export_command.cpp
 
 }  // namespace partrain::cli

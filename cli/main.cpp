@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
 #ifdef PARTRAIN_WITH_TORCH
   pc::add_run_command(app, exit_code);
   pc::add_worker_command(app, exit_code);
+  pc::add_export_command(app, exit_code);
 #endif
   pc::add_validate_command(app, exit_code);
   pc::add_bench_command(app, exit_code);

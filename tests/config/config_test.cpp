@@ -211,6 +211,7 @@ TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
       std::vector<std::string> overrides = {detail::concat(key, "=", entry.name)};
       if (entry.name == "step") overrides.push_back("train.schedule.step_size=1");
       if (entry.name == "powersgd") overrides.push_back("strategy=ddp");
+      if (key == "train.shard") overrides.push_back("strategy=ddp");
       const Config c = load_config(write("name: x\n"), overrides);
       EXPECT_EQ(field(c), entry.value) << key << " " << entry.name;
       EXPECT_EQ(name_of(entry.value), entry.name);
@@ -232,6 +233,24 @@ TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
         [](const Config& c) { return c.train.schedule.name; });
   check(names_of(Compression{}), "comm.compression",
         [](const Config& c) { return c.comm.compression; });
+  check(names_of(Shard{}), "train.shard", [](const Config& c) { return c.train.shard; });
+}
+
+// train.shard: none by default; optimizer and gradients only with strategy ddp and without
+// PowerSGD, each refusal at the key's place saying why.
+TEST_F(ConfigTest, Shard) {
+  EXPECT_EQ(load_config(write("name: x\n")).train.shard, Shard::kNone);
+  EXPECT_EQ(load_config(write("strategy: ddp\ntrain: {shard: gradients}\n")).train.shard,
+            Shard::kGradients);
+  EXPECT_EQ(error_of("strategy: dp\ntrain: {shard: optimizer}\n"),
+            ":2:16: train.shard: shards the optimizer state over the ranks of strategy ddp; "
+            "strategy dp has one process holding everything (use shard: none)");
+  EXPECT_EQ(error_of("strategy: ddp\ncomm: {compression: powersgd}\ntrain: {shard: optimizer}\n"),
+            ":3:16: train.shard: cannot be combined with comm.compression powersgd: PowerSGD's "
+            "compressed gradients are rebuilt whole on every rank, so no rank can keep only its "
+            "slice (use shard: none, or compression: none)");
+  EXPECT_NE(error_of("strategy: ddp\ntrain: {shard: zero3}\n").find("train.shard"),
+            std::string::npos);
 }
 
 TEST_F(ConfigTest, Compression) {

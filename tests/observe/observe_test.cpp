@@ -264,6 +264,46 @@ RunReport report_with(const std::vector<Breakdown>& ranks, std::optional<Straggl
   return report;
 }
 
+// Where memory went: each rank's parts, rank 0's state against its activations, the spread of
+// the peaks, and for an unsharded run what train.shard would take off; absent without a
+// memory breakdown, in text and JSON alike.
+TEST(Explain, WhereMemoryWent) {
+  Breakdown b;
+  b.forward = b.backward = 1;
+  RunReport report = report_with({b, b}, std::nullopt);
+  const std::string without = explain_run(report, nullptr);
+  EXPECT_EQ(without.find("Where memory went"), std::string::npos) << without;
+  for (RankRecord& r : report.summary.ranks) {
+    MemoryBreakdown m;
+    m.floor = 170;
+    m.data = 30;
+    m.parameters = 179;
+    m.gradients = 179;
+    m.optimizer_state = 358;
+    m.activations = 80;
+    m.unexplained = r.rank == 0 ? 24 : 4;
+    r.memory = m;
+    r.peak_rss_mb = 1020 + (r.rank == 0 ? 20 : 0);
+  }
+  const Explanation ex = explain(report, nullptr);
+  EXPECT_NE(ex.text.find("Where memory went"), std::string::npos) << ex.text;
+  EXPECT_NE(ex.text.find("parameters, gradients and optimizer state 716 MiB, the step's "
+                         "activations 80 MiB, LibTorch's floor 170 MiB"),
+            std::string::npos)
+      << ex.text;
+  EXPECT_NE(ex.text.find("within 2.0% of each other (1020 to 1040 MiB)"), std::string::npos)
+      << ex.text;
+  EXPECT_NE(ex.text.find("train.shard optimizer would keep 1/2 of the optimizer state on each "
+                         "rank (179 MiB less)"),
+            std::string::npos)
+      << ex.text;
+  const auto j = explanation_to_json(ex, report);
+  ASSERT_TRUE(j["memory"].is_array());
+  EXPECT_EQ(j["memory"][1]["optimizer_state_mb"], 358.0);
+  report.config_leaves["train.shard"] = "optimizer";
+  EXPECT_EQ(explain_run(report, nullptr).find("would keep"), std::string::npos);
+}
+
 TEST(Explain, CommunicationBoundRun) {
   Breakdown b;
   b.forward = 2;

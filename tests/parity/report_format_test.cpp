@@ -92,6 +92,12 @@ void expect_same(const RunSummary& a, const RunSummary& b) {
         EXPECT_EQ((*x.breakdown).*part, (*y.breakdown).*part) << at << ".breakdown." << name;
       }
     }
+    ASSERT_EQ(x.memory.has_value(), y.memory.has_value()) << at;
+    if (x.memory) {
+      for (const auto& [name, part] : kMemoryParts) {
+        EXPECT_EQ((*x.memory).*part, (*y.memory).*part) << at << ".memory." << name;
+      }
+    }
   }
   ASSERT_EQ(a.straggler.has_value(), b.straggler.has_value());
   if (a.straggler) {
@@ -185,6 +191,11 @@ RunSummary every_field_set(const ScratchDir& dir) {
     double value = 0.125 + static_cast<double>(r);
     for (const auto& [name, part] : kBreakdownParts) b.*part = (value *= 1.5);
     s.ranks[r].breakdown = b;
+    MemoryBreakdown m;
+    double mb = 160.25 + static_cast<double>(r);
+    for (const auto& [name, part] : kMemoryParts) m.*part = (mb *= 0.5);
+    m.unexplained = -1.5;  // the parts' peaks need not coincide
+    s.ranks[r].memory = m;
   }
   s.straggler = Straggler{1, 180, 196, 3.375, "away", 12, 0.0625};
   s.ranks[0].threads = 2;

@@ -236,5 +236,23 @@ TEST(CheckpointNames, SortInTheOrderTheyWereTaken) {
   EXPECT_FALSE(is_checkpoint_file_name("epoch-0003.pt.tmp.12"));
 }
 
+// A shard file names its checkpoint, its rank and the world, reads back as them, sorts with its
+// checkpoint, and is not taken for a checkpoint itself.
+TEST(CheckpointNames, ShardFilesNameTheirCheckpointRankAndWorld) {
+  const std::string name = shard_file_name(checkpoint_file_name(3), 1, 4);
+  EXPECT_EQ(name, "epoch-0003.pt.shard-00001-of-00004");
+  EXPECT_FALSE(is_checkpoint_file_name(name));
+  const auto parsed = parse_shard_file_name(name);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->file, "epoch-0003.pt");
+  EXPECT_EQ(parsed->rank, 1);
+  EXPECT_EQ(parsed->world, 4);
+  EXPECT_EQ(parse_shard_file_name("best.pt.shard-00000-of-00002")->file, "best.pt");
+  EXPECT_FALSE(parse_shard_file_name("epoch-0003.pt").has_value());
+  EXPECT_FALSE(parse_shard_file_name("epoch-0003.pt.shard-00004-of-00004").has_value());
+  EXPECT_FALSE(parse_shard_file_name("epoch-0003.pt.shard-00001-of-00004.tmp-7-1").has_value());
+  EXPECT_FALSE(parse_shard_file_name("epoch-0003.pt.shard-00001-of-00004x").has_value());
+}
+
 }  // namespace
 }  // namespace partrain

@@ -17,7 +17,6 @@
 #include "trainer/loop/evaluation.h"
 #include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
-#include "trainer/optim/optimizer.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/loop/train_step.h"
 
@@ -196,7 +195,8 @@ TEST(PrecisionPlugin, ForTrainingTiesAutocastAndTheLossScale) {
 TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
   const StoreDir dir;
   // No BatchNorm: it would carry the inf into its running statistics.
-  const Config cfg = small_ddp(Norm::kNone);
+  Config cfg = small_ddp(Norm::kNone);
+  cfg.train.optimizer.lr = 0.1;
   std::vector<std::unique_ptr<TrainModel>> models = two_models(cfg);
   struct Seen {
     std::vector<torch::Tensor> before, after_skip, after_step;
@@ -208,14 +208,12 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
     PairRank pair(dir.path, rank);
     comm::Communicator* comm = pair.comm.get();
     TrainModel& model = *models[rank];
-    Strategy strategy(cfg, torch::kCPU, comm);
-    strategy.start_gradient_averaging(model);
-    OptimizerConfig oc;
-    oc.lr = 0.1;
-    auto optimizer = make_optimizer(oc, model.module().parameters());
+    std::unique_ptr<Strategy> strategy = make_strategy(cfg, torch::kCPU, comm);
+    strategy->make_optimizer(model);
+    strategy->start_gradient_averaging(model);
     TrainStep step(TrainStepOptions{},
-                   PrecisionPlugin(Precision::kF32, /*loss_scaling=*/true, torch::kCPU), strategy,
-                   *optimizer, LrSchedule(ScheduleConfig{}, 0.1, 10));
+                   PrecisionPlugin(Precision::kF32, /*loss_scaling=*/true, torch::kCPU), *strategy,
+                   LrSchedule(ScheduleConfig{}, 0.1, 10));
     auto snapshot = [&] {
       std::vector<torch::Tensor> copy;
       for (const auto& p : model.module().parameters()) copy.push_back(p.detach().clone());
@@ -234,7 +232,7 @@ TEST(LossScaler, AnOverflowOnOneRankSkipsTheStepOnBoth) {
     step.run(model, images, labels, true, 1, 1);
     seen[rank].after_step = snapshot();
     seen[rank].after_step_state = *step.precision().state();
-    strategy.stop();
+    strategy->stop();
     comm->barrier();
   };
   testing::run_ranks(2, rank_main);
@@ -293,16 +291,16 @@ TEST(Strategy, SharedBatchNormStatisticsWeighTheRanksByTheirShares) {
       }
       return torch::Tensor();
     };
-    Strategy strategy(cfg, torch::kCPU, pair.comm.get());
+    std::unique_ptr<Strategy> strategy = make_strategy(cfg, torch::kCPU, pair.comm.get());
     fill();
-    strategy.set_rank_share(rank == 0 ? 3 : 1, 4);
-    strategy.share_buffers(model);
+    strategy->set_rank_share(rank == 0 ? 3 : 1, 4);
+    strategy->share_buffers(model);
     seen[rank].uneven_mean = read("running_mean").max().item<float>();
     seen[rank].uneven_var = read("running_var").min().item<float>();
     seen[rank].uneven_count = read("num_batches_tracked").item<std::int64_t>();
     fill();
-    strategy.set_rank_share(2, 4);
-    strategy.share_buffers(model);
+    strategy->set_rank_share(2, 4);
+    strategy->share_buffers(model);
     seen[rank].even_mean = read("running_mean").max().item<float>();
     seen[rank].even_count = read("num_batches_tracked").item<std::int64_t>();
     pair.comm->barrier();

@@ -270,6 +270,72 @@ void backward_one_step(torch::nn::Sequential& net, Reducer& reducer) {
   torch::nn::functional::cross_entropy(net->forward(x), y).backward();
 }
 
+// One rank over asio-ring, for what a Reducer holds.
+std::unique_ptr<comm::Communicator> one_rank(const fs::path& dir,
+                                             std::unique_ptr<comm::Store>& store) {
+  comm::StoreOptions so;
+  so.token = "reducer-memory";
+  so.timeout = std::chrono::seconds(30);
+  store = comm::open_store("file://" + dir.string(), so);
+  comm::CommOptions co;
+  co.backend = "asio-ring";
+  co.timeout = std::chrono::seconds(30);
+  co.token = so.token;
+  return comm::make_communicator(co, *store, 0, 1);
+}
+
+// A gradient is held once: each .grad is its slot of a bucket, from the Reducer's start and
+// after a step; the buckets hold the parameters' bytes and no more. With sharded gradients no
+// .grad is kept and, after the step, no bucket either.
+TEST(ReducerMemory, EachGradientIsItsSlotOfABucketOrIsDropped) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("partrain_reducer_memory_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::unique_ptr<comm::Store> store;
+  auto comm = one_rank(dir, store);
+  auto net = make_net();
+  std::int64_t parameter_bytes = 0;
+  for (const auto& p : net->parameters()) parameter_bytes += static_cast<std::int64_t>(p.nbytes());
+  auto in_a_bucket = [](const Reducer& reducer, const torch::Tensor& g) {
+    for (std::size_t b = 0; b < reducer.bucket_count(); ++b) {
+      const auto* begin = static_cast<const char*>(reducer.bucket(b).data_ptr());
+      const auto* at = static_cast<const char*>(g.data_ptr());
+      if (at >= begin && at < begin + reducer.bucket(b).nbytes()) return true;
+    }
+    return false;
+  };
+  {
+    ReducerOptions ro;
+    ro.bucket_mb = 0.004;
+    Reducer reducer(net->parameters(), *comm, ro);
+    EXPECT_EQ(reducer.bucket_bytes(), parameter_bytes);
+    for (const auto& p : net->parameters()) EXPECT_TRUE(in_a_bucket(reducer, p.grad()));
+    backward_one_step(net, reducer);
+    reducer.finish_backward();
+    for (const auto& p : net->parameters()) {
+      EXPECT_TRUE(in_a_bucket(reducer, p.grad()));
+      EXPECT_GT(p.grad().abs().sum().item<double>(), 0.0);
+    }
+    EXPECT_EQ(reducer.peak_bucket_bytes(), parameter_bytes);
+    reducer.zero_grad();
+    for (const auto& p : net->parameters()) EXPECT_EQ(p.grad().abs().sum().item<double>(), 0.0);
+  }
+  for (auto& p : net->parameters()) p.mutable_grad().reset();
+  ReducerOptions ro;
+  ro.bucket_mb = 0.004;
+  ro.gradients = GradientHome::kShards;
+  Reducer sharded(net->parameters(), *comm, ro);
+  EXPECT_EQ(sharded.bucket_bytes(), 0);
+  backward_one_step(net, sharded);
+  sharded.finish_backward();
+  for (const auto& p : net->parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_EQ(sharded.bucket_bytes(), 0);
+  EXPECT_GT(sharded.peak_bucket_bytes(), 0);
+  EXPECT_LT(sharded.peak_bucket_bytes(), parameter_bytes);
+  fs::remove_all(dir);
+}
+
 TEST(ReducerFailure, APeerErrorNamesTheBucketAndKeepsThePeer) {
   auto net = make_net();
   FaultyCommunicator comm(FaultyCommunicator::Fault::peer_dies);

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "common/errors.h"
+#include "trainer/parallel/data_parallel.h"
 
 namespace partrain {
 namespace {
@@ -134,7 +135,7 @@ TEST_F(TorchScriptModel, DataParallelOverCpuDevicesGivesTheWholeBatchsGradients)
   const std::vector<c10::Device> devices{torch::kCPU, torch::kCPU, torch::kCPU};
   const auto x = torch::randn({7, 1, 2, 2});  // pieces of 3, 3, 1
   const auto y = torch::tensor({0, 1, 2, 0, 1, 2, 0});
-  auto split = model->forward_data_parallel(x, devices, torch::kCPU, {});
+  auto split = data_parallel_forward(*model, x, devices, torch::kCPU);
   auto whole = twin->forward(x);
   EXPECT_TRUE(torch::allclose(split, whole, 1e-5, 1e-6));
   torch::nn::functional::cross_entropy(split, y).backward();

@@ -146,6 +146,10 @@ struct TrainConfig {
   Precision precision = Precision::kF32;
   int threads = 0;     // 0..1024 intra-op threads per rank; 0: the cores / ranks on the node
   int log_every = 20;  // 1..2^31-1 optimizer steps between metrics.jsonl step lines
+  // none | optimizer | gradients (strategy ddp only, not with comm.compression powersgd): each
+  // rank keeps and steps only its slice of the optimizer state (optimizer), and of the averaged
+  // gradients too (gradients); the parameters are allgathered after each step.
+  Shard shard = Shard::kNone;
 };
 
 // checkpoint.resume: auto (the newest complete checkpoint under OUTPUT/checkpoints, if any),

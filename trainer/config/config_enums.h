@@ -1,6 +1,6 @@
 // defines: the closed sets of names a config chooses from — DeviceChoice, StrategyKind,
 // Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName, Compression,
-// BalanceMode — each with
+// BalanceMode, Shard — each with
 // the table of its YAML names, and name_of() to write one back.
 //
 // The reader turns each name into its enumerator once (config_reader.cpp), so the rest of
@@ -32,6 +32,8 @@ enum class Norm : std::uint8_t { kBatch, kNone };
 enum class OptimizerName : std::uint8_t { kSgd, kAdamW };
 enum class ScheduleName : std::uint8_t { kConstant, kStep, kCosine };
 enum class Compression : std::uint8_t { kNone, kPowerSgd };
+// train.shard: what each rank of strategy ddp keeps only its slice of (ZeRO's stages 1 and 2).
+enum class Shard : std::uint8_t { kNone, kOptimizer, kGradients };
 // data.balance: even, auto, or a list of weights (written "weights" where a name is needed).
 enum class BalanceMode : std::uint8_t { kEven, kAuto, kWeights };
 
@@ -65,6 +67,8 @@ inline constexpr EnumName<ScheduleName> kScheduleNameNames[] = {
     {ScheduleName::kCosine, "cosine"}};
 inline constexpr EnumName<Compression> kCompressionNames[] = {{Compression::kNone, "none"},
                                                               {Compression::kPowerSgd, "powersgd"}};
+inline constexpr EnumName<Shard> kShardNames[] = {
+    {Shard::kNone, "none"}, {Shard::kOptimizer, "optimizer"}, {Shard::kGradients, "gradients"}};
 inline constexpr EnumName<BalanceMode> kBalanceModeNames[] = {
     {BalanceMode::kEven, "even"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kWeights, "weights"}};
 
@@ -87,6 +91,7 @@ constexpr std::span<const EnumName<ScheduleName>> names_of(ScheduleName) {
 }
 constexpr std::span<const EnumName<Compression>> names_of(Compression) { return kCompressionNames; }
 constexpr std::span<const EnumName<BalanceMode>> names_of(BalanceMode) { return kBalanceModeNames; }
+constexpr std::span<const EnumName<Shard>> names_of(Shard) { return kShardNames; }
 
 // The YAML name of `value`: what the resolved config, report.json and messages print. Every
 // enumerator has one (the config tests read each name back).

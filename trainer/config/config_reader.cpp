@@ -379,7 +379,8 @@ void read_schedule(Section sched, ScheduleConfig& s, double lr) {
   sched.finish();
 }
 
-void read_train(Section train, TrainConfig& t, DeviceChoice device, Compression compression) {
+void read_train(Section train, TrainConfig& t, DeviceChoice device, StrategyKind strategy,
+                Compression compression) {
   train.read_int("epochs", t.epochs, 1, 100000);
   train.read_int("max_steps", t.max_steps, 0, kMaxCount);
   train.read_int("accumulate_steps", t.accumulate_steps, 1, 1 << 16);
@@ -389,6 +390,8 @@ void read_train(Section train, TrainConfig& t, DeviceChoice device, Compression 
   train.read_double("clip_grad_norm", t.clip_grad_norm, 0.0, 1e9);
   const YAML::Node precision = train.raw("precision");
   train.read_enum("precision", t.precision);
+  const YAML::Node shard = train.raw("shard");
+  train.read_enum("shard", t.shard);
   read_optimizer(train.section("optimizer"), t.optimizer);
   read_schedule(train.section("schedule"), t.schedule, t.optimizer.lr);
   train.finish();
@@ -403,6 +406,21 @@ void read_train(Section train, TrainConfig& t, DeviceChoice device, Compression 
     fail(train.origins(), "train.precision", precision.Mark(),
          "f16 (loss scaling) cannot be combined with comm.compression powersgd (use precision "
          "bf16 or f32)");
+  }
+  // Sharding splits the ranks' optimizer state and gradients: strategy ddp's ranks, whose
+  // buckets it reduce-scatters. PowerSGD's buckets hold a low-rank approximation that every
+  // rank decompresses whole, which no rank could keep only a slice of.
+  if (t.shard != Shard::kNone && strategy != StrategyKind::kDdp) {
+    fail(
+        train.origins(), "train.shard", shard.Mark(),
+        detail::concat("shards the optimizer state over the ranks of strategy ddp; strategy ",
+                       name_of(strategy), " has one process holding everything (use shard: none)"));
+  }
+  if (t.shard != Shard::kNone && compression == Compression::kPowerSgd) {
+    fail(train.origins(), "train.shard", shard.Mark(),
+         "cannot be combined with comm.compression powersgd: PowerSGD's compressed gradients are "
+         "rebuilt whole on every rank, so no rank can keep only its slice (use shard: none, or "
+         "compression: none)");
   }
 }
 
@@ -468,7 +486,7 @@ void read_config(Section& top, Config& c) {
                      ": data.balance: auto measures the ranks of strategy ddp; strategy dp splits "
                      "its batch over its devices by a list of weights, one per device");
   }
-  read_train(top.section("train"), c.train, c.device, c.comm.compression);
+  read_train(top.section("train"), c.train, c.device, c.strategy, c.comm.compression);
   // Every micro-step of an accumulation group holds the same number of samples.
   if (c.data.global_batch_size % c.train.accumulate_steps != 0) {
     fail(top.origins(), "data.global_batch_size", global_batch.Mark(),

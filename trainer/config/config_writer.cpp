@@ -144,7 +144,8 @@ Json train_json(const TrainConfig& t) {
           {"clip_grad_norm", t.clip_grad_norm},
           {"precision", name_of(t.precision)},
           {"threads", t.threads},
-          {"log_every", t.log_every}};
+          {"log_every", t.log_every},
+          {"shard", name_of(t.shard)}};
 }
 
 // auto | never | the path: as the key is written.

@@ -11,7 +11,7 @@
 
 namespace partrain {
 
-c10::Device pick_device(const Config& cfg, const WorkerEnv& env) {
+c10::Device pick_device(const Config& cfg, const RankPlace& place) {
   int gpus = cuda_device_count();
   bool want_cuda =
       cfg.device == DeviceChoice::kCuda || (cfg.device == DeviceChoice::kAuto && gpus > 0);
@@ -25,16 +25,16 @@ c10::Device pick_device(const Config& cfg, const WorkerEnv& env) {
     throw UsageError("device: cuda, but LibTorch sees no CUDA device here (" + torch_version() +
                      "); use device: cpu or auto");
   }
-  int index = env.local_rank % gpus;
+  int index = place.local_rank % gpus;
   select_cuda_device(index);
   return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
-void set_intra_op_threads(const Config& cfg, const WorkerEnv& env) {
+void set_intra_op_threads(const Config& cfg, const RankPlace& place) {
   int threads = cfg.train.threads;
   if (threads == 0) {
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, env.local_world_size));
+    threads = std::max(1, cores / std::max(1, place.local_world_size));
   }
   at::set_num_threads(threads);
 }

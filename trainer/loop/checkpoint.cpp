@@ -12,13 +12,12 @@
 //   best.pt            a copy of the checkpoint of the epoch with the highest test accuracy
 //                      so far (the first such epoch on a tie)
 //
-// A checkpoint's dict: "format", "model" (the state dict), "optimizer" ({"name": "sgd" |
-// "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
-// "exp_avg_sq"}}}) and "meta" (JSON text: epoch, step, world size, model, loss scale, the
-// epoch records, the global batch and its shares; CheckpointMeta), and one entry per
-// attached CheckpointState under its own key ("powersgd": PowerSGD's factors and error
-// buffers), absent from checkpoints of runs without it. Checkpoints of earlier versions hold
-// SGD's buffers under "momentum".
+// A checkpoint's dict: "format", "model" (the state dict), "meta" (JSON text: epoch, step,
+// world size, model, loss scale, the epoch records, the global batch and its shares;
+// CheckpointMeta), and the strategy's entries (Strategy::save_state): "optimizer" ({"name":
+// "sgd" | "adamw", "state": {parameter name: {"momentum_buffer"} or {"step", "exp_avg",
+// "exp_avg_sq"}}}, ReplicatedOptimizer::save) and, with PowerSGD, "powersgd" (its factors and
+// error buffers). Checkpoints of earlier versions hold SGD's buffers under "momentum".
 //
 // Writing order: checkpoint to a temp name -> fsync -> rename; then the manifest the same
 // way. A crash before the manifest's rename leaves the previous manifest, which still names
@@ -27,13 +26,11 @@
 #include "trainer/loop/checkpoint.h"
 
 #include <torch/nn/module.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
-#include <torch/serialize.h>
 #include <torch/types.h>
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -42,7 +39,12 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/stop_request.h"
+#include "trainer/loop/pickle_file.h"
+#include "trainer/model/train_model.h"
 #include "trainer/observe/test_injection.h"
+#include "trainer/optim/optimizer.h"
+#include "trainer/parallel/strategy.h"
+#include "trainer/parallel/strategy_state.h"
 #include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
@@ -60,101 +62,12 @@ std::string shape_text(const at::Tensor& t) {
   return out.str();
 }
 
-std::string optimizer_name(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) return "adamw";
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) return "sgd";
-  throw Error("checkpoint: an optimizer partrain does not make");
-}
-
-// The optimizer's state is keyed by parameter identity in LibTorch; in the file, by the
-// parameter's name, so that it survives a restart and reads naturally in Python.
-std::string state_key(const at::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
-}
-
-c10::impl::GenericDict optimizer_to_dict(const torch::optim::Optimizer& optimizer,
-                                         const torch::nn::Module& model) {
-  const std::string name = optimizer_name(optimizer);
-  c10::impl::GenericDict per_parameter(c10::StringType::get(), c10::AnyType::get());
-  const auto& state = optimizer.state();
-  for (const auto& item : model.named_parameters()) {
-    auto it = state.find(state_key(item.value()));
-    if (it == state.end()) continue;
-    c10::impl::GenericDict entry(c10::StringType::get(), c10::AnyType::get());
-    if (name == "sgd") {
-      const auto& sgd = static_cast<const torch::optim::SGDParamState&>(*it->second);
-      if (!sgd.momentum_buffer().defined()) continue;
-      entry.insert("momentum_buffer", sgd.momentum_buffer().detach().cpu());
-    } else {
-      const auto& adamw = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-      entry.insert("step", adamw.step());
-      entry.insert("exp_avg", adamw.exp_avg().detach().cpu());
-      entry.insert("exp_avg_sq", adamw.exp_avg_sq().detach().cpu());
-      if (adamw.max_exp_avg_sq().defined())
-        entry.insert("max_exp_avg_sq", adamw.max_exp_avg_sq().detach().cpu());
-    }
-    per_parameter.insert(item.key(), entry);
-  }
-  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-  dict.insert("name", name);
-  dict.insert("state", per_parameter);
-  return dict;
-}
-
-at::Tensor saved_tensor(const c10::impl::GenericDict& entry, const std::string& key,
-                        const at::Tensor& parameter, const std::string& path,
-                        const std::string& name) {
-  PARTRAIN_CHECK(entry.contains(key) && entry.at(key).isTensor(), UsageError, "checkpoint ", path,
-                 ": the optimizer state of '", name, "' has no ", key);
-  at::Tensor t = entry.at(key).toTensor();
-  PARTRAIN_CHECK(t.sizes() == parameter.sizes(), UsageError, "checkpoint ", path,
-                 ": the optimizer state of '", name, "' does not fit its parameter");
-  return t.to(parameter.device());
-}
-
-void optimizer_from_dict(torch::optim::Optimizer& optimizer, torch::nn::Module& model,
-                         const c10::impl::GenericDict& dict, const std::string& path) {
-  const std::string name = optimizer_name(optimizer);
-  PARTRAIN_CHECK(dict.contains("name") && dict.contains("state"), UsageError, "checkpoint ", path,
-                 ": its optimizer state is not readable");
-  const std::string saved = dict.at("name").toStringRef();
-  PARTRAIN_CHECK(saved == name, UsageError, "checkpoint ", path, " was written with optimizer ",
-                 saved, " and this run uses ", name,
-                 "; use checkpoint.resume: never to start afresh");
-  const auto per_parameter = dict.at("state").toGenericDict();
-  auto& state = optimizer.state();
-  for (auto& item : model.named_parameters()) {
-    if (!per_parameter.contains(item.key())) continue;
-    const auto entry = per_parameter.at(item.key()).toGenericDict();
-    const at::Tensor& p = item.value();
-    if (name == "sgd") {
-      auto sgd = std::make_unique<torch::optim::SGDParamState>();
-      sgd->momentum_buffer(saved_tensor(entry, "momentum_buffer", p, path, item.key()));
-      state[state_key(p)] = std::move(sgd);
-    } else {
-      PARTRAIN_CHECK(entry.contains("step") && entry.at("step").isInt(), UsageError, "checkpoint ",
-                     path, ": the optimizer state of '", item.key(), "' has no step");
-      auto adamw = std::make_unique<torch::optim::AdamWParamState>();
-      adamw->step(entry.at("step").toInt());
-      adamw->exp_avg(saved_tensor(entry, "exp_avg", p, path, item.key()));
-      adamw->exp_avg_sq(saved_tensor(entry, "exp_avg_sq", p, path, item.key()));
-      if (entry.contains("max_exp_avg_sq"))
-        adamw->max_exp_avg_sq(saved_tensor(entry, "max_exp_avg_sq", p, path, item.key()));
-      state[state_key(p)] = std::move(adamw);
-    }
-  }
-}
-
 // The dict of a checkpoint's bytes, its format checked. Checkpoints of earlier versions hold
 // "momentum" where later ones hold "optimizer" (upgrade_older_formats()).
-c10::impl::GenericDict unpickle_checkpoint(const std::string& bytes, const std::string& path) {
-  c10::IValue loaded;
-  try {
-    loaded = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-  } catch (const c10::Error&) {
-    throw UsageError("checkpoint " + path +
-                     " cannot be read (truncated or not a partrain checkpoint)");
-  }
+// From the file itself where `bytes` is empty, else from the bytes rank 0 sent.
+c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes, const std::string& file,
+                                           const std::string& path) {
+  const c10::IValue loaded = bytes.empty() ? load_pickle_file(file) : load_pickle(bytes, path);
   PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
                  " is not a partrain checkpoint");
   auto top = loaded.toGenericDict();
@@ -228,82 +141,116 @@ c10::Dict<std::string, at::Tensor> model_state_of(const torch::nn::Module& model
 
 }  // namespace
 
-// What every rank resumes from: the checkpoint's bytes and its name for messages, or nothing.
+// What every rank resumes from: the checkpoint's bytes, its name for messages and its path on
+// rank 0 (beside which the shards of a sharded run lie), or nothing.
 struct Checkpointer::Fetched {
   bool fresh = true;  // nothing to resume from
   std::string path;
-  std::string bytes;
+  std::string rank0_path;
+  std::vector<char> bytes;
 };
 
-// Broadcasts rank 0's `length` and, when it is >= 0, the bytes (into *bytes on the others).
-// They travel as int64 tensors on the model's device: nccl reads only device memory.
-std::int64_t Checkpointer::broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
-                                           std::int64_t length, std::string* bytes) {
-  const auto parameters = model.parameters();
-  const auto options =
-      torch::TensorOptions()
-          .dtype(torch::kInt64)
-          .device(parameters.empty() ? torch::Device(torch::kCPU) : parameters.front().device());
-  auto header = torch::full({1}, length, options);
-  broadcast_tensor(comm, header, 0);
+namespace {
+
+// Broadcasts `root`'s `length` and, when it is >= 0, its `bytes` (into *bytes on the others),
+// as int64 words: in place on the CPU, through `device`'s memory for a backend that reads only
+// device memory (nccl).
+std::int64_t broadcast_bytes(comm::Communicator& comm, const c10::Device& device, int root,
+                             std::int64_t length, std::vector<char>* bytes) {
+  const bool on_device = device.is_cuda() && collective_reads_device_memory(comm);
+  const auto words_options = torch::TensorOptions()
+                                 .dtype(torch::kInt64)
+                                 .device(on_device ? device : c10::Device(at::kCPU));
+  auto header = torch::full({1}, length, words_options);
+  broadcast_tensor(comm, header, root);
   length = header.cpu().item<std::int64_t>();
   if (length < 0 || bytes == nullptr) return length;
-  PARTRAIN_CHECK(static_cast<std::uint64_t>(length) <= kMaxCheckpointBytes, CommError,
-                 "rank 0 announced a checkpoint of ", length, " bytes");
+  PARTRAIN_CHECK(static_cast<std::uint64_t>(length) <= kMaxCheckpointBytes, CommError, "rank ",
+                 root, " announced a checkpoint of ", length, " bytes");
   const std::int64_t words = (length + 7) / 8;
-  auto payload = torch::zeros({words}, torch::TensorOptions().dtype(torch::kInt64));
-  if (comm.rank() == 0) std::memcpy(payload.data_ptr(), bytes->data(), bytes->size());
-  payload = payload.to(options.device());
-  broadcast_tensor(comm, payload, 0);
-  payload = payload.cpu();
-  if (comm.rank() != 0) bytes->assign(static_cast<const char*>(payload.data_ptr()), length);
+  bytes->resize(static_cast<std::size_t>(words * 8));  // read_file_bytes() left room for this
+  at::Tensor payload =
+      at::from_blob(bytes->data(), {words}, torch::TensorOptions().dtype(torch::kInt64));
+  if (on_device) {
+    at::Tensor staged = payload.to(device);
+    broadcast_tensor(comm, staged, root);
+    if (comm.rank() != root) payload.copy_(staged.cpu());
+  } else {
+    broadcast_tensor(comm, payload, root);
+  }
+  bytes->resize(static_cast<std::size_t>(length));
   return length;
 }
+
+// A file's bytes with room for broadcast_bytes()'s last word.
+std::vector<char> read_with_room(const std::string& path) {
+  std::vector<char> bytes = read_file_bytes(path, kMaxCheckpointBytes);
+  const std::size_t size = bytes.size();
+  bytes.reserve((size + 7) / 8 * 8);
+  return bytes;
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(const Config& config, const WorkerEnv& env)
     : config_(config), env_(env), dir_(config.output_dir + "/checkpoints") {}
 
-void Checkpointer::maybe_save(const TrainingPosition& at, const torch::nn::Module& model,
-                              const torch::optim::Optimizer& optimizer,
-                              const std::vector<EpochRecord>& epochs, comm::Communicator* comm) {
+void Checkpointer::maybe_save(const TrainingPosition& at, const TrainModel& model,
+                              Strategy& strategy, const std::vector<EpochRecord>& epochs) {
   const int epoch = at.epoch;
   const int every = config_.checkpoint.every_epochs;
   const bool due = every > 0 && (epoch % every == 0 || epoch == config_.train.epochs);
   // Every rank decides the same: the test accuracies are sums over the ranks (evaluate()),
-  // the same bits on every rank. That matters where a state is attached, whose save() may be
-  // a collective that every rank enters only when something is written.
+  // the same bits on every rank. That matters because saving is collective (the strategy's
+  // save_state(), a sharded run's barrier) once something is written.
   bool best = !epochs.empty();
   for (std::size_t i = 0; i + 1 < epochs.size(); ++i)
     best = best && epochs.back().test_accuracy > epochs[i].test_accuracy;
-  std::vector<std::pair<std::string, c10::IValue>> states;
-  if (due || best) {
-    for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
-  }
-  if (env_.rank == 0 && (due || best)) {
-    fs::create_directories(dir_);
-    const std::string bytes = checkpoint_bytes(at, model, optimizer, epochs, states);
-    if (due) write_checkpoint(checkpoint_file_name(epoch), at, bytes);
-    if (best) write_file_atomically(dir_ + "/best.pt", bytes);
-  }
-  if (due) last_save_ = std::chrono::steady_clock::now();
-  if (due && comm) comm->barrier();
+  if (!due && !best) return;
+  save(due ? checkpoint_file_name(epoch) : "", best, at, model, strategy, epochs);
 }
 
-std::string Checkpointer::save_step(const TrainingPosition& at, const torch::nn::Module& model,
-                                    const torch::optim::Optimizer& optimizer,
-                                    const std::vector<EpochRecord>& epochs,
-                                    comm::Communicator* comm) {
+std::string Checkpointer::save_step(const TrainingPosition& at, const TrainModel& model,
+                                    Strategy& strategy, const std::vector<EpochRecord>& epochs) {
   const std::string name = checkpoint_file_name(at.epoch, at.step);
-  // Every rank: a state's save() may be a collective.
-  std::vector<std::pair<std::string, c10::IValue>> states;
-  for (CheckpointState* state : states_) states.emplace_back(state->key(), state->save());
-  if (env_.rank == 0) {
-    fs::create_directories(dir_);
-    write_checkpoint(name, at, checkpoint_bytes(at, model, optimizer, epochs, states));
-  }
-  last_save_ = std::chrono::steady_clock::now();
-  if (comm) comm->barrier();
+  save(name, false, at, model, strategy, epochs);
   return name;
+}
+
+// Every rank. A sharded strategy's ranks each write their shard first; only once every shard is
+// on disk (a barrier) does rank 0 write the checkpoint's dict and the manifest that names it, so
+// that latest.json never names a checkpoint whose shards are not all whole.
+void Checkpointer::save(const std::string& name, bool best, const TrainingPosition& at,
+                        const TrainModel& model, Strategy& strategy,
+                        const std::vector<EpochRecord>& epochs) {
+  comm::Communicator* comm = strategy.comm();
+  StrategyState state;
+  strategy.save_state(state, env_.rank == 0);
+  const bool sharded = state.shard.has_value();
+  if (env_.rank == 0 || sharded) fs::create_directories(dir_);
+  if (sharded) {
+    const int world = env_.world_size;
+    if (!name.empty()) {
+      write_pickle_atomically(dir_ + "/" + shard_file_name(name, env_.rank, world), *state.shard);
+    }
+    if (best) {
+      write_pickle_atomically(dir_ + "/" + shard_file_name("best.pt", env_.rank, world),
+                              *state.shard);
+    }
+    state.shard.reset();
+    if (comm != nullptr) comm->barrier();
+  }
+  if (env_.rank == 0) {
+    const c10::IValue dict = checkpoint_dict(at, model.module(), epochs, state.entries);
+    if (!name.empty()) write_checkpoint(name, at, dict);
+    if (best) write_pickle_atomically(dir_ + "/best.pt", dict);
+  }
+  if (name.empty()) return;  // best.pt alone: no barrier, as before sharding
+  last_save_ = std::chrono::steady_clock::now();
+  if (comm != nullptr) comm->barrier();
+  // Each rank's own shards go by the same rule as the checkpoints (rank 0's pruning, which may
+  // see them all on a shared filesystem, removes the same ones).
+  if (sharded && env_.rank != 0) prune_shards();
 }
 
 bool Checkpointer::step_checkpoint_due(std::int64_t step) const {
@@ -321,7 +268,7 @@ bool Checkpointer::timed_checkpoint_due() const {
 // Rank 0: the file, then the manifest that names it, then the oldest beyond keep go. Each step
 // leaves the directory resumable if the process dies right after it (checkpoint.cpp's top).
 void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosition& at,
-                                    const std::string& bytes) {
+                                    const c10::IValue& dict) {
   const InjectedFaults faults = injected_faults(env_.rank);
   const int save = ++saves_;
   // Tests only (PARTRAIN_TEST_SAVE_FAULT): this save dies at the step named, as in a power cut.
@@ -331,8 +278,7 @@ void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosit
   die_if(SaveFault::Phase::kBefore);
   const std::string path = dir_ + "/" + name;
   const bool half = faults.save_fault.strikes(SaveFault::Phase::kWrite, save);
-  const std::string temp =
-      write_temp_file(path, half ? std::string_view(bytes).substr(0, bytes.size() / 2) : bytes);
+  const auto [temp, bytes] = write_pickle_temp(path, dict, half);
   die_if(SaveFault::Phase::kWrite);
   // Tests only (PARTRAIN_TEST_STOP_SAVE_DELAY): the stop's save held open, half done.
   if (StopRequest::requested() && faults.stop_save_delay_s > 0) {
@@ -341,16 +287,16 @@ void Checkpointer::write_checkpoint(const std::string& name, const TrainingPosit
   die_if(SaveFault::Phase::kRename);
   commit_file(temp, path);
   die_if(SaveFault::Phase::kManifest);
-  write_manifest(dir_, {name, at.epoch, at.step, bytes.size()});
+  write_manifest(dir_, {name, at.epoch, at.step, bytes});
   die_if(SaveFault::Phase::kPrune);
   prune_checkpoints();
 }
 
-// A whole checkpoint, pickled as torch.save pickles a dict.
-std::string Checkpointer::checkpoint_bytes(
+// The checkpoint's dict: its tensors are the model's own (on the CPU), not copies.
+c10::IValue Checkpointer::checkpoint_dict(
     const TrainingPosition& at, const torch::nn::Module& model,
-    const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
-    const std::vector<std::pair<std::string, c10::IValue>>& states) const {
+    const std::vector<EpochRecord>& epochs,
+    const std::vector<std::pair<std::string, c10::IValue>>& entries) const {
   CheckpointMeta meta;
   meta.epoch = at.epoch;
   meta.step = at.step;
@@ -359,7 +305,7 @@ std::string Checkpointer::checkpoint_bytes(
   meta.width = config_.model.width;
   meta.norm = name_of(config_.model.norm);
   meta.seed = config_.seed;
-  meta.optimizer = optimizer_name(optimizer);
+  meta.optimizer = optimizer_name(config_.train.optimizer.name);
   meta.test_accuracy = epochs.empty() ? 0.0 : epochs.back().test_accuracy;
   meta.epochs = epochs;
   meta.loss_scaler = at.loss_scaler;
@@ -373,23 +319,48 @@ std::string Checkpointer::checkpoint_bytes(
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("format", std::string(kCheckpointFormat));
   top.insert("model", model_state_of(model));
-  top.insert("optimizer", optimizer_to_dict(optimizer, model));
+  for (const auto& [key, value] : entries) top.insert(key, value);
   top.insert("meta", meta_to_text(meta));
-  for (const auto& [key, value] : states) top.insert(key, value);
-  std::vector<char> pickled = torch::pickle_save(c10::IValue(top));
-  return std::string(pickled.begin(), pickled.end());
+  return top;
 }
 
-// Keeps the newest checkpoint.keep checkpoints; leftover temp files from a crash go too.
+// Keeps the newest checkpoint.keep checkpoints, with their shards; leftover temp files from a
+// crash go too.
 void Checkpointer::prune_checkpoints() const {
-  std::vector<fs::path> files;
+  std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir_)) {
     const auto file = entry.path().filename().string();
-    if (is_checkpoint_file_name(file)) files.push_back(entry.path());
+    if (is_checkpoint_file_name(file)) files.push_back(file);
     if (file.find(".tmp") != std::string::npos) fs::remove(entry.path());
   }
   std::sort(files.begin(), files.end());
-  for (std::size_t i = 0; i + config_.checkpoint.keep < files.size(); ++i) fs::remove(files[i]);
+  const std::size_t keep = static_cast<std::size_t>(config_.checkpoint.keep);
+  if (files.size() <= keep) return;
+  const std::set<std::string> gone(files.begin(), files.end() - static_cast<long>(keep));
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const auto file = entry.path().filename().string();
+    const auto shard = parse_shard_file_name(file);
+    if (gone.count(file) > 0 || (shard && gone.count(shard->file) > 0)) fs::remove(entry.path());
+  }
+}
+
+// Ranks other than 0: their own shards of all but the newest checkpoint.keep checkpoints.
+void Checkpointer::prune_shards() const {
+  std::vector<std::pair<std::string, fs::path>> shards;
+  std::set<std::string> checkpoints;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const auto shard = parse_shard_file_name(entry.path().filename().string());
+    if (!shard || shard->rank != env_.rank || !is_checkpoint_file_name(shard->file)) continue;
+    shards.emplace_back(shard->file, entry.path());
+    checkpoints.insert(shard->file);
+  }
+  const std::size_t keep = static_cast<std::size_t>(config_.checkpoint.keep);
+  if (checkpoints.size() <= keep) return;
+  auto newest = checkpoints.end();
+  std::advance(newest, -static_cast<long>(keep));
+  for (const auto& [checkpoint, path] : shards) {
+    if (checkpoint < *newest) fs::remove(path);
+  }
 }
 
 // Where the run resumes is rank 0's decision alone: the hosts of a run need not share a
@@ -397,30 +368,71 @@ void Checkpointer::prune_checkpoints() const {
 // different epochs, after which their collectives no longer match. So rank 0 picks the
 // checkpoint and broadcasts its bytes (or "start fresh", or "failed"); every rank then loads
 // the same bytes through the same checks.
-TrainingPosition Checkpointer::resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                      comm::Communicator* comm) {
-  const Fetched fetched = fetch_checkpoint(model, comm);
+TrainingPosition Checkpointer::resume(TrainModel& model, Strategy& strategy) {
+  const std::vector<at::Tensor> parameters = model.module().parameters();
+  if (!parameters.empty()) device_ = parameters.front().device();
+  Fetched fetched = fetch_checkpoint(strategy.comm());
   if (fetched.fresh) return TrainingPosition{};
   const std::string& path = fetched.path;
-  auto top = unpickle_checkpoint(fetched.bytes, path);
-  upgrade_older_formats(top);
-  const CheckpointMeta meta = meta_from_text(top.at("meta").toStringRef());
+  SavedStrategyState saved;
+  saved.path = path;
+  saved.checkpoint = unpickle_checkpoint(fetched.bytes, fetched.rank0_path, path);
+  fetched.bytes = std::vector<char>();  // the tensors are unpickled: the bytes may go
+  upgrade_older_formats(saved.checkpoint);
+  const CheckpointMeta meta = meta_from_text(saved.checkpoint.at("meta").toStringRef());
   check_fits_this_run(meta, path);
-  torch::NoGradGuard no_grad;  // loading writes into parameters, outside any graph
-  load_model(model, top, meta, path);
-  optimizer_from_dict(optimizer, model, top.at("optimizer").toGenericDict(), path);
-  previous_epochs_ = meta.epochs;
-  for (const auto& item : top) {
-    const std::string& key = item.key().toStringRef();
-    if (key != "format" && key != "model" && key != "optimizer" && key != "meta" &&
-        key != "momentum") {
-      resumed_states_[key] = item.value();
-    }
+  saved.written_by = meta.world_size;
+  const auto optimizer = saved.checkpoint.at("optimizer");
+  if (optimizer.isGenericDict() && optimizer.toGenericDict().contains("shards")) {
+    saved.shards = static_cast<int>(optimizer.toGenericDict().at("shards").toInt());
+    saved.read_shard = [this, &fetched, &strategy, &saved](int shard) {
+      return read_shard(fetched.rank0_path, shard, saved.shards, strategy.comm());
+    };
   }
-  resumed_path_ = path;
+  torch::NoGradGuard no_grad;  // loading writes into parameters, outside any graph
+  load_model(model.module(), saved.checkpoint, meta, path);
+  strategy.load_state(saved);
+  previous_epochs_ = meta.epochs;
   TrainingPosition position = position_of(meta, path);
   position.shares = resumed_shares(meta);
   return position;
+}
+
+// Shard `shard` of `world` beside `checkpoint` (rank 0's path of it), read by one rank and
+// broadcast to all: at the world size that wrote it, by the rank that wrote it (whose host has
+// it, shared filesystem or not); at another, by rank 0, which then needs to see every shard (a
+// shared filesystem, or one host). A rank that cannot read it says so to the others first.
+c10::IValue Checkpointer::read_shard(const std::string& checkpoint, int shard, int world,
+                                     comm::Communicator* comm) const {
+  const int reader = world == env_.world_size ? shard : 0;
+  const std::string name = shard_file_name(fs::path(checkpoint).filename().string(), shard, world);
+  const fs::path dir = config_.checkpoint.resume.mode == ResumeMode::kPath
+                           ? fs::path(config_.checkpoint.resume.path).parent_path()
+                           : fs::path(dir_);
+  const std::string path = (dir / name).string();
+  std::vector<char> bytes;
+  std::int64_t length = 0;
+  std::string failure;
+  if (env_.rank == reader) {
+    try {
+      bytes = read_with_room(path);
+      length = static_cast<std::int64_t>(bytes.size());
+    } catch (const UsageError& e) {
+      failure = e.what();
+      length = kRank0Failed;
+    }
+  }
+  if (comm != nullptr && comm->size() > 1) {
+    length = broadcast_bytes(*comm, device_, reader, length, &bytes);
+  }
+  PARTRAIN_CHECK(failure.empty(), UsageError, failure,
+                 world == env_.world_size
+                     ? ""
+                     : " (a sharded checkpoint resumed at another world size is read on rank 0, "
+                       "which must see every shard: one host or a shared filesystem)");
+  PARTRAIN_CHECK(length >= 0, UsageError, "rank ", reader, " could not read checkpoint shard ",
+                 name, " (its message says why)");
+  return load_pickle(bytes, path);
 }
 
 // auto's split goes on where the checkpoint left it when it still fits: the same ranks (a
@@ -440,14 +452,6 @@ std::vector<std::int64_t> Checkpointer::resumed_shares(const CheckpointMeta& met
   return sum == micro_batch_size(config_) ? meta.shares : std::vector<std::int64_t>{};
 }
 
-void Checkpointer::attach(CheckpointState& state) {
-  states_.push_back(&state);
-  auto it = resumed_states_.find(state.key());
-  if (it == resumed_states_.end()) return;
-  state.load(it->second, resumed_path_);
-  resumed_states_.erase(it);
-}
-
 std::string Checkpointer::choose_checkpoint() const {
   const ResumeFrom& resume = config_.checkpoint.resume;
   if (resume.mode == ResumeMode::kNever) return "";
@@ -460,38 +464,74 @@ std::string Checkpointer::choose_checkpoint() const {
   return path;
 }
 
-// Rank 0 chooses and reads; the others receive its bytes, or word that there are none.
-Checkpointer::Fetched Checkpointer::fetch_checkpoint(const torch::nn::Module& model,
-                                                     comm::Communicator* comm) const {
+// Rank 0 chooses; every rank that sees the same file (its size and hash are rank 0's: one
+// host, or a shared filesystem) reads it itself, record by record; if any rank does not, rank 0
+// reads the file's bytes and broadcasts them. Or word that there is nothing to resume from.
+Checkpointer::Fetched Checkpointer::fetch_checkpoint(comm::Communicator* comm) const {
   comm::Communicator* shared = comm != nullptr && comm->size() > 1 ? comm : nullptr;
   Fetched fetched;
   std::int64_t length = kFresh;
-  if (env_.rank == 0) length = read_on_rank0(model, shared, fetched);
-  if (shared != nullptr) {
-    length = broadcast_bytes(*shared, model, length, &fetched.bytes);
-    PARTRAIN_CHECK(length != kRank0Failed, UsageError,
-                   "rank 0 could not load the checkpoint to resume from (its message says why)");
-    if (env_.rank != 0 && length >= 0) {
-      fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+  std::uint64_t hash = 0;
+  if (env_.rank == 0) {
+    // A failure here is told to the other ranks before it is thrown: they would wait for the
+    // checkpoint until the timeout.
+    try {
+      fetched.path = choose_checkpoint();
+      if (!fetched.path.empty()) {
+        std::error_code ec;
+        const auto size = fs::file_size(fetched.path, ec);
+        PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", fetched.path, ": cannot read (",
+                       ec.message(), ")");
+        PARTRAIN_CHECK(size <= kMaxCheckpointBytes, UsageError, "checkpoint ", fetched.path, ": ",
+                       size, " bytes is larger than any checkpoint partrain writes");
+        length = static_cast<std::int64_t>(size);
+        if (shared != nullptr) hash = file_hash(fetched.path);
+      }
+    } catch (const UsageError&) {
+      if (shared != nullptr) broadcast_bytes(*shared, device_, 0, kRank0Failed, nullptr);
+      throw;
     }
+    fetched.rank0_path = fetched.path;
   }
+  if (shared == nullptr) {
+    fetched.fresh = length == kFresh;
+    return fetched;
+  }
+  length = broadcast_bytes(*shared, device_, 0, length, nullptr);
+  PARTRAIN_CHECK(length != kRank0Failed, UsageError,
+                 "rank 0 could not load the checkpoint to resume from (its message says why)");
   fetched.fresh = length == kFresh;
-  return fetched;
-}
-
-// The chosen checkpoint's length (kFresh: none). A failure here is told to the other ranks
-// before it is thrown: they would wait for the checkpoint until the timeout.
-std::int64_t Checkpointer::read_on_rank0(const torch::nn::Module& model, comm::Communicator* shared,
-                                         Fetched& fetched) const {
-  try {
-    fetched.path = choose_checkpoint();
-    if (fetched.path.empty()) return kFresh;
-    fetched.bytes = read_checkpoint_file(fetched.path);
-    return static_cast<std::int64_t>(fetched.bytes.size());
-  } catch (const UsageError&) {
-    if (shared != nullptr) broadcast_bytes(*shared, model, kRank0Failed, nullptr);
-    throw;
+  if (fetched.fresh) return fetched;
+  // Rank 0's path and the file's hash, then whether every rank sees that very file.
+  std::vector<char> announced(fetched.rank0_path.begin(), fetched.rank0_path.end());
+  announced.resize(announced.size() + sizeof(hash));
+  std::memcpy(announced.data() + fetched.rank0_path.size(), &hash, sizeof(hash));
+  announced.reserve((announced.size() + 7) / 8 * 8);
+  broadcast_bytes(*shared, device_, 0, static_cast<std::int64_t>(announced.size()), &announced);
+  std::memcpy(&hash, announced.data() + announced.size() - sizeof(hash), sizeof(hash));
+  fetched.rank0_path.assign(announced.begin(), announced.end() - sizeof(hash));
+  double sees_it = 1.0;
+  if (env_.rank != 0 && injected_faults(env_.rank).own_disk) {
+    sees_it = 0.0;
+    fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
+  } else if (env_.rank != 0) {
+    std::error_code ec;
+    try {
+      sees_it = fs::file_size(fetched.rank0_path, ec) == static_cast<std::uintmax_t>(length) &&
+                        !ec && file_hash(fetched.rank0_path) == hash
+                    ? 1.0
+                    : 0.0;
+    } catch (const UsageError&) {
+      sees_it = 0.0;  // unreadable here: rank 0 sends it
+    }
+    fetched.path = "rank 0's checkpoint (" + std::to_string(length) + " bytes)";
   }
+  std::vector<double> missing{1.0 - sees_it};
+  sum_over_ranks(shared, missing, device_);
+  if (missing[0] == 0.0) return fetched;  // every rank reads the file itself
+  if (env_.rank == 0) fetched.bytes = read_with_room(fetched.path);
+  broadcast_bytes(*shared, device_, 0, length, &fetched.bytes);
+  return fetched;
 }
 
 // Another world size continues the same training only in global-batch mode, at the same global

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
@@ -14,24 +15,20 @@
 
 #include "trainer/config/config.h"
 #include "trainer/loop/checkpoint_format.h"
-#include "trainer/loop/checkpoint_state.h"
+#include "trainer/loop/worker.h"
 #include "trainer/precision/loss_scale.h"
 #include "trainer/report/report_writer.h"
-#include "trainer/loop/worker.h"
 
-namespace torch {
-namespace nn {
+namespace torch::nn {
 class Module;
 }
-namespace optim {
-class Optimizer;
-}
-}  // namespace torch
 
 namespace partrain {
 namespace comm {
 class Communicator;
 }
+class Strategy;
+class TrainModel;
 // Where training stands, beyond the model and optimizer: all a checkpoint needs for a resumed
 // run to continue exactly as an uninterrupted one (the learning rate is a function of step).
 struct TrainingPosition {
@@ -52,18 +49,13 @@ class Checkpointer {
   Checkpointer(const Config& config, const WorkerEnv& env);
 
   // Loads the checkpoint that checkpoint.resume selects on rank 0 (auto: the newest complete
-  // one in rank 0's OUTPUT/checkpoints, if any) into model and optimizer on every rank: rank 0
-  // broadcasts the file, so hosts without a shared filesystem resume at the same epoch.
-  // Returns epoch 0 when starting fresh. Throws UsageError when the checkpoint does not fit
-  // this run (another model or optimizer; another world size, unless both runs have the same
+  // one in rank 0's OUTPUT/checkpoints, if any) into the model and the strategy (its optimizer
+  // and what else it keeps) on every rank: rank 0 broadcasts the file, so hosts without a shared
+  // filesystem resume at the same epoch. Call after Strategy::make_optimizer(). Returns epoch 0
+  // when starting fresh. Throws UsageError when the checkpoint does not fit this run (another
+  // model or optimizer; another world size, unless both runs have the same
   // data.global_batch_size and accumulate_steps).
-  TrainingPosition resume(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                          comm::Communicator* comm);
-  // State kept beside the model and the optimizer (PowerSGD's), saved from here on under its
-  // key in every checkpoint; restored now from the resumed checkpoint when it holds that key
-  // (checkpoints without it leave the state as it starts). Call on every rank, after
-  // resume(); `state` must outlive the Checkpointer's saves.
-  void attach(CheckpointState& state);
+  TrainingPosition resume(TrainModel& model, Strategy& strategy);
   // Epoch records of the run up to the resumed checkpoint (for the report).
   const std::vector<EpochRecord>& previous_epochs() const { return previous_epochs_; }
 
@@ -72,16 +64,14 @@ class Checkpointer {
   // then prune to checkpoint.keep; other ranks wait at a barrier so no rank runs ahead of a
   // checkpoint that might be needed. And whenever the epoch's test accuracy beats every
   // earlier epoch's, rank 0 writes the same checkpoint as best.pt (atomically, no barrier).
-  void maybe_save(const TrainingPosition& at, const torch::nn::Module& model,
-                  const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
-                  comm::Communicator* comm);
+  void maybe_save(const TrainingPosition& at, const TrainModel& model, Strategy& strategy,
+                  const std::vector<EpochRecord>& epochs);
 
   // Mid-epoch, after the optimizer step `at.step` (at.mid_epoch says where in the epoch): rank
   // 0 writes epoch-E.step-S.pt (write, sync, rename), the manifest, prunes to
   // checkpoint.keep; every rank waits at a barrier. Returns the file's name (on rank 0).
-  std::string save_step(const TrainingPosition& at, const torch::nn::Module& model,
-                        const torch::optim::Optimizer& optimizer,
-                        const std::vector<EpochRecord>& epochs, comm::Communicator* comm);
+  std::string save_step(const TrainingPosition& at, const TrainModel& model, Strategy& strategy,
+                        const std::vector<EpochRecord>& epochs);
   // checkpoint.every_steps says `step` gets a checkpoint (the same answer on every rank).
   bool step_checkpoint_due(std::int64_t step) const;
   // checkpoint.every_seconds has passed on this rank's clock since the last checkpoint (or
@@ -93,22 +83,23 @@ class Checkpointer {
  private:
   struct Fetched;
 
-  // Saving.
-  std::string checkpoint_bytes(
+  // Saving: `name` (none: best.pt only) and, if `best`, best.pt; every rank.
+  void save(const std::string& name, bool best, const TrainingPosition& at, const TrainModel& model,
+            Strategy& strategy, const std::vector<EpochRecord>& epochs);
+  c10::IValue checkpoint_dict(
       const TrainingPosition& at, const torch::nn::Module& model,
-      const torch::optim::Optimizer& optimizer, const std::vector<EpochRecord>& epochs,
-      const std::vector<std::pair<std::string, c10::IValue>>& states) const;
-  void prune_checkpoints() const;
+      const std::vector<EpochRecord>& epochs,
+      const std::vector<std::pair<std::string, c10::IValue>>& entries) const;
   void write_checkpoint(const std::string& name, const TrainingPosition& at,
-                        const std::string& bytes);
+                        const c10::IValue& dict);
+  void prune_checkpoints() const;
+  void prune_shards() const;
 
   // Resuming, in order; the loading steps are in checkpoint.cpp.
   std::string choose_checkpoint() const;  // rank 0: the file to resume from, or ""
-  Fetched fetch_checkpoint(const torch::nn::Module& model, comm::Communicator* comm) const;
-  std::int64_t read_on_rank0(const torch::nn::Module& model, comm::Communicator* shared,
-                             Fetched& fetched) const;
-  static std::int64_t broadcast_bytes(comm::Communicator& comm, const torch::nn::Module& model,
-                                      std::int64_t length, std::string* bytes);
+  Fetched fetch_checkpoint(comm::Communicator* comm) const;
+  c10::IValue read_shard(const std::string& checkpoint, int shard, int world,
+                         comm::Communicator* comm) const;
   void check_fits_this_run(const CheckpointMeta& meta, const std::string& path) const;
   std::vector<std::int64_t> resumed_shares(const CheckpointMeta& meta) const;
 
@@ -116,13 +107,9 @@ class Checkpointer {
   WorkerEnv env_;
   std::string dir_;
   std::vector<EpochRecord> previous_epochs_;
+  c10::Device device_{c10::kCPU};  // the model's, over which a collective of nccl must run
   std::chrono::steady_clock::time_point last_save_ = std::chrono::steady_clock::now();
-  std::vector<CheckpointState*> states_;
   int saves_ = 0;  // checkpoints this process has begun to write (PARTRAIN_TEST_SAVE_FAULT)
-  // The resumed checkpoint's entries other than its model, optimizer and meta, by key, until
-  // the state they belong to is attached; and the file they came from.
-  std::map<std::string, c10::IValue> resumed_states_;
-  std::string resumed_path_;
 };
 
 }  // namespace partrain

@@ -60,6 +60,27 @@ bool is_checkpoint_file_name(const std::string& file) {
          file.compare(file.size() - 3, 3, ".pt") == 0 && file.find(".tmp") == std::string::npos;
 }
 
+std::string shard_file_name(const std::string& file, int rank, int world) {
+  char suffix[48];
+  std::snprintf(suffix, sizeof(suffix), ".shard-%05d-of-%05d", rank, world);
+  return file + suffix;
+}
+
+std::optional<ShardName> parse_shard_file_name(const std::string& name) {
+  const auto at = name.rfind(".shard-");
+  if (at == std::string::npos || name.find(".tmp") != std::string::npos) return std::nullopt;
+  ShardName shard;
+  shard.file = name.substr(0, at);
+  int consumed = 0;
+  if (std::sscanf(name.c_str() + at, ".shard-%5d-of-%5d%n", &shard.rank, &shard.world, &consumed) !=
+          2 ||
+      static_cast<std::size_t>(consumed) != name.size() - at || shard.world < 1 || shard.rank < 0 ||
+      shard.rank >= shard.world || shard.file.empty()) {
+    return std::nullopt;
+  }
+  return shard;
+}
+
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest) {
   write_file_atomically(manifest_path(dir), manifest_to_text(manifest));
 }

@@ -37,8 +37,18 @@ std::string manifest_path(const std::string& dir);  // DIR/latest.json
 // were taken, which is how checkpoint.keep finds the oldest.
 std::string checkpoint_file_name(int epochs_completed);
 std::string checkpoint_file_name(int epochs_completed, std::int64_t step);
-// Whether `file` is such a name (temp files and best.pt are not).
+// Whether `file` is such a name (temp files, shard files and best.pt are not).
 bool is_checkpoint_file_name(const std::string& file);
+// The shard of `rank` of `world` ranks beside checkpoint `file` (a sharded run's: each rank
+// writes its own): "epoch-0003.pt.shard-00001-of-00004", "best.pt.shard-00000-of-00002".
+std::string shard_file_name(const std::string& file, int rank, int world);
+// For such a name: the checkpoint's name and the shard's rank; nothing for any other name.
+struct ShardName {
+  std::string file;
+  int rank = 0;
+  int world = 0;
+};
+std::optional<ShardName> parse_shard_file_name(const std::string& name);
 // Atomically (common/atomic_file.h), so that a crash leaves the previous manifest whole.
 void write_manifest(const std::string& dir, const CheckpointManifest& manifest);
 // Empty when DIR has no manifest; throws UsageError when it has one that is not readable.

@@ -35,7 +35,10 @@ double unix_seconds_now() {
 }  // namespace
 
 EpochLoop::EpochLoop(const Config& config, const WorkerEnv& env, EpochLoopParts parts)
-    : config_(config), env_(env), parts_(parts) {
+    : config_(config),
+      env_(env),
+      parts_(parts),
+      balance_(config, env, parts.train, parts.strategy, parts.observer.times()) {
   parts_.step.time_phases(parts_.observer.times());
   parts_.step.slow_forward(parts_.observer.sample_delay());
 }
@@ -82,15 +85,7 @@ void EpochLoop::run(const TrainingPosition& start) {
 
   const MidEpoch& mid = start.mid_epoch;
   if (mid.any()) parts_.step.set_skipped_steps(mid.skipped_steps);
-  if (config_.data.global_batch_size > 0) {
-    shares_ = config_.data.shares;
-    if (!start.shares.empty() && start.shares != shares_) use_shares(start.shares);
-    if (config_.data.balance == BalanceMode::kAuto && env_.world_size > 1) {
-      auto_balance_.emplace(shares_);
-      stalls_ = std::make_unique<StallMeter>();
-      times.keep_work_spans();
-    }
-  }
+  balance_.start(start.shares);
   const EpochTotals resumed = resumed_totals(mid);
 
   for (int epoch = start.epoch + 1;
@@ -135,10 +130,9 @@ void EpochLoop::run(const TrainingPosition& start) {
     position.epoch = epoch;
     position.step = step_;
     position.loss_scaler = parts_.step.precision().state();
-    position.shares = shares_;
+    position.shares = balance_.shares();
     mark = Clock::now();
-    parts_.checkpointer.maybe_save(position, parts_.model.module(), parts_.optimizer, epochs_,
-                                   parts_.strategy.comm());
+    parts_.checkpointer.maybe_save(position, parts_.model, parts_.strategy, epochs_);
     times.mark(Phase::kCheckpoint, mark);
     // Logged after the checkpoint, so that the epoch's breakdown includes it.
     const std::vector<Breakdown> breakdown =
@@ -180,9 +174,10 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
   PhaseTimes& times = observer.times();
   times.set_step(step_);
   flight_recorder().set_step(step_);
-  start_measuring(times);
+  balance_.start_measuring();
   // Images of all ranks per micro-step, for the rate on the progress line.
-  const std::int64_t images_per_batch_all = shares_.empty() ? 0 : micro_batch_size(config_);
+  const bool per_rank = balance_.shares().empty();
+  const std::int64_t images_per_batch_all = per_rank ? 0 : micro_batch_size(config_);
   Clock::time_point mark = Clock::now();  // the wait for the next batch starts here
   while (!reached_max_steps()) {
     auto batch = loader.next();
@@ -207,8 +202,8 @@ EpochLoop::EpochTotals EpochLoop::train_epoch(int epoch, std::int64_t first_batc
     }
     running_loss += loss.to(torch::kFloat64) * static_cast<double>(batch->count);
     totals.images += static_cast<double>(batch->count);
-    step_samples_ += batch->count;
-    window_images += shares_.empty() ? batch->count * env_.world_size : images_per_batch_all;
+    balance_.count_samples(batch->count);
+    window_images += per_rank ? batch->count * env_.world_size : images_per_batch_all;
     ++batch_index;
     compute_seconds_ +=
         seconds_since(step_start) - (parts_.strategy.comm_wait_seconds() - wait_before);
@@ -261,15 +256,10 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
   StepSlots slots(env_.world_size);
   slots.stop_requests() = StopRequest::requested() ? 1.0 : 0.0;
   if (env_.rank == 0) slots.checkpoint_due() = parts_.checkpointer.timed_checkpoint_due() ? 1 : 0;
-  if (auto_balance_) {
-    const RankSpeed speed = measure_speed();
-    slots.seconds_per_sample(env_.rank) = speed.seconds_per_sample;
-    slots.running(env_.rank) = speed.running;
-    if (env_.rank == 0) slots.step_seconds() = speed.step_seconds;
-  }
+  balance_.fill_slots(slots);
   exchange_step(slots, parts_.strategy.comm(), parts_.device);
   // Before a checkpoint of this step, so that it records the split the next steps take.
-  if (auto_balance_) rebalance(slots.seconds_per_sample(), slots.running(), slots.step_seconds());
+  balance_.after_exchange(step_, slots);
   const bool stop = slots.stop_requests() > 0;
   const bool save =
       stop || slots.checkpoint_due() > 0 || parts_.checkpointer.step_checkpoint_due(step_);
@@ -280,7 +270,7 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
   if (stop) StopRequest::set_saving(true);
   const std::string name = save_mid_epoch(epoch, batches_done, so_far);
   // The write is nobody's step: the next step's time starts after it.
-  if (auto_balance_) start_measuring(parts_.observer.times());
+  balance_.start_measuring();
   if (!stop) return false;
   StopRequest::set_saving(false);
   stopped_ = Stopped{step_, name, static_cast<int>(slots.stop_requests())};
@@ -307,81 +297,8 @@ std::string EpochLoop::save_mid_epoch(int epoch, std::int64_t batches_done,
   position.mid_epoch.images.assign(sums.begin() + static_cast<long>(world), sums.end());
   position.mid_epoch.train_seconds = so_far.seconds;
   position.mid_epoch.skipped_steps = parts_.step.skipped_steps();
-  position.shares = shares_;
-  return parts_.checkpointer.save_step(position, parts_.model.module(), parts_.optimizer, epochs_,
-                                       parts_.strategy.comm());
-}
-
-void EpochLoop::use_shares(const std::vector<std::int64_t>& shares) {
-  shares_ = shares;
-  parts_.train.set_shares(shares_);
-  parts_.strategy.set_rank_share(shares_.at(static_cast<std::size_t>(env_.rank)),
-                                 micro_batch_size(config_));
-}
-
-void EpochLoop::start_measuring(PhaseTimes& times) {
-  times.take_work_spans();
-  measured_from_ = Clock::now();
-  step_samples_ = 0;
-}
-
-EpochLoop::RankSpeed EpochLoop::measure_speed() {
-  using Seconds = std::chrono::duration<double>;
-  const std::vector<TimeSpan> work = parts_.observer.times().take_work_spans();
-  const Clock::time_point now = Clock::now();
-  Clock::duration busy{0};
-  for (const TimeSpan& span : work) busy += span.end - span.start;
-  // Its own work net of stalls, then the stalls: one no longer than that work is a slice of
-  // it, as a device shared in slices makes (the work takes longer however the stalls land,
-  // in the work or in a wait at a collective, where it holds every other rank up too), and
-  // counts with the work. One longer than the work is an absence for whole steps, which no
-  // share of the samples shortens (the others wait at the allreduce for it whatever its
-  // share): it stays out of the speed, or moving samples off the rank would only make its
-  // absences weigh more per sample and move more.
-  const TimeSpan measured{measured_from_, now};
-  const Clock::duration held = stalls_->stalled_within({measured});
-  const Clock::duration net_work =
-      std::max(busy - stalls_->stalled_within(work), Clock::duration{0});
-  const Clock::duration slices =
-      stalls_within_work(stalls_->stalls_overlapping(measured), measured, net_work);
-  RankSpeed speed;
-  if (step_samples_ > 0) {
-    speed.seconds_per_sample =
-        Seconds(net_work + slices).count() / static_cast<double>(step_samples_);
-  }
-  const Clock::duration elapsed = now - measured_from_;
-  speed.step_seconds = Seconds(elapsed).count();
-  if (elapsed > Clock::duration{0}) {
-    speed.running = std::clamp(1.0 - Seconds(held).count() / Seconds(elapsed).count(), 0.0, 1.0);
-  }
-  measured_from_ = now;
-  step_samples_ = 0;
-  return speed;
-}
-
-void EpochLoop::rebalance(const std::vector<double>& seconds_per_sample,
-                          const std::vector<double>& running, double step_seconds) {
-  const std::optional<data::BalanceChange> change =
-      auto_balance_->observe(step_, seconds_per_sample, running, step_seconds);
-  if (!change) return;
-  use_shares(change->shares);
-  balance_changes_.push_back(*change);
-  if (env_.rank == 0) {
-    std::printf("balance auto: %s\n", data::describe(*change).c_str());
-    std::fflush(stdout);
-  }
-}
-
-std::optional<BalanceRecord> EpochLoop::balance() const {
-  if (shares_.empty()) return std::nullopt;
-  BalanceRecord record;
-  record.mode = name_of(config_.data.balance);
-  record.shares = shares_;
-  for (const data::BalanceChange& c : balance_changes_) {
-    record.changes.push_back({c.step, c.shares, c.seconds_per_sample, c.running, c.predicted_before,
-                              c.predicted_after, c.step_seconds, c.undo, c.before_move_seconds});
-  }
-  return record;
+  position.shares = balance_.shares();
+  return parts_.checkpointer.save_step(position, parts_.model, parts_.strategy, epochs_);
 }
 
 }  // namespace partrain

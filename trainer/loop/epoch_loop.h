@@ -3,7 +3,7 @@
 // train.max_steps, or a stop signal (then a checkpoint of the step it stopped at). After each
 // optimizer step the ranks agree through the step exchange (step_exchange.h) whether to stop
 // or to take a mid-epoch checkpoint; with data.balance auto also on each rank's compute time per
-// sample, from which every rank derives the same new split (trainer/data/balance.h).
+// sample, from which every rank derives the same new split (BalanceControl, balance_control.h).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -15,20 +15,15 @@
 #include <vector>
 
 #include "trainer/config/config.h"
-#include "trainer/data/balance.h"
 #include "trainer/data/loader.h"
+#include "trainer/loop/balance_control.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/observer.h"
-#include "trainer/observe/stall_meter.h"
-#include "trainer/report/report_writer.h"
-#include "trainer/parallel/strategy.h"
+#include "trainer/loop/train_step.h"
 #include "trainer/loop/worker.h"
 #include "trainer/model/train_model.h"
-#include "trainer/loop/train_step.h"
-
-namespace torch::optim {
-class Optimizer;
-}
+#include "trainer/parallel/strategy.h"
+#include "trainer/report/report_writer.h"
 
 namespace partrain {
 
@@ -41,7 +36,6 @@ struct EpochLoopParts {
   TrainModel& model;
   Strategy& strategy;
   TrainStep& step;
-  torch::optim::Optimizer& optimizer;  // for the checkpoints
   data::Loader& train;
   data::Loader& test;
   Checkpointer& checkpointer;
@@ -71,7 +65,7 @@ class EpochLoop {
   // Training time of this rank outside the wait for gradient averaging.
   double compute_seconds() const { return compute_seconds_; }
   // Global-batch mode: the split at the end and auto's changes of it (report.json's "balance").
-  std::optional<BalanceRecord> balance() const;
+  std::optional<BalanceRecord> balance() const { return balance_.record(); }
 
  private:
   struct EpochTotals {
@@ -94,24 +88,6 @@ class EpochLoop {
   std::string save_mid_epoch(int epoch, std::int64_t batches_done, const EpochTotals& so_far);
   EpochTotals resumed_totals(const MidEpoch& mid) const;
   bool reached_max_steps() const;
-  // The split the next micro-steps take: the loader's slices and the gradient's scale.
-  void use_shares(const std::vector<std::int64_t>& shares);
-  // data.balance auto, after a step's exchange: every rank's busy seconds per sample and
-  // fraction of the time it ran, in rank order, and the step's wall seconds on rank 0; moves
-  // the split, or takes a move back, when AutoBalance says so (the same on every rank).
-  void rebalance(const std::vector<double>& seconds_per_sample, const std::vector<double>& running,
-                 double step_seconds);
-  // This rank since the last call: the wall seconds of its own work (data wait, forward,
-  // backward, optimizer) and of every stall outside it, per sample (0 without samples), and
-  // the fraction of the wall time it was not stalled.
-  struct RankSpeed {
-    double seconds_per_sample = 0;
-    double running = 1;
-    double step_seconds = 0;  // the wall time since the last measurement
-  };
-  RankSpeed measure_speed();
-  // Where this step's measurement starts (an epoch's first starts after its evaluation).
-  void start_measuring(PhaseTimes& times);
 
   const Config& config_;
   WorkerEnv env_;
@@ -120,13 +96,7 @@ class EpochLoop {
   std::int64_t step_ = 0;
   double compute_seconds_ = 0;
   std::optional<Stopped> stopped_;
-  // Global-batch mode: every rank's share of a micro-step now (empty in per-rank mode).
-  std::vector<std::int64_t> shares_;
-  std::optional<data::AutoBalance> auto_balance_;  // data.balance auto with several ranks
-  std::vector<data::BalanceChange> balance_changes_;
-  std::unique_ptr<StallMeter> stalls_;  // data.balance auto: when this process was held off
-  Clock::time_point measured_from_;     // where this step's measurement starts
-  std::int64_t step_samples_ = 0;       // this rank's samples since then
+  BalanceControl balance_;  // global-batch mode's split of each micro-step over the ranks
   // Rank 0, observe.tensorboard: each optimizer step's loss (on the device, so that logging it
   // does not wait for the device every step), learning rate and end, until written.
   struct HeldStep {

@@ -11,18 +11,43 @@
 
 #include "comm_backends/communicator.h"
 #include "trainer/device/device_memory.h"
+#include "trainer/report/report_format.h"
 #include "trainer/report/process_memory.h"
-#include "trainer/parallel/powersgd.h"
 #include "trainer/parallel/tensor_buffer.h"
 #include "trainer/device/torch_info.h"
 
 namespace partrain {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The parts, each measured (final_report.h, RankMemory); what they leave of the peak resident
+// memory is the unexplained rest. The step peak holds the buckets that sharded gradients
+// allocate during backward, which the gradients count already.
+MemoryBreakdown memory_breakdown(const RankMemory& m, double peak_rss_mb) {
+  MemoryBreakdown b;
+  b.floor = m.floor_mb;
+  b.data = m.data_mb;
+  b.parameters = static_cast<double>(m.held.parameters) / kMiB;
+  b.gradients = static_cast<double>(m.held.gradients) / kMiB;
+  b.optimizer_state = static_cast<double>(m.held.optimizer_state) / kMiB;
+  b.communication = static_cast<double>(m.held.communication) / kMiB;
+  b.activations = static_cast<double>(
+                      std::max<std::int64_t>(0, m.step_peak_bytes - m.held.gradients_in_backward)) /
+                  kMiB;
+  b.unexplained = peak_rss_mb - (b.floor + b.data + b.parameters + b.gradients + b.optimizer_state +
+                                 b.communication + b.activations);
+  return b;
+}
+
+}  // namespace
 
 void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10::Device& device,
                              Strategy& strategy, double compute_seconds,
                              const std::vector<EpochRecord>& epochs, Clock::time_point run_start,
                              const RunObserver& observer,
-                             const std::optional<BalanceRecord>& balance) {
+                             const std::optional<BalanceRecord>& balance,
+                             const std::optional<RankMemory>& memory) {
   DeviceMemory mem = read_device_memory(device.is_cuda() ? device.index() : -1);
   const double kNone = std::nan("");
   std::vector<double> mine{peak_rss_mb(),
@@ -41,6 +66,11 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
   const std::size_t kBreakdownAt = mine.size();
   const Breakdown breakdown = observer.breakdown();
   for (const auto& [name, part] : kBreakdownParts) mine.push_back(breakdown.*part);
+  // The memory breakdown, or NaN in its first slot where there is none (CUDA).
+  const std::size_t kMemoryAt = mine.size();
+  MemoryBreakdown held = memory ? memory_breakdown(*memory, mine[0]) : MemoryBreakdown{};
+  if (!memory) held.floor = kNone;
+  for (const auto& [name, part] : kMemoryParts) mine.push_back(held.*part);
   const std::size_t kFields = mine.size();
   std::vector<double> all = mine;
   if (comm::Communicator* comm = strategy.comm()) {
@@ -85,22 +115,20 @@ void gather_and_write_report(const Config& cfg, const WorkerEnv& env, const c10:
       b.*kBreakdownParts[p].second = f[kBreakdownAt + p];
     }
     rr.breakdown = b;
+    if (!std::isnan(f[kMemoryAt])) {
+      MemoryBreakdown m;
+      for (std::size_t p = 0; p < kMemoryParts.size(); ++p) {
+        m.*kMemoryParts[p].second = f[kMemoryAt + p];
+      }
+      rr.memory = m;
+    }
     summary.env.devices.push_back(rr.device);
     summary.ranks.push_back(rr);
   }
-  if (!strategy.dp_devices().empty()) {
-    summary.env.devices.clear();
-    for (const auto& d : strategy.dp_devices()) summary.env.devices.push_back(d.str());
+  if (const std::vector<std::string> spread = strategy.spread_devices(); !spread.empty()) {
+    summary.env.devices = spread;
   }
-  if (const PowerSgd* powersgd = strategy.powersgd()) {
-    summary.compression =
-        CompressionRecord{"powersgd",
-                          cfg.comm.powersgd_rank,
-                          cfg.comm.powersgd_start_step,
-                          static_cast<std::int64_t>(powersgd->compressed_matrices()),
-                          static_cast<std::int64_t>(powersgd->bytes_per_step()),
-                          static_cast<std::int64_t>(powersgd->uncompressed_bytes_per_step())};
-  }
+  summary.compression = strategy.compression();
   summary.epochs = epochs;
   summary.straggler = observer.straggler();
   summary.balance = balance;

@@ -1,12 +1,12 @@
 #include "trainer/loop/train_step.h"
 
 #include <torch/nn/functional/loss.h>
-#include <torch/nn/module.h>
-#include <torch/nn/utils/clip_grad.h>
-#include <torch/optim/optimizer.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
+
+#include "trainer/device/tensor_memory.h"
 
 namespace partrain {
 
@@ -25,10 +25,9 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
 }
 
 TrainStep::TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strategy& strategy,
-                     torch::optim::Optimizer& optimizer, LrSchedule schedule)
+                     LrSchedule schedule)
     : options_(std::move(options)),
       strategy_(strategy),
-      optimizer_(optimizer),
       schedule_(schedule),
       precision_(std::move(precision)),
       lr_(schedule.lr_at(0)) {}
@@ -36,6 +35,12 @@ TrainStep::TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strate
 at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at::Tensor& labels,
                           bool sync, std::int64_t group_size, std::int64_t step) {
   Clock::time_point t = times_ ? Clock::now() : Clock::time_point();
+  const bool measure = step > 0;
+  std::int64_t alive_before = 0;
+  if (measure) {
+    reset_cpu_tensor_peak();
+    alive_before = cpu_tensor_bytes();
+  }
   at::Tensor out;
   {
     const AutocastScope autocast = precision_.forward_context();
@@ -50,29 +55,19 @@ at::Tensor TrainStep::run(TrainModel& model, const at::Tensor& images, const at:
   strategy_.prepare_for_backward(sync);
   precision_.scale_loss(group_size > 1 ? loss / static_cast<double>(group_size) : loss).backward();
   t = mark(Phase::kBackward, t);
-  if (sync) update(model, step, t);
+  if (measure)
+    step_peak_bytes_ = std::max(step_peak_bytes_, cpu_tensor_peak_bytes() - alive_before);
+  if (sync) update(step, t);
   return loss.detach();
 }
 
-// Order matters: clipping and the finiteness check see the gradients averaged over the ranks
-// (identical everywhere), so every rank clips by the same factor and skips the same steps.
-void TrainStep::update(TrainModel& model, std::int64_t step, Clock::time_point since) {
+// The comm_exposed phase is the wait for the averaged gradients; the update (unscale and
+// check, clip, step, zero) is the optimizer phase.
+void TrainStep::update(std::int64_t step, Clock::time_point since) {
   strategy_.finish_backward();
   since = mark(Phase::kCommExposed, since);
-  const std::vector<at::Tensor> parameters = model.module().parameters();
-  const bool finite = precision_.unscale_and_check(parameters, strategy_.comm());
-  if (finite && options_.clip_grad_norm > 0) {
-    torch::nn::utils::clip_grad_norm_(parameters, options_.clip_grad_norm);
-  }
   lr_ = schedule_.lr_at(step);
-  for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr_);
-  if (finite) {
-    optimizer_.step();
-  } else {
-    ++skipped_;
-  }
-  precision_.update(finite);
-  optimizer_.zero_grad();
+  if (!strategy_.step(UpdateOptions{lr_, options_.clip_grad_norm}, precision_)) ++skipped_;
   mark(Phase::kOptimizer, since);
 }
 

@@ -1,8 +1,7 @@
 // defines: TrainStep, TrainStepOptions and classification_loss() — one batch of training:
 // forward (under autocast for bf16/f16), loss (with label smoothing), backward (of the
-// loss-scaled loss for f16), and on the last batch of an accumulation group the update: the
-// gradients averaged over the ranks, unscaled and checked (f16), clipped to a global norm,
-// and applied by the optimizer at the schedule's rate.
+// loss-scaled loss for f16), and on the last batch of an accumulation group the update at the
+// schedule's rate, which the strategy carries out (Strategy::finish_backward() and step()).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -12,15 +11,11 @@
 #include <string>
 
 #include "trainer/config/config.h"
+#include "trainer/model/train_model.h"
 #include "trainer/observe/phase_times.h"
-#include "trainer/precision/precision.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/strategy.h"
-#include "trainer/model/train_model.h"
-
-namespace torch::optim {
-class Optimizer;
-}
+#include "trainer/precision/precision.h"
 
 namespace partrain {
 
@@ -41,7 +36,7 @@ at::Tensor classification_loss(const at::Tensor& logits, const at::Tensor& label
 class TrainStep {
  public:
   TrainStep(TrainStepOptions options, PrecisionPlugin precision, Strategy& strategy,
-            torch::optim::Optimizer& optimizer, LrSchedule schedule);
+            LrSchedule schedule);
 
   // `step`: the optimizer steps taken before this batch (the schedule's position). sync: this
   // batch ends its accumulation group of `group_size` batches, whose gradient is the mean
@@ -50,6 +45,10 @@ class TrainStep {
                  std::int64_t group_size, std::int64_t step);
 
   double learning_rate() const { return lr_; }  // of the last update
+  // The most CPU tensor memory one batch's forward and backward allocated above what was alive
+  // when it began, over every batch after the first optimizer step (whose backward also makes
+  // what stays: .grad, the optimizer's state); bytes (device/tensor_memory.h).
+  std::int64_t step_peak_bytes() const { return step_peak_bytes_; }
   // Updates skipped because the f16 gradients were not finite (they count as steps).
   std::int64_t skipped_steps() const { return skipped_; }
   void set_skipped_steps(std::int64_t n) { skipped_ = n; }
@@ -61,7 +60,7 @@ class TrainStep {
   void slow_forward(double seconds_per_sample) { sample_delay_s_ = seconds_per_sample; }
 
  private:
-  void update(TrainModel& model, std::int64_t step, Clock::time_point since);
+  void update(std::int64_t step, Clock::time_point since);
   // The end of `phase` (begun at `since`) in times_, if any; returns the phase's end.
   Clock::time_point mark(Phase phase, Clock::time_point since) {
     return times_ ? times_->mark(phase, since) : since;
@@ -69,13 +68,13 @@ class TrainStep {
 
   TrainStepOptions options_;
   Strategy& strategy_;
-  torch::optim::Optimizer& optimizer_;
   LrSchedule schedule_;
   PrecisionPlugin precision_;
   double lr_ = 0;
   std::int64_t skipped_ = 0;
   PhaseTimes* times_ = nullptr;
   double sample_delay_s_ = 0;
+  std::int64_t step_peak_bytes_ = 0;
 };
 
 }  // namespace partrain

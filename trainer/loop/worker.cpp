@@ -6,9 +6,10 @@
 //   -> rendezvous: store and communicator                       [rendezvous]
 //   -> each rank's clock offset to rank 0, through the store     [observer]
 //   -> load this rank's data and loaders                        [rank_data]
+//   -> the strategy: single, dp, ddp or sharded ddp             [strategy]
 //   -> build the model, the same on every rank                  [strategy, train_model]
-//   -> optimizer, learning-rate schedule, precision             [optimizer, lr_schedule,
-//                                                                precision]
+//   -> the strategy's optimizer, learning-rate schedule,        [strategy, optimizer,
+//      precision                                                 lr_schedule, precision]
 //   -> resume from a checkpoint, if any                         [checkpoint]
 //   -> for each epoch: train steps (the Reducer overlaps the    [epoch_loop, train_step,
 //      gradient allreduce with backward), evaluate on this       evaluation, step_exchange]
@@ -20,30 +21,29 @@
 //      or, stopped at a signal: say where, exit kExitStopped
 #include "trainer/loop/worker.h"
 
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-
+#include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 
 #include "common/errors.h"
 #include "common/stop_request.h"
 #include "common/stopwatch.h"
 #include "common/worker_lines.h"
-#include "trainer/precision/precision.h"
+#include "trainer/device/rank_device.h"
+#include "trainer/device/tensor_memory.h"
 #include "trainer/loop/checkpoint.h"
 #include "trainer/loop/epoch_loop.h"
 #include "trainer/loop/final_report.h"
 #include "trainer/loop/observer.h"
-#include "trainer/optim/lr_schedule.h"
-#include "trainer/optim/optimizer.h"
 #include "trainer/loop/rank_data.h"
-#include "trainer/device/rank_device.h"
-#include "trainer/parallel/rendezvous.h"
-#include "trainer/parallel/strategy.h"
 #include "trainer/loop/train_step.h"
 #include "trainer/observe/flight_recorder.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/parallel/rendezvous.h"
+#include "trainer/parallel/strategy.h"
+#include "trainer/precision/precision.h"
+#include "trainer/report/process_memory.h"
 
 namespace partrain {
 
@@ -84,6 +84,11 @@ void dump_flight_record(const Config& cfg, const WorkerEnv& env, const char* err
 
 int run_worker(Config config, const WorkerEnv& env) {
   const auto run_start = Clock::now();
+  // Before any tensor: the allocator that counts CPU tensor memory (the memory breakdown), and
+  // the process as it stands, LibTorch loaded, before the run makes anything.
+  count_cpu_tensor_memory();
+  RankMemory memory;
+  memory.floor_mb = rss_mb();
   // Global-batch mode: each rank's share of the batch, known now that the world size is.
   resolve_batch_size(config, env.world_size, env.rank);
   const Config& cfg = config;
@@ -114,19 +119,20 @@ int run_worker(Config config, const WorkerEnv& env) {
   phase_seconds();
   observer.sync_clocks(group.store());
   observer.startup().clocks = phase_seconds();
+  const double before_data_mb = rss_mb();
   RankData data = load_rank_data(cfg, env, group.store(), group.timeout);
+  memory.data_mb = std::max(0.0, rss_mb() - before_data_mb);
   observer.startup().data = phase_seconds();
 
-  Strategy strategy(cfg, device, group.comm.get());
+  std::unique_ptr<Strategy> strategy_owner = make_strategy(cfg, device, group.comm.get());
+  Strategy& strategy = *strategy_owner;
   const ModelShape shape{data.train_set->channels, data.train_set->height,
                          data.train_set->num_classes, data.train_set->width};
   std::unique_ptr<TrainModel> model = strategy.build_model(shape, group.batchnorm_comm.get());
-  std::unique_ptr<torch::optim::Optimizer> optimizer =
-      make_optimizer(cfg.train.optimizer, model->module().parameters());
+  strategy.make_optimizer(*model);
 
   Checkpointer checkpointer(cfg, env);
-  const TrainingPosition position =
-      checkpointer.resume(model->module(), *optimizer, strategy.comm());
+  const TrainingPosition position = checkpointer.resume(*model, strategy);
   if ((position.epoch > 0 || position.mid_epoch.any()) && env.rank == 0) {
     std::printf("resumed from %s: epoch %d done, %lld steps", position.source.c_str(),
                 position.epoch, static_cast<long long>(position.step));
@@ -145,15 +151,14 @@ int run_worker(Config config, const WorkerEnv& env) {
   if (cfg.data.global_batch_size > 0) {
     strategy.set_rank_share(cfg.data.batch_size, micro_batch_size(cfg));
   }
-  if (CheckpointState* state = strategy.checkpoint_state()) checkpointer.attach(*state);
   observer.startup().model = phase_seconds();
 
-  TrainStep step(train_step_options(cfg.train), std::move(precision), strategy, *optimizer,
+  TrainStep step(train_step_options(cfg.train), std::move(precision), strategy,
                  LrSchedule(cfg.train.schedule, cfg.train.optimizer.lr,
                             total_optimizer_steps(cfg.train, data.train->num_batches())));
   EpochLoop loop(cfg, env,
-                 EpochLoopParts{*model, strategy, step, *optimizer, *data.train, *data.test,
-                                checkpointer, observer, device});
+                 EpochLoopParts{*model, strategy, step, *data.train, *data.test, checkpointer,
+                                observer, device});
   try {
     loop.run(position);
   } catch (const CommError& e) {
@@ -166,8 +171,11 @@ int run_worker(Config config, const WorkerEnv& env) {
   }
 
   observer.write_trace(strategy.comm() ? strategy.comm()->name() : "none");
+  memory.step_peak_bytes = step.step_peak_bytes();
+  memory.held = strategy.memory(*model);
   gather_and_write_report(cfg, env, device, strategy, loop.compute_seconds(), loop.epochs(),
-                          run_start, observer, loop.balance());
+                          run_start, observer, loop.balance(),
+                          device.is_cpu() ? std::optional<RankMemory>(memory) : std::nullopt);
   if (group.comm) group.comm->barrier();
   return 0;
 }

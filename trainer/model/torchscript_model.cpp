@@ -30,7 +30,6 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "trainer/parallel/data_parallel.h"
 
 namespace partrain {
 namespace {
@@ -145,28 +144,17 @@ class TorchScriptModel final : public TrainModel {
     return root_->script().forward({images}).toTensor();
   }
 
-  at::Tensor forward_data_parallel(const at::Tensor& images,
-                                   const std::vector<c10::Device>& devices,
-                                   const c10::Device& output_device,
-                                   const std::vector<double>& weights) override {
-    const std::vector<at::Tensor> parameters = root_->parameters();
+  DataParallelReplica replicate(const c10::Device& device) override {
     jit::Module& script = root_->script();
-    auto replicate = [&](const c10::Device& device) {
-      jit::Module copy = independent_copy(script);
-      copy.to(device);  // the buffers; the parameters are placed afresh below
-      std::map<const c10::TensorImpl*, at::Tensor> fresh;
-      place_parameters(script, copy, device, fresh);
-      DataParallelReplica replica;
-      for (const auto& p : parameters)
-        replica.parameters.push_back(fresh.at(p.unsafeGetTensorImpl()));
-      replica.forward = [copy](const at::Tensor& x) mutable {
-        return copy.forward({x}).toTensor();
-      };
-      return replica;
-    };
-    return data_parallel_forward(
-        parameters, [this](const at::Tensor& x) { return forward(x); }, replicate, images, devices,
-        output_device, weights);
+    jit::Module copy = independent_copy(script);
+    copy.to(device);  // the buffers; the parameters are placed afresh below
+    std::map<const c10::TensorImpl*, at::Tensor> fresh;
+    place_parameters(script, copy, device, fresh);
+    DataParallelReplica replica;
+    for (const auto& p : root_->parameters())
+      replica.parameters.push_back(fresh.at(p.unsafeGetTensorImpl()));
+    replica.forward = [copy](const at::Tensor& x) mutable { return copy.forward({x}).toTensor(); };
+    return replica;
   }
 
  private:

@@ -3,8 +3,6 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "common/errors.h"
-#include "trainer/parallel/data_parallel.h"
-#include "trainer/parallel/sync_batchnorm.h"
 #include "trainer/model/torchscript_model.h"
 
 namespace partrain {
@@ -17,11 +15,8 @@ class SequentialModel final : public TrainModel {
 
   torch::nn::Module& module() override { return *net_; }
   at::Tensor forward(const at::Tensor& images) override { return net_->forward(images); }
-  at::Tensor forward_data_parallel(const at::Tensor& images,
-                                   const std::vector<c10::Device>& devices,
-                                   const c10::Device& output_device,
-                                   const std::vector<double>& weights) override {
-    return data_parallel_forward(*net_, images, devices, output_device, weights);
+  DataParallelReplica replicate(const c10::Device& device) override {
+    return replicate_sequential(*net_, device);
   }
 
  private:
@@ -30,16 +25,26 @@ class SequentialModel final : public TrainModel {
 
 }  // namespace
 
+DataParallelReplica replicate_sequential(torch::nn::SequentialImpl& module,
+                                         const c10::Device& device) {
+  auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
+  PARTRAIN_CHECK(replica != nullptr, Error,
+                 "DataParallel: the model did not clone as a Sequential");
+  replica->train(module.is_training());
+  // Sequential's clone numbers its children ("0.weight" for "conv1.weight"), so its
+  // parameters are matched to the model's by position (and checked by shape).
+  return DataParallelReplica{[replica](const at::Tensor& x) { return replica->forward(x); },
+                             replica->parameters()};
+}
+
 std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape,
-                                             comm::Communicator* batchnorm_comm) {
+                                             const NormLayer& norm) {
   if (!config.torchscript.empty()) {
-    PARTRAIN_CHECK(batchnorm_comm == nullptr, UsageError,
+    PARTRAIN_CHECK(norm == nullptr, UsageError,
                    "model.sync_batchnorm is not available with model.torchscript");
     return load_torchscript_model(config.torchscript, shape);
   }
-  torch::nn::Sequential net = make_model(
-      config, shape, batchnorm_comm != nullptr ? sync_batchnorm_layers(*batchnorm_comm) : nullptr);
-  return std::make_unique<SequentialModel>(std::move(net));
+  return std::make_unique<SequentialModel>(make_model(config, shape, norm));
 }
 
 }  // namespace partrain

@@ -6,6 +6,7 @@
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,14 @@ class Module;
 }
 
 namespace partrain {
+
+// A copy of a model placed on another device (strategy dp, Note [DataParallel]): its forward,
+// and its parameters in the order of the model's own, each a leaf of its own that the
+// gradients are wired back from.
+struct DataParallelReplica {
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::vector<at::Tensor> parameters;
+};
 
 class TrainModel {
  public:
@@ -31,23 +40,20 @@ class TrainModel {
   // A batch of images [N, C, H, W] to logits [N, num_classes].
   virtual at::Tensor forward(const at::Tensor& images) = 0;
 
-  // strategy dp: the batch split over `devices` (evenly, or in proportion to `weights`), a
-  // replica on each, the outputs gathered on `output_device` (see data_parallel.h).
-  virtual at::Tensor forward_data_parallel(const at::Tensor& images,
-                                           const std::vector<c10::Device>& devices,
-                                           const c10::Device& output_device,
-                                           const std::vector<double>& weights) = 0;
+  // strategy dp: a fresh copy of the model (parameters and buffers as they are now) on
+  // `device`, for one forward (parallel/data_parallel.h).
+  virtual DataParallelReplica replicate(const c10::Device& device) = 0;
 };
 
-namespace comm {
-class Communicator;
-}
+// The replica of a built-in model: a deep copy, its parameters matched by position.
+DataParallelReplica replicate_sequential(torch::nn::SequentialImpl& module,
+                                         const c10::Device& device);
 
 // The model `config` names, for images of `shape`, on the CPU: model.torchscript's module
-// (load_torchscript_model, which checks it), else a built-in one. With `batchnorm_comm`
-// (model.sync_batchnorm under ddp), its BatchNorm layers become SyncBatchNorm over that
-// communicator, which must outlive the model and serve nothing else (sync_batchnorm.cpp).
+// (load_torchscript_model, which checks it), else a built-in one. `norm`: the normalisation
+// layer of a built-in model (model.sync_batchnorm passes SyncBatchNorm's,
+// parallel/sync_batchnorm.h); a TorchScript module brings its own, so `norm` must be unset.
 std::unique_ptr<TrainModel> make_train_model(const ModelConfig& config, const ModelShape& shape,
-                                             comm::Communicator* batchnorm_comm = nullptr);
+                                             const NormLayer& norm = nullptr);
 
 }  // namespace partrain

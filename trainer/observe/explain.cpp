@@ -109,6 +109,56 @@ BenchReport read_bench_report(const std::string& path) {
   return bench;
 }
 
+namespace {
+
+// Where each rank's peak resident memory went (ranks[].memory), the spread of the peaks over
+// the ranks, and what train.shard would take off where the run did not shard. "" for reports
+// without a memory breakdown (CUDA runs, older reports).
+std::string describe_memory(const RunReport& report) {
+  const RunSummary& s = report.summary;
+  for (const RankRecord& r : s.ranks) {
+    if (!r.memory) return "";
+  }
+  std::string out = "\nWhere memory went (MiB of each rank's peak resident memory):\nrank  peak_mb";
+  for (const auto& [name, part] : kMemoryParts) {
+    std::string column(name);
+    column.resize(column.size() - 3);  // without "_mb"
+    out += format(" %15s", column.c_str());
+  }
+  out += "\n";
+  double low = 0, high = 0;
+  for (const RankRecord& r : s.ranks) {
+    out += format("%4d %8.0f", r.rank, r.peak_rss_mb);
+    for (const auto& [name, part] : kMemoryParts) out += format(" %15.1f", (*r.memory).*part);
+    out += "\n";
+    low = low == 0 ? r.peak_rss_mb : std::min(low, r.peak_rss_mb);
+    high = std::max(high, r.peak_rss_mb);
+  }
+  const MemoryBreakdown& m = *s.ranks.front().memory;
+  const double state = m.parameters + m.gradients + m.optimizer_state;
+  out += format(
+      "Rank 0: parameters, gradients and optimizer state %.0f MiB, the step's activations %.0f "
+      "MiB, LibTorch's floor %.0f MiB, data %.0f MiB, unexplained %.0f MiB (%.1f%% of its peak).\n",
+      state, m.activations, m.floor, m.data, m.unexplained,
+      100.0 * share(m.unexplained, s.ranks.front().peak_rss_mb));
+  if (s.ranks.size() > 1) {
+    out += format("The ranks' peaks lie within %.1f%% of each other (%.0f to %.0f MiB).\n",
+                  100.0 * share(high - low, low), low, high);
+  }
+  const std::string shard = leaf(report, "train.shard");
+  const int world = static_cast<int>(s.ranks.size());
+  if (world > 1 && (shard.empty() || shard == "none") && m.optimizer_state > 0) {
+    const double keep = 1.0 - 1.0 / world;
+    out += format(
+        "train.shard optimizer would keep 1/%d of the optimizer state on each rank (%.0f MiB "
+        "less), gradients 1/%d of the gradients too (about %.0f MiB more).\n",
+        world, keep * m.optimizer_state, world, keep * m.gradients);
+  }
+  return out;
+}
+
+}  // namespace
+
 double achieved_busbw_gbps(const RankRecord& rank, int world_size) {
   if (rank.comm_bytes <= 0 || rank.comm_busy_seconds <= 0 || world_size < 2) return 0;
   return 2.0 * (world_size - 1) / world_size * static_cast<double>(rank.comm_bytes) /
@@ -435,6 +485,7 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
   }
 
   out += describe_traffic(report, bench);
+  out += describe_memory(report);
 
   // The speed-up against the single-device run.
   if (baseline) {
@@ -822,6 +873,18 @@ nlohmann::ordered_json explanation_to_json(const Explanation& ex, const RunRepor
     advice.push_back(one);
   }
   j["advice"] = advice;
+  Json memory = nullptr;
+  for (const RankRecord& r : report.summary.ranks) {
+    if (!r.memory) {
+      memory = nullptr;
+      break;
+    }
+    if (memory.is_null()) memory = Json::array();
+    Json rank{{"rank", r.rank}, {"peak_mb", r.peak_rss_mb}};
+    for (const auto& [name, part] : kMemoryParts) rank[std::string(name)] = (*r.memory).*part;
+    memory.push_back(rank);
+  }
+  j["memory"] = memory;
   return j;
 }
 

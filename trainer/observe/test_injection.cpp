@@ -92,6 +92,7 @@ InjectedFaults injected_faults(int rank) {
   PARTRAIN_CHECK(f.stop_save_delay_s >= 0.0 && f.stop_save_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STOP_SAVE_DELAY: the delay must be within 0..60 seconds");
   f.save_fault = save_fault_for(rank);
+  f.own_disk = seconds_for("PARTRAIN_TEST_OWN_DISK", rank) > 0;
   return f;
 }
 

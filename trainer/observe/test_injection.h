@@ -19,6 +19,9 @@
 //                                           save (default 1) at PHASE, one of the save's steps
 //                                           (SaveFault::Phase), so a test can check what that
 //                                           leaves on disk and that the run resumes from it
+//   PARTRAIN_TEST_OWN_DISK=RANK:1           rank RANK resumes as a rank on a host of its own
+//                                           would: it does not see rank 0's checkpoint file,
+//                                           so rank 0 sends it the bytes
 #pragma once
 
 namespace partrain {
@@ -45,6 +48,7 @@ struct InjectedFaults {
   double sample_delay_s = 0;
   double stop_save_delay_s = 0;
   SaveFault save_fault;
+  bool own_disk = false;
 };
 
 // This rank's share of the variables above; a malformed value is a UsageError naming it.

@@ -1,5 +1,6 @@
 // defines: BucketReduction — how the Reducer's communication thread reduces one gradient
-// bucket over the ranks — its plain form AllreduceBucket, and BucketContents, the layout of a
+// bucket over the ranks — its plain form AllreduceBucket, ReduceScatterBucket (train.shard
+// gradients: only this rank's block of each sum is kept), and BucketContents, the layout of a
 // bucket that a reduction may need (PowerSgd, powersgd.h, compresses each matrix of it).
 #pragma once
 
@@ -46,6 +47,29 @@ class AllreduceBucket final : public BucketReduction {
 
  private:
   comm::Communicator& comm_;
+};
+
+// Sharded gradients (Note [Sharded gradients], reducer.cpp): bucket b's sum over the ranks is
+// reduce-scattered and this rank's block of it added to shards[b], its gradient shard, which
+// accumulates over the micro-steps of an optimizer step until the step zeroes it. `scratch`
+// holds the largest block. The bucket itself is left as scratch.
+class ReduceScatterBucket final : public BucketReduction {
+ public:
+  ReduceScatterBucket(comm::Communicator& comm, std::vector<at::Tensor> shards, at::Tensor scratch)
+      : comm_(comm), shards_(std::move(shards)), scratch_(std::move(scratch)) {}
+  std::int64_t reduce(std::size_t bucket, const at::Tensor& flat, float,
+                      const StreamOrder& order) override {
+    const at::Tensor& shard = shards_.at(bucket);
+    const at::Tensor out = scratch_.narrow(0, 0, shard.numel());
+    reduce_scatter_tensor(comm_, flat, out, comm::ReduceOp::sum, order);
+    shard.add_(out);
+    return flat.numel() * static_cast<std::int64_t>(flat.element_size());
+  }
+
+ private:
+  comm::Communicator& comm_;
+  std::vector<at::Tensor> shards_;
+  at::Tensor scratch_;
 };
 
 }  // namespace partrain

@@ -130,19 +130,20 @@ at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Te
                                  const std::vector<c10::Device>& devices,
                                  const c10::Device& output_device,
                                  const std::vector<double>& weights) {
-  auto replicate = [&module](const c10::Device& device) {
-    auto replica = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(module.clone(device));
-    PARTRAIN_CHECK(replica != nullptr, Error,
-                   "DataParallel: the model did not clone as a Sequential");
-    replica->train(module.is_training());
-    // Sequential's clone numbers its children ("0.weight" for "conv1.weight"), so its
-    // parameters are matched to the model's by position (and checked by shape).
-    return DataParallelReplica{[replica](const at::Tensor& x) { return replica->forward(x); },
-                               replica->parameters()};
-  };
   return data_parallel_forward(
-      module.parameters(), [&module](const at::Tensor& x) { return module.forward(x); }, replicate,
-      input, devices, output_device, weights);
+      module.parameters(), [&module](const at::Tensor& x) { return module.forward(x); },
+      [&module](const c10::Device& device) { return replicate_sequential(module, device); }, input,
+      devices, output_device, weights);
+}
+
+at::Tensor data_parallel_forward(TrainModel& model, const at::Tensor& input,
+                                 const std::vector<c10::Device>& devices,
+                                 const c10::Device& output_device,
+                                 const std::vector<double>& weights) {
+  return data_parallel_forward(
+      model.module().parameters(), [&model](const at::Tensor& x) { return model.forward(x); },
+      [&model](const c10::Device& device) { return model.replicate(device); }, input, devices,
+      output_device, weights);
 }
 
 }  // namespace partrain

@@ -8,9 +8,7 @@
 #include <functional>
 #include <vector>
 
-namespace torch::nn {
-class SequentialImpl;
-}
+#include "trainer/model/train_model.h"
 
 namespace partrain {
 
@@ -28,12 +26,11 @@ at::Tensor data_parallel_forward(torch::nn::SequentialImpl& module, const at::Te
                                  const c10::Device& output_device,
                                  const std::vector<double>& weights = {});
 
-// A copy of a model placed on another device, for the general form below: its forward, and
-// its parameters in the order of the model's own.
-struct DataParallelReplica {
-  std::function<at::Tensor(const at::Tensor&)> forward;
-  std::vector<at::Tensor> parameters;
-};
+// The same for any TrainModel: its replicate() makes the copies.
+at::Tensor data_parallel_forward(TrainModel& model, const at::Tensor& input,
+                                 const std::vector<c10::Device>& devices,
+                                 const c10::Device& output_device,
+                                 const std::vector<double>& weights = {});
 
 // The same for a model of any kind: `parameters` are the model's own (on devices[0]),
 // `forward` runs the model itself, `replicate(device)` makes a fresh copy on `device` whose

@@ -257,4 +257,8 @@ void PowerSgd::load(const c10::IValue& saved, const std::string& path) {
   steps_ = dict.at("steps").toInt();
 }
 
+std::int64_t PowerSgd::memory_bytes() const {
+  return (error_elements() + q_elements()) * static_cast<std::int64_t>(element_bytes_);
+}
+
 }  // namespace partrain

@@ -8,11 +8,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include "trainer/loop/checkpoint_state.h"
 #include "trainer/parallel/bucket_reduction.h"
+
+namespace c10 {
+struct IValue;
+}
 
 namespace partrain {
 
@@ -31,7 +35,7 @@ struct PowerSgdOptions {
   bool compress_every_matrix = false;
 };
 
-class PowerSgd final : public BucketReduction, public CheckpointState {
+class PowerSgd final : public BucketReduction {
  public:
   // `buckets`: the Reducer's layout (Reducer::bucket_contents()); `tensor_options`: the
   // gradients' dtype (f32 or f64) and device. The same on every rank.
@@ -43,16 +47,20 @@ class PowerSgd final : public BucketReduction, public CheckpointState {
                       const StreamOrder& order) override;
   void end_step() override { ++steps_; }
 
-  std::string key() const override { return "powersgd"; }
-  // The factors Q, every rank's error buffers (gathered: a collective) and the step count.
-  c10::IValue save() override;
-  void load(const c10::IValue& saved, const std::string& path) override;
+  // Its checkpoint state (the strategy's entry "powersgd"): the factors Q, every rank's error
+  // buffers (gathered: a collective, on every rank) and the step count.
+  c10::IValue save();
+  // On every rank, with the value save() returned on rank 0. Throws UsageError naming `path`
+  // when it does not fit this run.
+  void load(const c10::IValue& saved, const std::string& path);
 
   std::int64_t steps() const { return steps_; }  // sync steps reduced so far
   std::size_t compressed_matrices() const;
   // Bytes each rank hands to the allreduces of one sync step once compressing, and without.
   std::uint64_t bytes_per_step() const;
   std::uint64_t uncompressed_bytes_per_step() const;
+  // Bytes it keeps between steps: the factors Q and the error buffers.
+  std::int64_t memory_bytes() const;
 
  private:
   // A parameter compressed as a rows x cols matrix (its first dimension by the rest).

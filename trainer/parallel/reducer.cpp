@@ -7,23 +7,37 @@
 //   bucket 0 (<= first_bucket_mb)  bucket 1 (<= bucket_mb)           ...
 //   [ fc.w | fc.b ]                [ conv4.w | bn4.w | bn4.b | ... ]
 //
-// Each parameter has a hook that autograd calls with its gradient. The hook copies the
-// gradient into its slot, already scaled by the rank's share of the step's samples (1/W when
-// the shares are even; set_scale()) ("average while copying"), and when a
-// bucket's last slot is filled the bucket is ready. A communication thread allreduces
-// ready buckets strictly in bucket order — every rank issues the same collectives in the
-// same order, whatever order autograd happened to finish them in — so bucket 0 is on the
-// wire while autograd computes the gradients of bucket 1. After backward, finish_backward()
-// waits for the remaining buckets and copies the sums back into .grad.
+// Each parameter's .grad is its slot of a bucket (a tensor over the bucket's memory), so a
+// gradient is held once: autograd accumulates into the bucket itself. A hook runs after
+// autograd has accumulated a parameter's gradient (a post-hook of its gradient accumulator);
+// it scales the slot by the rank's share of the step's samples (1/W when the shares are even;
+// set_scale()), and when a bucket's last slot is scaled the bucket is ready. A communication
+// thread allreduces ready buckets strictly in bucket order — every rank issues the same
+// collectives in the same order, whatever order autograd happened to finish them in — so
+// bucket 0 is on the wire while autograd computes the gradients of bucket 1. After backward,
+// finish_backward() waits for the remaining buckets; the averages are then in .grad already.
 //
 // What "allreduces a bucket" means is one pluggable piece, a BucketReduction: a plain
 // allreduce of the flat tensor, or PowerSGD (powersgd.h), which sends low-rank factors of the
 // bucket's matrices instead. It is called at one place, the communication thread's loop.
 //
 // Gradient accumulation: on a micro-step without sync the hooks do nothing and autograd
-// sums into .grad as usual; on the sync step the hook adds what .grad already holds, so the
-// bucket carries the whole accumulated gradient. Parameters that received no gradient this
-// step contribute their .grad (or zero) when finish_backward() closes the step.
+// sums into .grad, the bucket, as usual; on the sync step the hook scales the whole
+// accumulated sum. Parameters that received no gradient this step contribute their .grad
+// (zero unless accumulated) when finish_backward() closes the step. The optimizer step is
+// followed by zero_grad(), which zeroes the buckets.
+//
+// Note [Sharded gradients]
+// ------------------------
+// With train.shard gradients (GradientHome::kShards) a rank keeps only its block of each
+// bucket's sum (ZeRO-2): buckets are padded to a multiple of W, and rank r's block is the r-th
+// W-th of each. No .grad is kept: the hook copies the gradient autograd just produced into its
+// slot, scaled, and drops .grad. On the CPU a bucket is allocated when its first gradient
+// arrives and freed once its reduction (ReduceScatterBucket: reduce-scatter, this rank's block
+// added to its gradient shard) is done, so only the buckets between backward and the wire
+// are alive at once, never the whole gradient. Since nothing is kept between micro-steps,
+// every backward communicates, gradient accumulation included: a micro-step's buckets are
+// waited for when the next micro-step begins, behind its forward.
 //
 // Note [Reducer streams]
 // ----------------------
@@ -45,6 +59,10 @@
 #include "trainer/parallel/reducer.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <c10/util/strides.h>
 
 #include <algorithm>
 
@@ -64,6 +82,8 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
     if (p.requires_grad()) params_.push_back(p);
   }
   scale_ = 1.0f / static_cast<float>(comm_.size());
+  transient_ =
+      options_.gradients == GradientHome::kShards && !params_.empty() && !params_[0].is_cuda();
   make_buckets();
   register_hooks();
   prepare_cuda_staging();
@@ -71,8 +91,9 @@ Reducer::Reducer(std::vector<at::Tensor> parameters, comm::Communicator& comm,
   comm_thread_ = std::thread([this] { run_comm_thread(); });
 }
 
-// The layout is assign_buckets()'s; here each bucket gets its flat tensor and each parameter
-// its slot in one.
+// The layout is assign_buckets()'s, each bucket padded to pad_to; here each bucket gets its
+// flat tensor (unless transient) and each parameter its slot in one, which is its .grad with
+// GradientHome::kBuckets.
 void Reducer::make_buckets() {
   std::vector<std::size_t> element_counts;
   for (const auto& p : params_) {
@@ -81,30 +102,84 @@ void Reducer::make_buckets() {
     element_counts.push_back(static_cast<std::size_t>(p.numel()));
   }
   const std::size_t element_bytes = params_.empty() ? 4 : params_[0].element_size();
+  const std::size_t pad = std::max<std::size_t>(1, options_.pad_to);
   slots_.resize(params_.size());
-  for (auto& layout : assign_buckets(element_counts, element_bytes,
-                                     {options_.bucket_mb, options_.first_bucket_mb})) {
+  layout_ =
+      assign_buckets(element_counts, element_bytes, {options_.bucket_mb, options_.first_bucket_mb});
+  for (auto& layout : layout_) {
+    layout.elements = (layout.elements + pad - 1) / pad * pad;
     for (std::size_t i = 0; i < layout.params.size(); ++i) {
       slots_[layout.params[i]].bucket = buckets_.size();
       slots_[layout.params[i]].offset = layout.offsets[i];
     }
     Bucket bucket;
-    bucket.flat = at::zeros({static_cast<int64_t>(layout.elements)},
-                            params_[0].options().requires_grad(false));
-    bucket.params = std::move(layout.params);
+    bucket.params = layout.params;
+    bucket.elements = layout.elements;
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(buckets_.size(), false);
   timings_.resize(buckets_.size());
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    timings_[b].bytes = static_cast<std::size_t>(buckets_[b].flat.numel()) * element_bytes;
+    timings_[b].bytes = buckets_[b].elements * element_bytes;
+    if (!transient_) flat_of(b);
   }
+  if (options_.gradients != GradientHome::kBuckets) return;
+  at::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor view = slot_view(k);
+    at::Tensor& grad = params_[k].mutable_grad();
+    if (grad.defined()) view.copy_(grad);
+    grad = view;
+  }
+}
+
+at::Tensor& Reducer::flat_of(std::size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (!bucket.flat.defined()) {
+    const at::TensorOptions options = params_[0].options().requires_grad(false);
+    bucket.flat = transient_ ? at::empty({static_cast<int64_t>(bucket.elements)}, options)
+                             : at::zeros({static_cast<int64_t>(bucket.elements)}, options);
+    if (transient_) {
+      // The padding after the last slot is never written: it must add nothing.
+      const std::size_t used =
+          layout_[b].offsets.empty()
+              ? 0
+              : layout_[b].offsets.back() +
+                    static_cast<std::size_t>(params_[layout_[b].params.back()].numel());
+      bucket.flat
+          .narrow(0, static_cast<int64_t>(used), static_cast<int64_t>(bucket.elements - used))
+          .zero_();
+    }
+    live_ += static_cast<std::int64_t>(bucket.flat.nbytes());
+    peak_live_ = std::max(peak_live_, live_);
+    if (transient_) ++live_buckets_;
+  }
+  return bucket.flat;
+}
+
+at::Tensor Reducer::slot_view(std::size_t k) const {
+  return storage_view(buckets_[slots_[k].bucket].flat, static_cast<std::int64_t>(slots_[k].offset),
+                      params_[k].sizes());
+}
+
+at::Tensor storage_view(const at::Tensor& flat, std::int64_t offset, at::IntArrayRef sizes) {
+  at::Tensor view = at::empty({0}, flat.options());
+  view.set_(flat.storage(), flat.storage_offset() + offset, sizes, c10::contiguous_strides(sizes));
+  return view;
 }
 
 void Reducer::register_hooks() {
   for (std::size_t k = 0; k < params_.size(); ++k) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(params_[k]);
     hooks_.push_back(
-        params_[k].register_hook([this, k](const at::Tensor& grad) { on_gradient(k, grad); }));
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, k](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list&) {
+              on_gradient(k);
+              return outputs;
+            })));
+    accumulators_.push_back(std::move(accumulator));
   }
 }
 
@@ -121,7 +196,7 @@ void Reducer::prepare_cuda_staging() {
   // device, which must not happen in the middle of backward.
   const Bucket* largest = &buckets_[0];
   for (const auto& b : buckets_) {
-    if (b.flat.numel() > largest->flat.numel()) largest = &b;
+    if (b.elements > largest->elements) largest = &b;
   }
   staging_->host_buffer(as_buffer(largest->flat), 0);
 }
@@ -133,7 +208,9 @@ Reducer::~Reducer() {
   }
   cv_.notify_all();
   if (comm_thread_.joinable()) comm_thread_.join();
-  for (std::size_t k = 0; k < params_.size(); ++k) params_[k].remove_hook(hooks_[k]);
+  for (std::size_t k = 0; k < accumulators_.size(); ++k) {
+    accumulators_[k]->del_post_hook(hooks_[k]);
+  }
 }
 
 void Reducer::set_scale(float scale) {
@@ -162,7 +239,7 @@ std::vector<BucketContents> Reducer::bucket_contents() const {
 
 std::vector<std::size_t> Reducer::bucket_sizes() const {
   std::vector<std::size_t> sizes;
-  for (const auto& b : buckets_) sizes.push_back(static_cast<std::size_t>(b.flat.numel()));
+  for (const auto& b : buckets_) sizes.push_back(b.elements);
   return sizes;
 }
 
@@ -181,39 +258,97 @@ std::int64_t Reducer::comm_buckets() {
   return comm_buckets_;
 }
 
-void Reducer::prepare_for_backward(bool sync) {
+std::int64_t Reducer::bucket_bytes() {
   std::lock_guard<std::mutex> lock(mutex_);
-  PARTRAIN_CHECK(next_ == buckets_.size(), Error, "Reducer: previous step did not finish");
+  return live_;
+}
+
+std::int64_t Reducer::peak_bucket_bytes() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_live_;
+}
+
+// Sharded gradients on the CPU: backward may run ahead of the wire, and every bucket it fills
+// meanwhile is memory; so before another bucket is begun, while kMaxLiveBuckets are alive and
+// the oldest of them is on the wire (ready, so the communication thread is at it), autograd
+// waits for it to go (bounded by comm.timeout_s, after which it goes on regardless). It never
+// waits for a bucket that is not ready: that one may need a gradient autograd has yet to
+// compute.
+void Reducer::wait_for_room(std::unique_lock<std::mutex>& lock) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  cv_.wait_until(lock, deadline, [&] {
+    return live_buckets_ < kMaxLiveBuckets || stop_ || next_ >= buckets_.size() || !ready_[next_];
+  });
+}
+
+void Reducer::prepare_for_backward(bool sync) {
+  // Sharded gradients communicate every micro-step; the previous one's buckets are waited for
+  // here, after this micro-step's forward.
+  if (options_.gradients == GradientHome::kShards) {
+    if (in_step_) finish_backward();
+    sync = true;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  PARTRAIN_CHECK(next_ == buckets_.size() && !in_step_, Error,
+                 "Reducer: previous step did not finish");
   sync_ = sync;
   if (!sync) return;
   for (auto& s : slots_) s.ready = false;
   for (auto& b : buckets_) b.pending = b.params.size();
   std::fill(ready_.begin(), ready_.end(), false);
   next_ = 0;
+  in_step_ = true;
   error_ = nullptr;
 }
 
-void Reducer::on_gradient(std::size_t k, const at::Tensor& grad) {
+void Reducer::on_gradient(std::size_t k) {
   if (!sync_) return;
   Slot& slot = slots_[k];
-  Bucket& bucket = buckets_[slot.bucket];
+  at::NoGradGuard no_grad;
+  at::Tensor& grad = params_[k].mutable_grad();
+  const int64_t n = params_[k].numel();
+  at::Tensor flat;
   {
     // A leaf's hook runs once per backward; the check keeps a bucket already on the wire
     // from being written should that ever not hold.
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (slot.ready) return;
+    if (transient_) {
+      wait_for_room(lock);
+      // A bucket of this one gradient alone, unpadded, is the gradient itself: no copy.
+      Bucket& bucket = buckets_[slot.bucket];
+      if (!bucket.flat.defined() && bucket.params.size() == 1 &&
+          bucket.elements == static_cast<std::size_t>(n) && grad.defined() &&
+          grad.is_contiguous()) {
+        bucket.flat = grad.reshape(-1);
+        grad.reset();
+        bucket.flat.mul_(scale_);
+        live_ += static_cast<std::int64_t>(bucket.flat.nbytes());
+        peak_live_ = std::max(peak_live_, live_);
+        ++live_buckets_;
+        slot.ready = true;
+        if (--bucket.pending == 0) mark_bucket_ready(slot.bucket);
+        return;
+      }
+    }
+    flat = flat_of(slot.bucket);
   }
-  auto view = bucket.flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
-  const at::Tensor& accumulated = params_[k].grad();
-  if (accumulated.defined()) {
-    at::add_out(view, accumulated.reshape(-1), grad.reshape(-1));
-    view.mul_(scale_);
-  } else {
+  auto view = flat.narrow(0, static_cast<int64_t>(slot.offset), n);
+  if (options_.gradients == GradientHome::kShards) {
     at::mul_out(view, grad.reshape(-1), at::scalar_tensor(scale_, grad.options()));
+    grad.reset();
+  } else {
+    // .grad is the slot unless something replaced it (then its values move into the slot,
+    // which becomes .grad again).
+    if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+      if (grad.defined()) view.copy_(grad.reshape(-1));
+      grad = slot_view(k);
+    }
+    view.mul_(scale_);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   slot.ready = true;
-  if (--bucket.pending == 0) mark_bucket_ready(slot.bucket);
+  if (--buckets_[slot.bucket].pending == 0) mark_bucket_ready(slot.bucket);
 }
 
 void Reducer::mark_bucket_ready(std::size_t b) {
@@ -224,8 +359,8 @@ void Reducer::mark_bucket_ready(std::size_t b) {
 }
 
 std::string Reducer::describe_bucket(std::size_t b) const {
-  return detail::concat("gradient bucket ", b, " of ", buckets_.size(), " (",
-                        buckets_[b].flat.numel(), " elements)");
+  return detail::concat("gradient bucket ", b, " of ", buckets_.size(), " (", buckets_[b].elements,
+                        " elements)");
 }
 
 void Reducer::run_comm_thread() {
@@ -255,6 +390,11 @@ void Reducer::run_comm_thread() {
     }
     lock.lock();
     comm_busy_seconds_ += seconds_since(start);
+    if (transient_ && buckets_[b].flat.defined()) {
+      live_ -= static_cast<std::int64_t>(buckets_[b].flat.nbytes());
+      --live_buckets_;
+      buckets_[b].flat = at::Tensor();  // its block is in the gradient shard now
+    }
     if (error) {
       error_ = error;
       next_ = buckets_.size();  // abandon the step; finish_backward() rethrows
@@ -287,18 +427,27 @@ void Reducer::finish_backward() {
   auto start = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    PARTRAIN_CHECK(in_step_, Error, "Reducer: finish_backward() without a communicating step");
     // Parameters autograd did not reach this step still take part, so that every rank
     // reduces the same buckets.
+    at::NoGradGuard no_grad;
     for (std::size_t k = 0; k < params_.size(); ++k) {
       Slot& slot = slots_[k];
       if (slot.ready) continue;
-      auto view = buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset),
-                                                    params_[k].numel());
-      const at::Tensor& g = params_[k].grad();
-      if (g.defined()) {
-        at::mul_out(view, g.reshape(-1), at::scalar_tensor(scale_, g.options()));
+      at::Tensor& flat = flat_of(slot.bucket);
+      auto view = flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
+      at::Tensor& g = params_[k].mutable_grad();
+      if (options_.gradients == GradientHome::kShards) {
+        if (g.defined()) {
+          at::mul_out(view, g.reshape(-1), at::scalar_tensor(scale_, g.options()));
+          g.reset();
+        } else {
+          view.zero_();
+        }
       } else {
-        view.zero_();
+        if (g.defined() && g.data_ptr() != view.data_ptr()) view.copy_(g.reshape(-1));
+        if (!g.defined() || g.data_ptr() != view.data_ptr()) g = slot_view(k);
+        view.mul_(scale_);
       }
       slot.ready = true;
       if (--buckets_[slot.bucket].pending == 0) mark_bucket_ready(slot.bucket);
@@ -311,18 +460,18 @@ void Reducer::finish_backward() {
       throw CommError("gradient allreduce did not finish within the communication timeout; " +
                       describe_bucket(next_) + " was still in flight");
     }
+    in_step_ = false;
     if (error_) std::rethrow_exception(error_);
   }
   reduction_->end_step();
-  for (std::size_t k = 0; k < params_.size(); ++k) {
-    const Slot& slot = slots_[k];
-    auto view =
-        buckets_[slot.bucket].flat.narrow(0, static_cast<int64_t>(slot.offset), params_[k].numel());
-    at::Tensor& g = params_[k].mutable_grad();
-    if (!g.defined()) g = at::zeros_like(params_[k]);
-    g.copy_(view.view_as(params_[k]));
-  }
   comm_wait_seconds_ += seconds_since(start);
+}
+
+void Reducer::zero_grad() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& b : buckets_) {
+    if (b.flat.defined()) b.flat.zero_();
+  }
 }
 
 void broadcast_from_rank0(const std::vector<at::Tensor>& tensors, comm::Communicator& comm) {

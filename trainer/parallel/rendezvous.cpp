@@ -4,7 +4,7 @@
 
 namespace partrain {
 
-RankGroup join_rank_group(const Config& cfg, const WorkerEnv& env, const c10::Device& device) {
+RankGroup join_rank_group(const Config& cfg, const RankPlace& env, const c10::Device& device) {
   RankGroup group;
   group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
   PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError, "strategy ",

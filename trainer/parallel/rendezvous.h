@@ -10,8 +10,8 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/rank_group.h"
+#include "common/rank_place.h"
 #include "trainer/config/config.h"
-#include "trainer/loop/worker.h"
 
 namespace partrain {
 
@@ -29,6 +29,6 @@ struct RankGroup {
 // strategy ddp always gets a communicator — with one rank too, so that a one-rank run
 // exercises the backend it names (and a rendezvous of its own, in a temporary directory,
 // when none is given); single and dp get none. Collectives on `device`'s memory.
-RankGroup join_rank_group(const Config& config, const WorkerEnv& env, const c10::Device& device);
+RankGroup join_rank_group(const Config& config, const RankPlace& place, const c10::Device& device);
 
 }  // namespace partrain

@@ -77,6 +77,32 @@ void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::
   out.copy_(host_out);
 }
 
+// A reduce-scatter moves (W-1)/W of `in` through each rank, half an allreduce's traffic; on
+// the host backends a CUDA `in` travels through a host copy, as allgather's does.
+void reduce_scatter_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                           comm::ReduceOp op, const StreamOrder& order) {
+  const std::int64_t world = comm.size();
+  PARTRAIN_CHECK(in.numel() == world * out.numel() && in.scalar_type() == out.scalar_type(), Error,
+                 "reduce_scatter_tensor: ", in.numel(), " elements in, ", out.numel(),
+                 " out, over ", world, " ranks");
+  if (!in.is_cuda() || collective_reads_device_memory(comm)) {
+    comm.reduce_scatter(device_buffer(in, order), as_buffer(out), op);
+    return;
+  }
+  if (order.staging != nullptr) {
+    const comm::Buffer device_out = as_buffer(out);
+    comm::Buffer host_in =
+        order.staging->to_host(device_buffer(in, order), 0, order.ready, "a reduce-scatter input");
+    comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
+    comm.reduce_scatter(host_in, host_out, op);
+    order.staging->to_device(host_out, device_out, "a reduce-scatter output");
+    return;
+  }
+  at::Tensor host_in = in.cpu(), host_out = out.cpu();
+  comm.reduce_scatter(as_buffer(host_in), as_buffer(host_out), op);
+  out.copy_(host_out);
+}
+
 void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
                     const c10::Device& device) {
   if (comm == nullptr || comm->size() == 1 || values.empty()) return;

@@ -1,6 +1,6 @@
 // defines: as_buffer() — a torch::Tensor seen as a comm::Buffer — and allreduce_tensor() /
-// broadcast_tensor() / sum_over_ranks(), the one place the trainer crosses from tensors to the
-// LibTorch-free communication layer.
+// broadcast_tensor() / allgather_tensor() / reduce_scatter_tensor() / sum_over_ranks(), the one
+// place the trainer crosses from tensors to the LibTorch-free communication layer.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -77,6 +77,12 @@ void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int ro
 // out holds comm.size() * in.numel() elements, rank order.
 void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
                       const StreamOrder& order = {});
+
+// Block r of `in` reduced over the ranks into rank r's `out`: in.numel() == comm.size() *
+// out.numel(), both contiguous and of one dtype (a sharded strategy pads its buckets to a
+// multiple of the world size for this). `in` is left as it was.
+void reduce_scatter_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                           comm::ReduceOp op, const StreamOrder& order = {});
 
 // Sums `values` over all ranks, in place, in f64. They travel as a tensor on `device`, because
 // a backend such as nccl only reads device memory. Without a communicator, or with one rank,

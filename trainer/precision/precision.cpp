@@ -3,9 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
-#include "comm_backends/communicator.h"
 #include "common/errors.h"
-#include "trainer/parallel/tensor_buffer.h"
 
 namespace partrain {
 
@@ -81,27 +79,19 @@ at::Tensor PrecisionPlugin::scale_loss(const at::Tensor& loss) const {
   return loss_scaling_ ? loss * state_.scale : loss;
 }
 
-bool PrecisionPlugin::unscale_and_check(const std::vector<at::Tensor>& parameters,
-                                        comm::Communicator* comm) {
-  if (!loss_scaling_) return true;
+at::Tensor PrecisionPlugin::unscale_and_find_inf(const std::vector<at::Tensor>& gradients) const {
   at::NoGradGuard no_grad;
   const double inverse = 1.0 / state_.scale;
   std::vector<at::Tensor> finite;
-  for (const auto& p : parameters) {
-    at::Tensor g = p.grad();
+  for (const at::Tensor& g : gradients) {
     if (!g.defined()) continue;
     g.mul_(inverse);
     finite.push_back(at::isfinite(g).all());
   }
-  // One flag, one device-to-host copy: 1 where some gradient is not finite.
-  at::Tensor found_inf =
-      finite.empty()
-          ? at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_))
-          : at::logical_not(at::stack(finite).all()).to(at::kFloat).reshape({1}).to(device_);
-  if (comm != nullptr && comm->size() > 1) {
-    allreduce_tensor(*comm, found_inf, comm::ReduceOp::max);
-  }
-  return found_inf.cpu().item<float>() == 0.0f;
+  // One flag: 1 where some gradient is not finite.
+  return finite.empty()
+             ? at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_))
+             : at::logical_not(at::stack(finite).all()).to(at::kFloat).reshape({1}).to(device_);
 }
 
 void PrecisionPlugin::update(bool finite) {

@@ -2,9 +2,9 @@
 // train.precision as one piece, the way a training step meets it: the context its forward
 // passes run in (autocast to bf16 or f16), the loss it sends into backward (multiplied by the
 // dynamic loss scale for f16), and whether the step may be taken (the gradients unscaled and
-// checked for infs on every rank). The loss scale follows PyTorch's GradScaler: a step whose
-// gradients hold an inf or a NaN is skipped and the scale halved; after growth_interval good
-// steps in a row it doubles.
+// checked for infs; the strategy makes every rank agree on the verdict). The loss scale follows
+// PyTorch's GradScaler: a step whose gradients hold an inf or a NaN is skipped and the scale
+// halved; after growth_interval good steps in a row it doubles.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -23,10 +23,6 @@ class Tensor;
 }
 
 namespace partrain {
-
-namespace comm {
-class Communicator;
-}
 
 // Forward passes inside it run under LibTorch's autocast for bf16 or f16: the ops that
 // tolerate it (convolutions, matrix products) in the lower precision, the others, and the
@@ -65,11 +61,12 @@ class PrecisionPlugin {
   // The loss that goes into backward: multiplied by the scale with loss scaling.
   at::Tensor scale_loss(const at::Tensor& loss) const;
 
-  // After the gradients are averaged over the ranks: divides them by the scale and says
-  // whether every one is finite. The verdict is reduced over the ranks (max of "found an
-  // inf"), so all ranks skip or take a step together even if their gradients differed.
-  // True at once without loss scaling.
-  bool unscale_and_check(const std::vector<at::Tensor>& parameters, comm::Communicator* comm);
+  // With loss scaling, after the gradients are averaged over the ranks: divides `gradients`
+  // (undefined ones are skipped) by the scale and returns a one-element f32 tensor on the
+  // device, 1 where some gradient holds an inf or a NaN, else 0. The strategy reduces it over
+  // the ranks (max), so that all ranks skip or take a step together even where each holds
+  // other gradients (a shard of them).
+  at::Tensor unscale_and_find_inf(const std::vector<at::Tensor>& gradients) const;
   // After the step (or the skip): the scale's next value.
   void update(bool finite);
 

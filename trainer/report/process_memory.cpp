@@ -36,4 +36,22 @@ double peak_rss_mb() {
 #endif
 }
 
+double rss_mb() {
+#if defined(_WIN32)
+  PROCESS_MEMORY_COUNTERS counters{};
+  if (GetProcessMemoryInfo(GetCurrentProcess(), &counters, sizeof(counters))) {
+    return static_cast<double>(counters.WorkingSetSize) / (1024.0 * 1024.0);
+  }
+  return 0.0;
+#else
+  // VmRSS: resident now, in kB.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0.0;
+#endif
+}
+
 }  // namespace partrain

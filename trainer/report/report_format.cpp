@@ -183,6 +183,21 @@ Breakdown breakdown_from_json(const JsonAt& j) {
   return b;
 }
 
+Json memory_to_json(const MemoryBreakdown& m) {
+  Json j = Json::object();
+  for (const auto& [name, part] : kMemoryParts) j[std::string(name)] = m.*part;
+  return j;
+}
+
+MemoryBreakdown memory_from_json(const JsonAt& j) {
+  MemoryBreakdown m;
+  for (const auto& [name, part] : kMemoryParts) {
+    const std::string key(name);
+    m.*part = key == "unexplained_mb" ? j[key.c_str()].number() : j[key.c_str()].non_negative();
+  }
+  return m;
+}
+
 Json straggler_to_json(const std::optional<Straggler>& s) {
   if (!s) return Json(nullptr);
   return Json{{"rank", s->rank},
@@ -235,6 +250,7 @@ Json rank_to_json(const RankRecord& r) {
     j["ranks_on_host"] = r.ranks_on_host;
   }
   if (r.breakdown) j["breakdown"] = breakdown_to_json(*r.breakdown);
+  if (r.memory) j["memory"] = memory_to_json(*r.memory);
   return j;
 }
 
@@ -260,6 +276,7 @@ RankRecord rank_from_json(const JsonAt& j) {
     }
   }
   if (j.has("breakdown")) r.breakdown = breakdown_from_json(j["breakdown"]);
+  if (j.has("memory")) r.memory = memory_from_json(j["memory"]);
   return r;
 }
 

@@ -104,6 +104,36 @@ inline constexpr std::array<std::pair<std::string_view, double Breakdown::*>, 8>
     {"other", &Breakdown::other},
 }};
 
+// Where a rank's peak resident memory went (report.json's ranks[].memory), in MiB, each part
+// measured where it is held (trainer/loop/memory_account.h says how): the process before the run
+// made anything (the executable, LibTorch and their threads), what loading the dataset added,
+// the parameters, the gradients with the Reducer's buckets, the optimizer's state, the
+// communication buffers, the most that one step's forward and backward allocated above what
+// was alive when it began (activations and autograd's temporaries), and what is left of
+// peak_rss_mb: allocator caches and fragmentation, evaluation, checkpoint writes, the rest.
+struct MemoryBreakdown {
+  double floor = 0;
+  double data = 0;
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer_state = 0;
+  double communication = 0;
+  double activations = 0;
+  double unexplained = 0;  // may be below 0 when parts' peaks never coincided
+};
+
+inline constexpr std::array<std::pair<std::string_view, double MemoryBreakdown::*>, 8> kMemoryParts{
+    {
+        {"floor_mb", &MemoryBreakdown::floor},
+        {"data_mb", &MemoryBreakdown::data},
+        {"parameters_mb", &MemoryBreakdown::parameters},
+        {"gradients_mb", &MemoryBreakdown::gradients},
+        {"optimizer_state_mb", &MemoryBreakdown::optimizer_state},
+        {"communication_mb", &MemoryBreakdown::communication},
+        {"activations_mb", &MemoryBreakdown::activations},
+        {"unexplained_mb", &MemoryBreakdown::unexplained},
+    }};
+
 struct RankRecord {
   int rank = 0;
   std::string device;
@@ -124,7 +154,8 @@ struct RankRecord {
   int threads = 0;
   int host_cores = 0;
   int ranks_on_host = 0;
-  std::optional<Breakdown> breakdown;  // absent in reports written before it existed
+  std::optional<Breakdown> breakdown;     // absent in reports written before it existed
+  std::optional<MemoryBreakdown> memory;  // absent in reports written before it existed
 };
 
 // The rank whose lateness cost the others the most time at the steps' first gradient

@@ -1,0 +1,125 @@
+#include "trainer/loop/pickle_file.h"
+
+#include <ATen/core/ivalue.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/atomic_file.h"
+#include "common/errors.h"
+#include "common/hash.h"
+
+namespace partrain {
+
+// torch::pickle_save() builds the archive in a vector and returns it: the checkpoint whole in
+// memory, once more for every copy of the vector. The same archive is written here record by
+// record through PyTorchStreamWriter's writer function, each tensor's storage straight from its
+// memory (a CUDA tensor through a host copy of itself alone).
+std::pair<std::string, std::uint64_t> write_pickle_temp(const std::string& path,
+                                                        const c10::IValue& value,
+                                                        bool truncate_half) {
+  std::vector<char> pickled;  // the structure only; the tensors are records of their own
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); });
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+
+  const std::string temp = temp_path_for(path);
+  std::FILE* file = std::fopen(temp.c_str(), "wb");
+  PARTRAIN_CHECK(file != nullptr, UsageError, "checkpoint ", path, ": cannot write ", temp, " (",
+                 std::strerror(errno), ")");
+  std::uint64_t written = 0;
+  int write_error = 0;
+  std::string failure;
+  try {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+      if (size > 0 && std::fwrite(data, 1, size, file) != size) {
+        if (write_error == 0) write_error = errno;
+        return 0;
+      }
+      written += size;
+      return size;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(),
+                                       writer);
+    writer.writeEndOfFile();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  const bool closed = std::fclose(file) == 0;
+  if (!failure.empty() || write_error != 0 || !closed) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw UsageError("checkpoint " + path + ": cannot write (" +
+                     (write_error != 0  ? std::string(std::strerror(write_error))
+                      : failure.empty() ? std::string("close failed")
+                                        : failure) +
+                     ")");
+  }
+  if (truncate_half) std::filesystem::resize_file(temp, written / 2);
+  sync_file(temp);
+  return {temp, written};
+}
+
+std::uint64_t write_pickle_atomically(const std::string& path, const c10::IValue& value) {
+  const auto [temp, bytes] = write_pickle_temp(path, value);
+  commit_file(temp, path);
+  return bytes;
+}
+
+c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path) {
+  try {
+    return torch::jit::pickle_load(bytes);
+  } catch (const c10::Error&) {
+    throw UsageError("checkpoint " + path +
+                     " cannot be read (truncated or not a partrain checkpoint)");
+  }
+}
+
+c10::IValue load_pickle_file(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
+                                             c10::nullopt, reader);
+  } catch (const c10::Error&) {
+    throw UsageError("checkpoint " + path +
+                     " cannot be read (truncated or not a partrain checkpoint)");
+  }
+}
+
+std::uint64_t file_hash(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PARTRAIN_CHECK(in.good(), UsageError, "checkpoint ", path, ": cannot read");
+  std::vector<char> chunk(1 << 20);
+  std::uint64_t hash = kFnv1aOffset;
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    hash = fnv1a_64(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())), hash);
+  }
+  return hash;
+}
+
+std::vector<char> read_file_bytes(const std::string& path, std::uint64_t max_bytes) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  PARTRAIN_CHECK(!ec, UsageError, "checkpoint ", path, ": cannot read (", ec.message(), ")");
+  PARTRAIN_CHECK(size <= max_bytes, UsageError, "checkpoint ", path, ": ", size,
+                 " bytes is larger than any checkpoint partrain writes");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes(size);
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  PARTRAIN_CHECK(in.gcount() == static_cast<std::streamsize>(size), UsageError, "checkpoint ", path,
+                 ": short read");
+  return bytes;
+}
+
+}  // namespace partrain
