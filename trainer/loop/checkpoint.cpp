@@ -366,8 +366,8 @@ void Checkpointer::prune_shards() const {
 // Where the run resumes is rank 0's decision alone: the hosts of a run need not share a
 // filesystem, and ranks that read OUTPUT/checkpoints each on their own could start at
 // different epochs, after which their collectives no longer match. So rank 0 picks the
-// checkpoint and broadcasts its bytes (or "start fresh", or "failed"); every rank then loads
-// the same bytes through the same checks.
+// checkpoint (or "start fresh", or "failed"); every rank then loads that very file, read itself
+// or sent by rank 0 (fetch_checkpoint()), through the same checks.
 TrainingPosition Checkpointer::resume(TrainModel& model, Strategy& strategy) {
   const std::vector<at::Tensor> parameters = model.module().parameters();
   if (!parameters.empty()) device_ = parameters.front().device();

@@ -50,8 +50,9 @@ class Checkpointer {
 
   // Loads the checkpoint that checkpoint.resume selects on rank 0 (auto: the newest complete
   // one in rank 0's OUTPUT/checkpoints, if any) into the model and the strategy (its optimizer
-  // and what else it keeps) on every rank: rank 0 broadcasts the file, so hosts without a shared
-  // filesystem resume at the same epoch. Call after Strategy::make_optimizer(). Returns epoch 0
+  // and what else it keeps) on every rank: ranks that see rank 0's very file read it, and rank
+  // 0 broadcasts it to a run where some do not, so hosts without a shared filesystem resume at
+  // the same epoch. Call after Strategy::make_optimizer(). Returns epoch 0
   // when starting fresh. Throws UsageError when the checkpoint does not fit this run (another
   // model or optimizer; another world size, unless both runs have the same
   // data.global_batch_size and accumulate_steps).
