@@ -27,7 +27,9 @@ PeerTransportOptions transport_options(const BackendArgs& args) {
   o.key_prefix = transport_prefix(args.prefix);
   o.timeout = args.options.timeout;
   o.name = "asio-ring";
-  o.spin = peer_spin(args.placement, args.rank);
+  // Where the ranks live is not asked of the store (no asio-ring rank waits on the others for
+  // it): at most all of them share this host.
+  o.spin = peer_spin(args.size());
   return o;
 }
 
@@ -77,11 +79,9 @@ class AsioRingCommunicator : public Communicator {
 
 }  // namespace
 
-std::chrono::microseconds peer_spin(const Placement& placement, int rank) {
-  const HostLayout& layout = placement.hosts.layout();
-  const std::size_t here = layout.hosts[layout.host_of[rank]].size();
-  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  return here <= cores ? kPeerSpin : std::chrono::microseconds(0);
+std::chrono::microseconds peer_spin(int ranks_here) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return ranks_here <= cores ? kPeerSpin : std::chrono::microseconds(0);
 }
 
 std::string asio_ring_address_key(const std::string& prefix, int rank) {
