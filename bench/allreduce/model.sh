@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# partrain's own network path (asio-ring: the peer transport, the algorithm chosen per call)
+# against Open MPI's MPI_Allreduce over its TCP transport on loopback (its tuned decision rules;
+# bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx) and partrain's Gloo backend,
+# one after the other in the same run, per world size; then every algorithm forced in turn
+# (--algorithm ring | recursive_doubling | rabenseifner), whose times fit a latency/bandwidth
+# model: t = alpha * messages + beta * bytes through the busiest rank's link (the counts are
+# cost_terms() of comm_backends/algorithms/algorithm_choice.cpp, in each JSON row's "terms"),
+# times max(1, W / cores) on one host, whose W ranks share its cores. The fit uses the world sizes in FIT_WORLDS; every run is then predicted by it, which gives how
+# far off the model is on runs it was fitted to and on the ones it was not (a larger W). Last,
+# the model projects each algorithm to W = 64 ... 1024.
+#
+# Usage: bench/allreduce/model.sh [BUILD_DIR] [SIZES] [WORLDS]
+#   SIZES      default 4K,64K,1M,16M,64M
+#   WORLDS     default "2 4 8 16"
+# Env: OUT (default BUILD_DIR/bench-model), ROUNDS (default 2, best median kept),
+#      FIT_WORLDS (default "2 4 8"), LARGE_W_SIZES (default 4K,64K,1M,16M: the sizes for W >= 16,
+#      where 64 MiB by every algorithm takes minutes on a 2-core machine), REPORT_ONLY=1 (prints
+#      the tables and the fit again from the results already in OUT)
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+if [[ ${REPORT_ONLY:-0} != 1 ]]; then
+  allreduce_setup bench-model "${1:-}" "${2:-}" "${3:-2 4 8 16}"
+else
+  ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+  OUT=${OUT:-$(cd "${1:-$ROOT/build}" && pwd)/bench-model}
+  WORLDS=${3:-"2 4 8 16"}
+  ROUNDS=${ROUNDS:-2}
+fi
+FIT_WORLDS=${FIT_WORLDS:-"2 4 8"}
+LARGE_W_SIZES=${LARGE_W_SIZES:-4K,64K,1M,16M}
+command -v mpicxx > /dev/null || { echo "model.sh: mpicxx is missing (scripts/setup.sh installs libopenmpi-dev)" >&2; exit 1; }
+MPI_BENCH=$OUT/mpi_bench
+[[ -x $MPI_BENCH ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
+to_bytes() {
+  python3 -c '
+import sys
+units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$1"
+}
+
+for ((R=1; R<=ROUNDS; R++)); do
+  [[ ${REPORT_ONLY:-0} == 1 ]] && break
+  for W in $WORLDS; do
+    sizes=$SIZES
+    ((W >= 16)) && sizes=$LARGE_W_SIZES
+    echo "== round $R W=$W partrain (asio-ring auto, gloo)" >&2
+    "$BUILD/partrain" bench allreduce --backend asio-ring,gloo --world "$W" --sizes "$sizes" \
+      --json "$OUT/auto_w${W}_r$R.json" >&2
+    for A in ring recursive_doubling rabenseifner; do
+      echo "== round $R W=$W partrain asio-ring --algorithm $A" >&2
+      "$BUILD/partrain" bench allreduce --backend asio-ring --algorithm "$A" --world "$W" \
+        --sizes "$sizes" --json "$OUT/${A}_w${W}_r$R.json" >&2
+    done
+    echo "== round $R W=$W Open MPI over TCP (loopback)" >&2
+    mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -np "$W" \
+      --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo \
+      "$MPI_BENCH" "$(to_bytes "$sizes")" > "$OUT/mpi_w${W}_r$R.txt"
+    cat "$OUT/mpi_w${W}_r$R.txt" >&2
+  done
+done
+[[ ${REPORT_ONLY:-0} == 1 ]] || note_load_after
+
+python3 - "$OUT" "$WORLDS" "$ROUNDS" "$FIT_WORLDS" "$(nproc)" <<'PY'
+import json, math, sys
+out, worlds, rounds = sys.argv[1], [int(w) for w in sys.argv[2].split()], int(sys.argv[3])
+fit_worlds = {int(w) for w in sys.argv[4].split()}
+cores = int(sys.argv[5])
+print(open(f"{out}/machine.txt").read().strip())
+
+def size_name(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+best = {}  # (world, contender, bytes) -> row with median_us, busbw, algorithm, terms
+def keep(w, name, row):
+    assert row["wrong"] == 0, f"W={w} {name} {row['bytes']}: wrong results"
+    key = (w, name, row["bytes"])
+    row["_w"] = w
+    if key not in best or row["median_us"] < best[key]["median_us"]:
+        best[key] = row
+
+for w in worlds:
+    for r in range(1, rounds + 1):
+        for row in json.load(open(f"{out}/auto_w{w}_r{r}.json"))["results"]:
+            keep(w, row["backend"], row)
+        for a in ["ring", "recursive_doubling", "rabenseifner"]:
+            for row in json.load(open(f"{out}/{a}_w{w}_r{r}.json"))["results"]:
+                keep(w, a, row)
+        for line in open(f"{out}/mpi_w{w}_r{r}.txt"):
+            f = line.split()
+            if line.startswith("#") or len(f) < 8 or not f[0].isdigit():
+                continue
+            keep(w, "mpi-tcp", {"bytes": int(f[0]), "median_us": float(f[3]),
+                                "busbw_gbps": float(f[6]), "wrong": 0 if f[7] == "OK" else 1})
+
+print("\n## partrain (asio-ring, algorithm chosen per call) against Open MPI over TCP and Gloo")
+print(f"median us of one allreduce (best of {rounds} rounds); ratio = Open MPI's time / partrain's "
+      "(>= 1: partrain at or below Open MPI), busbw ratio = partrain's / Gloo's")
+for w in worlds:
+    sizes = sorted({b for (ww, n, b) in best if ww == w and n == "asio-ring"})
+    print(f"\nW={w}\n")
+    print("| size | partrain (algorithm) | Open MPI tcp | Gloo | Open MPI / partrain | busbw partrain / Gloo |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for b in sizes:
+        p, m, g = (best.get((w, n, b)) for n in ["asio-ring", "mpi-tcp", "gloo"])
+        print(f"| {size_name(b)} | {p['median_us']:.1f} ({p['algorithm']}) | "
+              f"{m['median_us'] if m else float('nan'):.1f} | {g['median_us'] if g else float('nan'):.1f} | "
+              f"{(m['median_us'] / p['median_us']) if m else float('nan'):.2f} | "
+              f"{(p['busbw_gbps'] / g['busbw_gbps']) if g and g['busbw_gbps'] > 0 else float('nan'):.2f} |")
+
+# alpha, beta per algorithm: least squares of median seconds on (messages, bytes moved) over
+# the fit worlds, each point weighted by 1/t so that small and large messages count alike
+# (the error that matters is relative). On one host the W ranks share its cores: a rank runs
+# max(1, W / cores) times slower than on a core of its own, and the counts are scaled by it.
+def share(w):
+    return max(1.0, w / cores)
+algorithms = ["ring", "recursive_doubling", "rabenseifner"]
+fits = {}
+for a in algorithms:
+    rows = [r for (w, n, b), r in best.items() if n == a and w in fit_worlds]
+    sxx = sxy = syy = sxt = syt = 0.0
+    for r in rows:
+        t = r["median_us"] * 1e-6
+        x, y = (share(r["_w"]) * r["terms"]["messages"] / t,
+                share(r["_w"]) * r["terms"]["bytes_moved"] / t)
+        sxx += x * x; sxy += x * y; syy += y * y; sxt += x; syt += y
+    det = sxx * syy - sxy * sxy
+    alpha = (sxt * syy - syt * sxy) / det
+    beta = (syt * sxx - sxt * sxy) / det
+    fits[a] = (alpha, beta)
+
+def predict(a, terms, w):
+    alpha, beta = fits[a]
+    return share(w) * (alpha * terms["messages"] + beta * terms["bytes_moved"])
+
+print(f"\n## The model fitted on W = {sorted(fit_worlds)}\n")
+print("| algorithm | alpha (us per message) | beta (ns per byte) | 1/beta (GB/s) | mean abs error, fitted W | max | mean abs error, other W | max |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|")
+for a in algorithms:
+    errs_in, errs_out = [], []
+    for (w, n, b), r in best.items():
+        if n != a:
+            continue
+        e = abs(predict(a, r["terms"], w) - r["median_us"] * 1e-6) / (r["median_us"] * 1e-6)
+        (errs_in if w in fit_worlds else errs_out).append(e)
+    fmt = lambda es: (f"{100 * sum(es) / len(es):.0f} % | {100 * max(es):.0f} %" if es else "- | -")
+    alpha, beta = fits[a]
+    print(f"| {a} | {alpha * 1e6:.1f} | {beta * 1e9:.3f} | {1 / beta / 1e9 if beta > 0 else float('inf'):.2f} | "
+          f"{fmt(errs_in)} | {fmt(errs_out)} |")
+
+# The counts of cost_terms() for an allreduce, for the projection.
+def terms(a, n, w):
+    l = int(math.floor(math.log2(w)))
+    p, fold = 2 ** l, 0 if w == 2 ** l else 1
+    if a == "ring":
+        return {"messages": 2 * (w - 1), "bytes_moved": 2 * (w - 1) / w * n}
+    if a == "recursive_doubling":
+        return {"messages": l + 2 * fold, "bytes_moved": (l + 2 * fold) * n}
+    return {"messages": 2 * l + 2 * fold, "bytes_moved": 2 * (p - 1) / p * n + 2 * fold * n}
+
+print("\n## Projection to many ranks (ms per allreduce; the fastest marked *)\n")
+print("Assumes one rank per host, each with its own link of the fitted alpha and beta (no "
+      "shared switch, no contention, no core shared), W a power of two, and the reductions "
+      "hidden as on loopback.\n")
+proj_sizes = [4 << 10, 1 << 20, 64 << 20]
+print("| W | " + " | ".join(f"{size_name(n)} {a}" for n in proj_sizes for a in algorithms) + " |")
+print("|--:|" + "--:|" * (len(proj_sizes) * len(algorithms)))
+for w in [64, 128, 256, 512, 1024]:
+    cells = []
+    for n in proj_sizes:
+        t = {a: fits[a][0] * terms(a, n, w)["messages"] + fits[a][1] * terms(a, n, w)["bytes_moved"]
+             for a in algorithms}
+        fastest = min(t, key=t.get)
+        cells += [f"{1e3 * t[a]:.2f}{'*' if a == fastest else ''}" for a in algorithms]
+    print(f"| {w} | " + " | ".join(cells) + " |")
+PY
