@@ -6,8 +6,6 @@
 // failure here names the peer the transport lost (PeerError), which may only be the peer of
 // the rank that failed first.
 
-#include <algorithm>
-#include <thread>
 
 #include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/backends/backend.h"
@@ -27,9 +25,6 @@ PeerTransportOptions transport_options(const BackendArgs& args) {
   o.key_prefix = transport_prefix(args.prefix);
   o.timeout = args.options.timeout;
   o.name = "asio-ring";
-  // Where the ranks live is not asked of the store (no asio-ring rank waits on the others for
-  // it): at most all of them share this host.
-  o.spin = peer_spin(args.size());
   return o;
 }
 
@@ -78,11 +73,6 @@ class AsioRingCommunicator : public Communicator {
 };
 
 }  // namespace
-
-std::chrono::microseconds peer_spin(int ranks_here) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return ranks_here <= cores ? kPeerSpin : std::chrono::microseconds(0);
-}
 
 std::string asio_ring_address_key(const std::string& prefix, int rank) {
   return peer_address_key(transport_prefix(prefix), rank);

@@ -6,7 +6,6 @@
 // backend's Capabilities, records and traces failures: a backend does none of that itself.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,11 +41,6 @@ struct BackendEntry {
 // (communicator_key_prefix()) publishes the address of its ring port.
 std::string asio_ring_address_key(const std::string& prefix, int rank);
 
-// How long a peer transport polls its sockets before it sleeps (PeerTransportOptions::spin),
-// given how many ranks may share its host: kPeerSpin when each can have a core of its own,
-// else 0 (a spinning rank would take the core a peer it waits for needs).
-inline constexpr std::chrono::microseconds kPeerSpin{50};
-std::chrono::microseconds peer_spin(int ranks_here);
 
 template <typename CommunicatorType>
 std::unique_ptr<Communicator> make_backend(const BackendArgs& args) {

@@ -103,7 +103,6 @@ class HierarchicalCommunicator : public Communicator {
       peers.key_prefix = prefix_ + "leaders/";
       peers.timeout = options.timeout;
       peers.name = "hierarchical";
-      peers.spin = peer_spin(static_cast<int>(mine.size()));
       across_hosts([&] {
         transport_ = std::make_unique<PeerTransport>(store_, host_,
                                                      static_cast<int>(layout_.hosts.size()), peers);

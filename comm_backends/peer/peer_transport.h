@@ -33,9 +33,12 @@ struct PeerTransportOptions {
   // Bound on each collective (from begin() to end()), connections made during it included.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   int socket_buffer_bytes = 4 << 20;
-  // How long a wait for bytes polls the sockets before it sleeps in the kernel; 0 sleeps at
-  // once (the right choice when the ranks of this host outnumber its cores).
-  std::chrono::microseconds spin{0};
+  // How long a wait for bytes looks at the sockets again before it sleeps in the kernel,
+  // yielding the core between looks; 0 sleeps at once. A peer's reply on loopback or a fast
+  // link usually comes within 50 us, and a wake-up from poll() costs more than a message.
+  // With more ranks than cores the yield hands the core to a rank that can run, so the spin
+  // pays there too (BENCHMARKS.md, "Collectives for many ranks").
+  std::chrono::microseconds spin{50};
 };
 
 // The store key under which rank `rank` publishes the "host:port" it listens on.
