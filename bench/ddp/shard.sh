@@ -4,20 +4,24 @@
 # CUDA), on the model and batch of bench/ddp/resnet18_w128_adamw.yaml (resnet18 width 128,
 # AdamW, batch 4 per rank, STEPS steps), for each world size in WORLDS, one process per rank and
 # one thread each, one contender after the other. Prints per world size and contender: peak
-# resident memory per rank (the largest, the smallest, their spread), images/s over the steps
-# after the first window (partrain: metrics.jsonl's step lines; the peer: after its warm-up),
-# the ratios to unsharded partrain and to the peer of the same setting, and partrain rank 0's
-# memory breakdown (report.json's ranks[].memory).
+# resident memory per rank (the largest, the smallest, their spread), images/s of all ranks
+# together over the steps after the first window (partrain: metrics.jsonl's step lines; the
+# peer: the sum of its ranks' rates after its warm-up), the ratios to unsharded partrain and
+# to the peer of the same setting, and partrain rank 0's memory breakdown (report.json's
+# ranks[].memory). REPORT_ONLY=1 prints the tables again from the results in OUT.
 #
 #   OUT=/tmp/bench-shard WORLDS="2 4" STEPS=16 bench/ddp/shard.sh
 set -euo pipefail
 # shellcheck source=bench/ddp/common.sh
 . "$(dirname "$0")/common.sh"
-prepare shard
 WORLDS=${WORLDS:-2 4}
 STEPS=${STEPS:-16}
 SHARD_CONFIG=$BENCH_DIR/resnet18_w128_adamw.yaml
 
+if [[ ${REPORT_ONLY:-0} == 1 ]]; then
+  OUT=${OUT:-/tmp/bench-ddp/shard}
+else
+prepare shard
 for world in $WORLDS; do
   for shard in none optimizer gradients; do
     tag=partrain-$shard-w$world
@@ -40,6 +44,7 @@ for world in $WORLDS; do
   done
 done
 finish
+fi
 
 "$PY" - "$OUT" "$WORLDS" <<'PY'
 import json, statistics, sys
@@ -56,7 +61,8 @@ def partrain(tag):
 def torch_peer(tag):
     summary = json.load(open(f"{out}/{tag}.json"))
     ranks = summary["ranks"]
-    return [r["peak_rss_mb"] for r in ranks], statistics.median(r["images_per_s"] for r in ranks)
+    # Each rank's own images/s: the run's are their sum, as partrain's metrics count all ranks.
+    return [r["peak_rss_mb"] for r in ranks], sum(r["images_per_s"] for r in ranks)
 
 for world in worlds:
     rows = {f"partrain {s}": partrain(f"partrain-{s}-w{world}")[:2]
