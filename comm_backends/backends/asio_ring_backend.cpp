@@ -6,7 +6,6 @@
 // failure here names the peer the transport lost (PeerError), which may only be the peer of
 // the rank that failed first.
 
-
 #include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/peer/peer_transport.h"

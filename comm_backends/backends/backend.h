@@ -41,7 +41,6 @@ struct BackendEntry {
 // (communicator_key_prefix()) publishes the address of its ring port.
 std::string asio_ring_address_key(const std::string& prefix, int rank);
 
-
 template <typename CommunicatorType>
 std::unique_ptr<Communicator> make_backend(const BackendArgs& args) {
   return std::make_unique<CommunicatorType>(args);

@@ -175,8 +175,8 @@ void StateAssembly::take(const StatePiece& piece) {
     Destination& d = destinations_[r.d];
     // A piece that is a whole destination and the whole of its tensor's memory (a parameter's
     // state in an unsharded checkpoint) becomes the state itself: no second copy is made.
-    const bool whole = r.at == 0 && lo == 0 && hi == d.elements && piece.begin == 0 &&
-                       piece.end == d.elements;
+    const bool whole =
+        r.at == 0 && lo == 0 && hi == d.elements && piece.begin == 0 && piece.end == d.elements;
     for (const auto& [key, t] : piece.tensors) {
       at::Tensor& target = d.state.tensors[key];
       if (!target.defined() && whole && t.is_contiguous() && t.dtype() == d.options.dtype() &&
