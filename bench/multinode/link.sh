@@ -19,7 +19,8 @@
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
 #   RANKS_PER_HOST=2 TRAIN=0 bench/multinode/link.sh 1gbit "hierarchical:f32 asio-ring:f32"
 #   ALLREDUCE=0 bench/multinode/link.sh 100mbit "asio-ring:f32 asio-ring:f32:powersgd2"
-# Env: PARTRAIN (the executable; default build/partrain).
+# Env: PARTRAIN (the executable; default build/partrain), ALGORITHM (comm.algorithm for the
+# asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rates=${1:-"1gbit 200mbit"}
@@ -99,6 +100,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
       port=$((port + 1))
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
             --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
+      [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
       extra0=(--host 10.78.0.1 --json "$work/bench.json"); extra1=(--host 10.78.0.2)
       on_both bench 600
       python3 - "$work/bench.json" "$rate" "$backend" "$wire" "$per_host" <<'PY'
