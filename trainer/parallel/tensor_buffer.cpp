@@ -43,6 +43,30 @@ void on_reachable_memory(comm::Communicator& comm, const at::Tensor& tensor,
   tensor.copy_(host);
 }
 
+// The same for a collective from `in` into another tensor `out`: on a host copy of each, the
+// result copied back into `out`.
+template <typename Collective>
+void on_reachable_memory(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
+                         const StreamOrder& order, const char* in_what, const char* out_what,
+                         Collective collective) {
+  if (!in.is_cuda() || collective_reads_device_memory(comm)) {
+    collective(device_buffer(in, order), as_buffer(out));
+    return;
+  }
+  if (order.staging != nullptr) {
+    const comm::Buffer device_out = as_buffer(out);
+    comm::Buffer host_in =
+        order.staging->to_host(device_buffer(in, order), 0, order.ready, in_what);
+    comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
+    collective(host_in, host_out);
+    order.staging->to_device(host_out, device_out, out_what);
+    return;
+  }
+  at::Tensor host_in = in.cpu(), host_out = out.cpu();
+  collective(as_buffer(host_in), as_buffer(host_out));
+  out.copy_(host_out);
+}
+
 }  // namespace
 
 void allreduce_tensor(comm::Communicator& comm, const at::Tensor& tensor, comm::ReduceOp op,
@@ -59,22 +83,8 @@ void broadcast_tensor(comm::Communicator& comm, const at::Tensor& tensor, int ro
 
 void allgather_tensor(comm::Communicator& comm, const at::Tensor& in, const at::Tensor& out,
                       const StreamOrder& order) {
-  if (!in.is_cuda() || collective_reads_device_memory(comm)) {
-    comm.allgather(device_buffer(in, order), as_buffer(out));
-    return;
-  }
-  if (order.staging != nullptr) {
-    const comm::Buffer device_out = as_buffer(out);
-    comm::Buffer host_in =
-        order.staging->to_host(device_buffer(in, order), 0, order.ready, "an allgather input");
-    comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
-    comm.allgather(host_in, host_out);
-    order.staging->to_device(host_out, device_out, "an allgather output");
-    return;
-  }
-  at::Tensor host_in = in.cpu(), host_out = out.cpu();
-  comm.allgather(as_buffer(host_in), as_buffer(host_out));
-  out.copy_(host_out);
+  on_reachable_memory(comm, in, out, order, "an allgather input", "an allgather output",
+                      [&](const comm::Buffer& i, comm::Buffer o) { comm.allgather(i, o); });
 }
 
 // A reduce-scatter moves (W-1)/W of `in` through each rank, half an allreduce's traffic; on
@@ -85,22 +95,9 @@ void reduce_scatter_tensor(comm::Communicator& comm, const at::Tensor& in, const
   PARTRAIN_CHECK(in.numel() == world * out.numel() && in.scalar_type() == out.scalar_type(), Error,
                  "reduce_scatter_tensor: ", in.numel(), " elements in, ", out.numel(),
                  " out, over ", world, " ranks");
-  if (!in.is_cuda() || collective_reads_device_memory(comm)) {
-    comm.reduce_scatter(device_buffer(in, order), as_buffer(out), op);
-    return;
-  }
-  if (order.staging != nullptr) {
-    const comm::Buffer device_out = as_buffer(out);
-    comm::Buffer host_in =
-        order.staging->to_host(device_buffer(in, order), 0, order.ready, "a reduce-scatter input");
-    comm::Buffer host_out = order.staging->host_buffer(device_out, 1);
-    comm.reduce_scatter(host_in, host_out, op);
-    order.staging->to_device(host_out, device_out, "a reduce-scatter output");
-    return;
-  }
-  at::Tensor host_in = in.cpu(), host_out = out.cpu();
-  comm.reduce_scatter(as_buffer(host_in), as_buffer(host_out), op);
-  out.copy_(host_out);
+  on_reachable_memory(
+      comm, in, out, order, "a reduce-scatter input", "a reduce-scatter output",
+      [&](const comm::Buffer& i, comm::Buffer o) { comm.reduce_scatter(i, o, op); });
 }
 
 void sum_over_ranks(comm::Communicator* comm, std::vector<double>& values,
