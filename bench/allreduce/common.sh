@@ -16,16 +16,21 @@ allreduce_setup() {
   OUT=${OUT:-$BUILD/$out_name}
   ROUNDS=${ROUNDS:-2}
   mkdir -p "$OUT"
-  BYTES=$(python3 -c '
-import sys
-units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$SIZES")
+  BYTES=$(to_bytes "$SIZES")
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(uname -srm), $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "sizes: $SIZES  worlds: $WORLDS  rounds: $ROUNDS (best median of each kept)"
   } > "$OUT/machine.txt"
+}
+
+# to_bytes 4K,1M: the sizes in bytes, comma-separated.
+to_bytes() {
+  python3 -c '
+import sys
+units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$1"
 }
 
 note_load_after() {

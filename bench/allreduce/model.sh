@@ -32,12 +32,6 @@ LARGE_W_SIZES=${LARGE_W_SIZES:-4K,64K,1M,16M}
 command -v mpicxx > /dev/null || { echo "model.sh: mpicxx is missing (scripts/setup.sh installs libopenmpi-dev)" >&2; exit 1; }
 MPI_BENCH=$OUT/mpi_bench
 [[ -x $MPI_BENCH ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
-to_bytes() {
-  python3 -c '
-import sys
-units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$1"
-}
 
 for ((R=1; R<=ROUNDS; R++)); do
   [[ ${REPORT_ONLY:-0} == 1 ]] && break
