@@ -18,10 +18,25 @@
 // loopback_model() were fitted to `partrain bench allreduce --algorithm A` runs of every
 // algorithm at W = 2, 4, 8 on one host over loopback TCP (bench/allreduce/model.sh prints the
 // fit and how far it is off; BENCHMARKS.md, "Collectives for many ranks").
+//
+// Where the ranks of a host share its link to the others, what crosses that link counts as
+// well: an allreduce's bytes out of the busiest host (HostTraffic, counted by walking each
+// algorithm's exchanges over the layout) times beta_link. Between two hosts of two ranks the
+// ring sends 1.5 buffers out of each host, recursive doubling 2 and Rabenseifner, nearest
+// partner first (Note [Nearest partner first]), 1, so allreduces from about 24 KiB over such hosts
+// go to Rabenseifner. beta_link is assumed, not fitted: 0.8 ns per byte is a 10 Gbit/s link,
+// so that over a faster link the choice still leans to fewer bytes between hosts, never to
+// more (the 1 Gbit/s link of bench/multinode/link.sh costs 8 ns). With one rank per host
+// every byte a rank moves leaves its host, beta counts it already, and the link's speed (which
+// the model does not know) would only shift the sizes where one algorithm overtakes another.
+// PeerCollectives learns the layout once, at its first allreduce (choice_depends_on_hosts()):
+// even a small one can depend on it, since at two hosts of 512 ranks recursive doubling's step
+// between the hosts sends 512 whole buffers across each link.
 
 #include <algorithm>
 #include <cmath>
 
+#include "comm_backends/algorithms/algorithms.h"
 #include "common/errors.h"
 
 namespace partrain::comm {
@@ -76,7 +91,53 @@ std::string_view algorithm_request_name(AlgorithmRequest request) {
   return "auto";
 }
 
-CostModel loopback_model() { return CostModel{15e-6, 0.4e-9, 0.2e-9}; }
+CostModel loopback_model() { return CostModel{15e-6, 0.4e-9, 0.2e-9, 0.8e-9}; }
+
+HostTraffic host_traffic(const std::vector<int>& host_of) {
+  HostTraffic traffic;
+  const int world = static_cast<int>(host_of.size());
+  const int hosts = world == 0 ? 0 : *std::max_element(host_of.begin(), host_of.end()) + 1;
+  std::vector<int> ranks_on(std::max(hosts, 0), 0);
+  for (int h : host_of) ++ranks_on[h];
+  traffic.shared_links = hosts > 1 && *std::max_element(ranks_on.begin(), ranks_on.end()) > 1;
+  if (!traffic.shared_links) return traffic;
+  // out[h]: buffers sent out of host h; `send` adds what rank `from` sends to rank `to`.
+  std::vector<double> out(hosts, 0);
+  const auto send = [&](int from, int to, double buffers) {
+    if (host_of[from] != host_of[to]) out[host_of[from]] += buffers;
+  };
+  const auto busiest = [&] {
+    const double most = *std::max_element(out.begin(), out.end());
+    std::fill(out.begin(), out.end(), 0.0);
+    return most;
+  };
+  const Fold any(0, world);
+  // The fold's hand-over and hand-back: the whole buffer each way within each pair.
+  const auto fold_both_ways = [&] {
+    for (int r = 0; r + 1 < 2 * any.rem; r += 2) {
+      send(r, r + 1, 1);
+      send(r + 1, r, 1);
+    }
+  };
+  for (int r = 0; r < world; ++r) send(r, (r + 1) % world, 2.0 * (world - 1) / world);
+  traffic.ring = busiest();
+  fold_both_ways();
+  for (int mask = 1; mask < any.pow2; mask <<= 1) {
+    for (int nr = 0; nr < any.pow2; ++nr) send(any.last_of(nr), any.last_of(nr ^ mask), 1);
+  }
+  traffic.recursive_doubling = busiest();
+  // Rabenseifner: the halving's step `mask` sends mask / pow2 of the buffer between positions
+  // x and x ^ mask; the allgather sends as much back.
+  fold_both_ways();
+  const auto at = [&](int position) {
+    return any.last_of(any.position(position, Positions::nearest_first));
+  };
+  for (int mask = any.pow2 / 2; mask >= 1; mask >>= 1) {
+    for (int x = 0; x < any.pow2; ++x) send(at(x), at(x ^ mask), 2.0 * mask / any.pow2);
+  }
+  traffic.rabenseifner = busiest();
+  return traffic;
+}
 
 std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
   switch (kind) {
@@ -94,7 +155,7 @@ std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
 }
 
 CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes, int world,
-                     std::size_t chunk_bytes) {
+                     std::size_t chunk_bytes, const HostTraffic* traffic) {
   CostTerms c;
   if (world <= 1) return c;
   const double n = static_cast<double>(bytes), w = world;
@@ -112,6 +173,12 @@ CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes
       } else {
         c = {2.0 * l + 2 * fold, 2 * halving_share * n + 2 * fold * n,
              halving_share * n + fold * n};
+      }
+      if (traffic != nullptr && traffic->shared_links) {
+        c.bytes_between_hosts =
+            n * (algorithm == Algorithm::ring                 ? traffic->ring
+                 : algorithm == Algorithm::recursive_doubling ? traffic->recursive_doubling
+                                                              : traffic->rabenseifner);
       }
       break;
     case CollectiveKind::reduce_scatter:
@@ -143,14 +210,20 @@ CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes
 }
 
 double predicted_seconds(CollectiveKind kind, Algorithm algorithm, std::size_t bytes, int world,
-                         const CostModel& model, std::size_t chunk_bytes) {
-  const CostTerms c = cost_terms(kind, algorithm, bytes, world, chunk_bytes);
-  return c.messages * model.alpha + c.bytes_moved * model.beta + c.bytes_reduced * model.gamma;
+                         const CostModel& model, std::size_t chunk_bytes,
+                         const HostTraffic* traffic) {
+  const CostTerms c = cost_terms(kind, algorithm, bytes, world, chunk_bytes, traffic);
+  return c.messages * model.alpha + c.bytes_moved * model.beta + c.bytes_reduced * model.gamma +
+         c.bytes_between_hosts * model.beta_link;
+}
+
+bool choice_depends_on_hosts(CollectiveKind kind, int world, AlgorithmRequest request) {
+  return request == AlgorithmRequest::automatic && world >= 3 && kind == CollectiveKind::allreduce;
 }
 
 Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
                            AlgorithmRequest request, const CostModel& model,
-                           std::size_t chunk_bytes) {
+                           std::size_t chunk_bytes, const HostTraffic* traffic) {
   const bool reduces = kind == CollectiveKind::allreduce || kind == CollectiveKind::barrier;
   switch (request) {
     case AlgorithmRequest::ring:
@@ -169,7 +242,7 @@ Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
   double best_seconds = 0;
   bool first = true;
   for (Algorithm a : algorithms_for(kind)) {
-    const double s = predicted_seconds(kind, a, bytes, world, model, chunk_bytes);
+    const double s = predicted_seconds(kind, a, bytes, world, model, chunk_bytes, traffic);
     if (first || s < best_seconds) {
       best = a;
       best_seconds = s;

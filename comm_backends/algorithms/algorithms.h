@@ -44,6 +44,11 @@ Bounds equal_bounds(std::size_t total, int parts);
 // Each bound multiplied by `factor` (elements to bytes).
 Bounds scaled(const Bounds& bounds, std::size_t factor);
 
+// Where a power-of-two algorithm puts each new rank (Note [Nearest partner first] in
+// rabenseifner.cpp): at its own number, or at its number's bits reversed, which pairs each rank
+// with its nearest neighbours for the steps that move the most.
+enum class Positions : std::uint8_t { in_rank_order, nearest_first };
+
 // A world that is not a power of two, folded as MPICH folds it: of the first 2 * rem ranks
 // (rem = world - pow2) each even one hands its data to the odd one after it and sits out; the
 // pow2 ranks left take new ranks 0 .. pow2-1 in order, run the power-of-two algorithm, and the
@@ -59,6 +64,8 @@ struct Fold {
   // Blocks of the new ranks: new rank nr's is the union of the blocks of the ranks it stands
   // for (`blocks` has world + 1 bounds; the result pow2 + 1).
   Bounds fold_bounds(const Bounds& blocks) const;
+  // The position of new rank nr under `order`, and (the same map) the new rank at a position.
+  int position(int nr, Positions order) const;
 };
 
 // Buffers an algorithm reuses from call to call (grown, never shrunk).
@@ -96,10 +103,10 @@ void finish_values(const Reduction& r, std::uint8_t* work, std::size_t count, Sc
 void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
                                   std::size_t count, Scratch& s);
 void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bounds& blocks);
-// The power-of-two core, among the fold's new ranks: new rank nr holds block nr of `blocks`
-// (pow2 + 1 bounds, in bytes) and ends with all of them.
-void doubling_allgather_core(PeerTransport& t, const Fold& fold, std::uint8_t* data,
-                             const Bounds& blocks);
+// The power-of-two core, among the fold's new ranks: the new rank at position x (`order`)
+// holds block x of `blocks` (pow2 + 1 bounds, in bytes) and ends with all of them.
+void doubling_allgather_core(PeerTransport& t, const Fold& fold, Positions order,
+                             std::uint8_t* data, const Bounds& blocks);
 
 // ---- rabenseifner.cpp ----
 void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,

@@ -12,9 +12,12 @@ PeerCollectives::PeerCollectives(PeerTransport& transport, const PeerCollectives
   options_.chunk_bytes = std::max<std::size_t>(options_.chunk_bytes, 64);
 }
 
-Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) const {
+Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) {
+  if (!traffic_ && options_.hosts && choice_depends_on_hosts(kind, size(), options_.algorithm)) {
+    traffic_ = host_traffic(options_.hosts->layout().host_of);
+  }
   return choose_algorithm(kind, bytes, size(), options_.algorithm, options_.model,
-                          options_.chunk_bytes);
+                          options_.chunk_bytes, traffic_ ? &*traffic_ : nullptr);
 }
 
 CollectiveCall PeerCollectives::next_call(CollectiveKind kind, Algorithm algorithm) {

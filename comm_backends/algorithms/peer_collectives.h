@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/algorithms/algorithms.h"
 #include "comm_backends/buffer.h"
 #include "comm_backends/peer/peer_transport.h"
+#include "comm_backends/placement.h"
 
 namespace partrain::comm {
 
@@ -19,6 +21,9 @@ struct PeerCollectivesOptions {
   std::size_t chunk_bytes = kDefaultRingChunkBytes;  // the ring's pipeline chunk
   AlgorithmRequest algorithm = AlgorithmRequest::automatic;
   CostModel model = loopback_model();
+  // Where the ranks run, learned (and waited for) at the first call whose choice depends on
+  // it (choice_depends_on_hosts(): the first allreduce); none: as if on one host.
+  std::optional<RankHosts> hosts;
 };
 
 class PeerCollectives {
@@ -40,8 +45,9 @@ class PeerCollectives {
 
   // The algorithm of the last call (none for a call that moved nothing).
   Algorithm last_algorithm() const { return last_; }
-  // The algorithm a call of this kind and size (as predicted_seconds() counts it) would take.
-  Algorithm algorithm_for(CollectiveKind kind, std::size_t bytes) const;
+  // The algorithm a call of this kind and size (as predicted_seconds() counts it) takes; the
+  // first call that needs the hosts learns them (options' hosts).
+  Algorithm algorithm_for(CollectiveKind kind, std::size_t bytes);
   std::uint64_t calls() const { return sequence_; }
 
  private:
@@ -55,6 +61,7 @@ class PeerCollectives {
   PeerCollectivesOptions options_;
   std::uint64_t sequence_ = 0;
   Algorithm last_ = Algorithm::none;
+  std::optional<HostTraffic> traffic_;  // once the hosts are learned
   Scratch scratch_;
   std::vector<std::uint8_t> work_;  // a work copy: f32 for f16/bf16, or a reduce_scatter's input
 };

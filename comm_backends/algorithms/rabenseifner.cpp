@@ -4,12 +4,25 @@
 // messages too large for recursive doubling and too small for the ring's 2(W-1) messages.
 //
 // Recursive halving: the blocks of the new ranks (Fold) form a window, at first all of them.
-// In step mask = pow2/2, pow2/4, ..., 1 rank x keeps the half of its window on its side of
-// bit `mask` (the lower half when x & mask is 0), sends the other half to x ^ mask and reduces
-// the half it keeps with what that rank sends; the window halves. After the last step rank x
-// alone holds the reduction of block x, divided (avg) and, on a narrow wire, rounded to the
-// wire type; every element is reduced by one rank only, so no rank can hold other bits.
-// The allgather then spreads the blocks (recursive_doubling.cpp), on a narrow wire as words.
+// In step mask = pow2/2, pow2/4, ..., 1 position x keeps the half of its window on its side of
+// bit `mask` (the lower half when x & mask is 0), sends the other half to position x ^ mask
+// and reduces the half it keeps with what that one sends; the window halves. After the last
+// step position x alone holds the reduction of block x, divided (avg) and, on a narrow wire,
+// rounded to the wire type; every element is reduced by one rank only, so no rank can hold
+// other bits. The allgather then spreads the blocks (recursive_doubling.cpp), on a narrow wire
+// as words.
+//
+// Note [Nearest partner first]
+// Which rank stands at which position decides who exchanges the most. reduce_scatter must end
+// with block r on rank r, so there position = new rank, and the first and largest exchange
+// (half the buffer) is with the rank pow2/2 away. The allreduce is free to place the blocks:
+// there position = the new rank's bits reversed, so that the halving exchanges half the buffer
+// with the next rank (new rank ^ 1), a quarter with new rank ^ 2, and the smallest pieces with
+// the farthest, and the allgather mirrors it. Ranks are numbered host by host (launchers give
+// a host consecutive ranks), so the large exchanges stay on a host and the link between hosts
+// carries (H-1)/H of the buffer each way per host where the ring carries (W-1)/W per boundary:
+// at 2 hosts of 2 ranks, 1 buffer where the ring carries 1.5 (algorithm_choice.h's HostTraffic
+// counts it for any layout). On one host the order changes only which ranks add in which order.
 #include <cstring>
 
 #include "comm_backends/algorithms/algorithms.h"
@@ -18,10 +31,11 @@
 namespace partrain::comm {
 namespace {
 
-// Halving among the fold's new ranks over `blocks` (pow2 + 1 bounds, in elements).
-void halving_core(PeerTransport& t, const Fold& fold, const Reduction& r, std::uint8_t* work,
-                  const Bounds& blocks, Scratch& s) {
-  const int nr = fold.new_rank;
+// Halving among the fold's new ranks over `blocks` (pow2 + 1 bounds, in elements), with the
+// new ranks at positions `order` (Note [Nearest partner first]).
+void halving_core(PeerTransport& t, const Fold& fold, Positions order, const Reduction& r,
+                  std::uint8_t* work, const Bounds& blocks, Scratch& s) {
+  const int x = fold.position(fold.new_rank, order);
   const std::size_t count = blocks.back();
   const std::size_t we = r.work_elem(), wi = r.wire_elem();
   if (r.narrow()) {
@@ -32,14 +46,14 @@ void halving_core(PeerTransport& t, const Fold& fold, const Reduction& r, std::u
     s.stage.resize(std::max(s.stage.size(), count * we));
   }
   for (int mask = fold.pow2 / 2; mask >= 1; mask >>= 1) {
-    const int partner = nr ^ mask;
-    const int base = nr & ~(2 * mask - 1);
+    const int partner = x ^ mask;
+    const int base = x & ~(2 * mask - 1);
     const std::size_t lo = blocks[base], mid = blocks[base + mask], hi = blocks[base + 2 * mask];
-    const bool upper = (nr & mask) != 0;
+    const bool upper = (x & mask) != 0;
     const std::size_t keep = upper ? mid : lo, keep_n = upper ? hi - mid : mid - lo;
     const std::size_t give = upper ? lo : mid, give_n = upper ? mid - lo : hi - mid;
     PeerTransport::Transfer send, recv;
-    send.peer = recv.peer = fold.last_of(partner);
+    send.peer = recv.peer = fold.last_of(fold.position(partner, order));
     send.outgoing = true;
     if (r.narrow()) {
       std::uint16_t* words = s.words.data() + give;
@@ -69,17 +83,20 @@ void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* 
   fold_in_reduce(t, fold, r, work, count, s);
   if (fold.new_rank >= 0) {
     const Bounds blocks = equal_bounds(count, fold.pow2);
-    halving_core(t, fold, r, work, blocks, s);
+    halving_core(t, fold, Positions::nearest_first, r, work, blocks, s);
+    const int at = fold.position(fold.new_rank, Positions::nearest_first);
     if (r.narrow()) {
       // The final values travel as wire words; this rank's own are already wire values.
-      const std::size_t mine = blocks[fold.new_rank], n = blocks[fold.new_rank + 1] - mine;
+      const std::size_t mine = blocks[at], n = blocks[at + 1] - mine;
       s.words.resize(std::max(s.words.size(), count));
       narrow_to_wire(reinterpret_cast<const float*>(work) + mine, s.words.data() + mine, r.wire, n);
-      doubling_allgather_core(t, fold, reinterpret_cast<std::uint8_t*>(s.words.data()),
+      doubling_allgather_core(t, fold, Positions::nearest_first,
+                              reinterpret_cast<std::uint8_t*>(s.words.data()),
                               scaled(blocks, r.wire_elem()));
       widen_from_wire(s.words.data(), reinterpret_cast<float*>(work), r.wire, count);
     } else {
-      doubling_allgather_core(t, fold, work, scaled(blocks, r.work_elem()));
+      doubling_allgather_core(t, fold, Positions::nearest_first, work,
+                              scaled(blocks, r.work_elem()));
     }
   }
   fold_out_result(t, fold, r, work, count, s);
@@ -90,7 +107,9 @@ void recursive_halving_reduce_scatter(PeerTransport& t, const Reduction& r, std:
   const Fold fold(t.rank(), t.size());
   const std::size_t count = blocks.back();
   fold_in_reduce(t, fold, r, work, count, s);
-  if (fold.new_rank >= 0) halving_core(t, fold, r, work, fold.fold_bounds(blocks), s);
+  if (fold.new_rank >= 0) {
+    halving_core(t, fold, Positions::in_rank_order, r, work, fold.fold_bounds(blocks), s);
+  }
   // The odd rank of a pair holds both ranks' blocks: the even one's goes back to it.
   const int rank = t.rank();
   if (!fold.takes_over() && !fold.hands_over()) return;

@@ -46,6 +46,15 @@ Bounds Fold::fold_bounds(const Bounds& blocks) const {
   return out;
 }
 
+int Fold::position(int nr, Positions order) const {
+  if (order == Positions::in_rank_order) return nr;
+  int reversed = 0;
+  for (int bit = 1, mirror = pow2 / 2; bit < pow2; bit <<= 1, mirror >>= 1) {
+    if (nr & bit) reversed |= mirror;
+  }
+  return reversed;
+}
+
 namespace {
 
 // What leaves for a peer: the work values themselves, or on a narrow wire their wire words.
@@ -152,14 +161,14 @@ void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uin
   fold_out_result(t, fold, r, work, count, s);
 }
 
-void doubling_allgather_core(PeerTransport& t, const Fold& fold, std::uint8_t* data,
-                             const Bounds& blocks) {
-  const int nr = fold.new_rank;
+void doubling_allgather_core(PeerTransport& t, const Fold& fold, Positions order,
+                             std::uint8_t* data, const Bounds& blocks) {
+  const int x = fold.position(fold.new_rank, order);
   for (int mask = 1; mask < fold.pow2; mask <<= 1) {
-    const int partner = nr ^ mask;
-    const int mine = nr & ~(mask - 1), theirs = partner & ~(mask - 1);
+    const int partner = x ^ mask;
+    const int mine = x & ~(mask - 1), theirs = partner & ~(mask - 1);
     PeerTransport::Transfer send, recv;
-    send.peer = recv.peer = fold.last_of(partner);
+    send.peer = recv.peer = fold.last_of(fold.position(partner, order));
     send.outgoing = true;
     send.data = data + blocks[mine];
     send.bytes = blocks[mine + mask] - blocks[mine];
@@ -179,7 +188,8 @@ void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bo
   } else if (fold.takes_over()) {
     transfer(t, rank - 1, false, data + blocks[rank - 1], blocks[rank] - blocks[rank - 1]);
   }
-  if (fold.new_rank >= 0) doubling_allgather_core(t, fold, data, fold.fold_bounds(blocks));
+  if (fold.new_rank >= 0)
+    doubling_allgather_core(t, fold, Positions::in_rank_order, data, fold.fold_bounds(blocks));
   if (fold.takes_over()) {
     transfer(t, rank - 1, true, data, blocks.back());
   } else if (fold.hands_over()) {

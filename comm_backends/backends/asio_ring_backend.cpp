@@ -27,10 +27,13 @@ PeerTransportOptions transport_options(const BackendArgs& args) {
   return o;
 }
 
-PeerCollectivesOptions collectives_options(const CommOptions& options) {
+PeerCollectivesOptions collectives_options(const BackendArgs& args) {
   PeerCollectivesOptions o;
-  if (options.ring_chunk_bytes > 0) o.chunk_bytes = options.ring_chunk_bytes;
-  o.algorithm = parse_algorithm_request(options.algorithm);
+  if (args.options.ring_chunk_bytes > 0) o.chunk_bytes = args.options.ring_chunk_bytes;
+  o.algorithm = parse_algorithm_request(args.options.algorithm);
+  // A copy: what the group already knows, or how to learn it through the store that the
+  // transport relies on too; only a large allreduce asks (ranks meet there anyway).
+  o.hosts = args.placement.hosts;
   return o;
 }
 
@@ -38,7 +41,7 @@ class AsioRingCommunicator : public Communicator {
  public:
   explicit AsioRingCommunicator(const BackendArgs& args)
       : transport_(args.store, args.rank, args.size(), transport_options(args)),
-        collectives_(transport_, collectives_options(args.options)),
+        collectives_(transport_, collectives_options(args)),
         wire_(args.options.wire_dtype) {}
 
   int rank() const override { return transport_.rank(); }

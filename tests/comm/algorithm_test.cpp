@@ -10,6 +10,7 @@
 
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/communicator.h"
+#include "comm_backends/placement.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "tests/comm/reference_values.h"
@@ -202,6 +203,94 @@ TEST(AlgorithmChoice, BySizeAndWorldOrAsForced) {
   EXPECT_EQ(pick(K::broadcast, 4, 8, AlgorithmRequest::ring), Algorithm::ring);
   EXPECT_EQ(parse_algorithm_request("auto"), AlgorithmRequest::automatic);
   EXPECT_THROW(parse_algorithm_request("bcube"), UsageError);
+}
+
+// What each allreduce sends out of the busiest host, in buffers, walked over the layout.
+TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
+  const HostTraffic two_by_two = host_traffic({0, 0, 1, 1});
+  EXPECT_TRUE(two_by_two.shared_links);
+  EXPECT_DOUBLE_EQ(two_by_two.ring, 1.5);                // one boundary each way, 2(W-1)/W
+  EXPECT_DOUBLE_EQ(two_by_two.recursive_doubling, 2.0);  // both ranks, the whole buffer
+  EXPECT_DOUBLE_EQ(two_by_two.rabenseifner, 1.0);        // nearest partner first: quarters across
+  const HostTraffic two_by_four = host_traffic({0, 0, 0, 0, 1, 1, 1, 1});
+  EXPECT_DOUBLE_EQ(two_by_four.ring, 1.75);
+  EXPECT_DOUBLE_EQ(two_by_four.recursive_doubling, 4.0);
+  EXPECT_DOUBLE_EQ(two_by_four.rabenseifner, 1.0);  // 2(H-1)/H
+  // Six ranks fold, and the fold's pair 2/3 straddles the hosts (the whole buffer across,
+  // both ways), as does the first halving step's pair of new ranks 0 and 1 (ranks 1 and 3):
+  // here the ring moves less between hosts, and the choice stays with it.
+  const HostTraffic folded = host_traffic({0, 0, 0, 1, 1, 1});
+  EXPECT_DOUBLE_EQ(folded.ring, 10.0 / 6);
+  EXPECT_DOUBLE_EQ(folded.rabenseifner, 2.5);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 64 << 20, 6, AlgorithmRequest::automatic,
+                             loopback_model(), 256 << 10, &folded),
+            Algorithm::ring);
+  // Nothing shares a link: one host, or one rank per host.
+  EXPECT_FALSE(host_traffic({0, 0, 0, 0}).shared_links);
+  EXPECT_FALSE(host_traffic({0, 1, 2, 3}).shared_links);
+  // The choice: a large allreduce over two hosts of two ranks goes to Rabenseifner, the same
+  // on one host to the ring; a small one stays with recursive doubling either way.
+  const CostModel model = loopback_model();
+  const auto pick = [&](std::size_t bytes, const HostTraffic* traffic) {
+    return choose_algorithm(CollectiveKind::allreduce, bytes, 4, AlgorithmRequest::automatic, model,
+                            256 << 10, traffic);
+  };
+  EXPECT_EQ(pick(64 << 20, nullptr), Algorithm::ring);
+  EXPECT_EQ(pick(64 << 20, &two_by_two), Algorithm::rabenseifner);
+  EXPECT_EQ(pick(1 << 20, &two_by_two), Algorithm::rabenseifner);
+  EXPECT_EQ(pick(4 << 10, &two_by_two), Algorithm::recursive_doubling);
+  EXPECT_EQ(pick(64 << 10, &two_by_two), Algorithm::rabenseifner);
+  // Even a small allreduce depends on the layout: over two hosts of 512 ranks recursive
+  // doubling would send 512 whole buffers across each link at its step between the hosts.
+  std::vector<int> halves(1024);
+  for (int r = 0; r < 1024; ++r) halves[r] = r < 512 ? 0 : 1;
+  const HostTraffic big_hosts = host_traffic(halves);
+  EXPECT_DOUBLE_EQ(big_hosts.recursive_doubling, 512.0);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 4 << 10, 1024, AlgorithmRequest::automatic,
+                             model, 256 << 10, &big_hosts),
+            Algorithm::rabenseifner);
+  EXPECT_TRUE(choice_depends_on_hosts(CollectiveKind::allreduce, 4, AlgorithmRequest::automatic));
+  EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::barrier, 4, AlgorithmRequest::automatic));
+  EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::allreduce, 4, AlgorithmRequest::ring));
+  EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::allreduce, 2, AlgorithmRequest::automatic));
+}
+
+// asio-ring learns where its ranks run at its first allreduce: over
+// two hosts of two ranks a 1 MiB allreduce takes Rabenseifner (on one host, the ring), with the
+// exact sum and the same bits on every rank.
+TEST(AlgorithmChoice, AsioRingChoosesByWhereItsRanksRun) {
+  constexpr int kWorld = 4;
+  constexpr std::size_t kCount = (1 << 20) / sizeof(float);
+  for (const bool two_hosts : {true, false}) {
+    const HostLayout layout = group_by_host(two_hosts ? std::vector<std::string>{"a", "a", "b", "b"}
+                                                      : std::vector<std::string>(kWorld, "a"));
+    testing::ScratchDir dir;
+    std::vector<std::vector<float>> results(kWorld);
+    std::vector<std::string> algorithms(kWorld);
+    testing::run_ranks(kWorld, [&](int rank) {
+      StoreOptions store_options;
+      store_options.timeout = milliseconds(20000);
+      auto store = open_store(dir.url(), store_options);
+      CommOptions options;
+      options.backend = "asio-ring";
+      options.timeout = milliseconds(30000);
+      auto comm = make_communicator(options, *store, RankHosts(layout), rank);
+      std::vector<float> data(kCount);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(input_value(rank, i));
+      comm->allreduce(Buffer{data.data(), kCount, DType::f32}, ReduceOp::sum);
+      algorithms[rank] = comm->last_algorithm();
+      results[rank] = std::move(data);
+    });
+    for (int rank = 0; rank < kWorld; ++rank) {
+      EXPECT_EQ(algorithms[rank], two_hosts ? "rabenseifner" : "ring") << rank;
+      EXPECT_EQ(results[rank], results[0]) << "ranks 0 and " << rank << " differ";
+    }
+    for (std::size_t i = 0; i < kCount; ++i) {
+      double want = 0;
+      for (int r = 0; r < kWorld; ++r) want += input_value(r, i);
+      ASSERT_EQ(results[0][i], static_cast<float>(want)) << i;
+    }
+  }
 }
 
 }  // namespace
