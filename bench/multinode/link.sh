@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Two test hosts joined by a rate-limited link: two network namespaces, a veth pair, a token
-# bucket (tc tbf) on each end's egress. For each link rate and backend/wire format:
-#   * `partrain bench allreduce` across the two hosts (RANKS_PER_HOST ranks each, default 1),
-#     busbw against the line rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it), and the bytes that
-#     cross the link per direction against the line rate;
+# Test hosts joined by rate-limited links: HOSTS network namespaces (default 2); two are joined
+# by one veth pair, more each by a veth pair to a bridge in a switch namespace of their own; a
+# token bucket (tc tbf) on both ends' egress, so each host's link carries RATE each way. For each link rate and backend/wire format:
+#   * `partrain bench allreduce` across the hosts (RANKS_PER_HOST ranks each, default 1), the
+#     algorithm it took, busbw against the line rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it),
+#     and the bytes that leave the busiest host per direction against the line rate;
 #   * DDP training of MODEL (default digitalnet; resnet18 too) width WIDTH (default 64) on
 #     synthetic CIFAR-shaped data (TRAIN_SAMPLES, default 1280) with RANKS_PER_HOST ranks per
 #     host, the images/s rank 0 reports and the wait for gradients after backward (TRAIN=0
@@ -19,7 +20,14 @@
 #   bench/multinode/link.sh [RATES] [BACKENDS]   e.g. "1gbit 200mbit" "asio-ring:f32 gloo:f32"
 #   RANKS_PER_HOST=2 TRAIN=0 bench/multinode/link.sh 1gbit "hierarchical:f32 asio-ring:f32"
 #   ALLREDUCE=0 bench/multinode/link.sh 100mbit "asio-ring:f32 asio-ring:f32:powersgd2"
-# Env: PARTRAIN (the executable; default build/partrain), ALGORITHM (comm.algorithm for the
+#   HOSTS=4 TRAIN=0 bench/multinode/link.sh 1gbit "asio-ring:f32 gloo:f32 mpi:f32"
+# The variant mpi:f32 (allreduce only) is Open MPI's MPI_Allreduce over its TCP transport
+# (bench/peers/collectives/mpi_bench.cc, its tuned decision rules), started by mpirun in host 0
+# with a launch agent that enters each host's namespace; unbound, since every namespace host
+# would bind its first rank to the same core, and yielding while it waits, as mpirun does when
+# it knows it oversubscribes (the namespace hosts share this machine's cores).
+# Env: PARTRAIN (the executable; default build/partrain), ITERS (timed allreduces a size, default
+# 5; Open MPI's bench times its own count), ALGORITHM (comm.algorithm for the
 # asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,25 +35,51 @@ rates=${1:-"1gbit 200mbit"}
 variants=${2:-"asio-ring:f32 asio-ring:bf16 gloo:f32"}
 exe=${PARTRAIN:-$(pwd)/build/partrain}
 per_host=${RANKS_PER_HOST:-1}
-world=$((2 * per_host))
+nhosts=${HOSTS:-2}
+[[ $nhosts =~ ^[0-9]+$ && $nhosts -ge 2 && $nhosts -le 16 ]] || {
+  echo "link.sh: HOSTS must be 2..16, got '$nhosts'" >&2; exit 2; }
+world=$((nhosts * per_host))
 [ "$(id -u)" -eq 0 ] || { echo "link.sh: needs root (network namespaces)" >&2; exit 2; }
 id=$$
-a=ptb${id}a; b=ptb${id}b
+sw=ptb${id}s
+hosts=()
+for ((i = 0; i < nhosts; i++)); do hosts+=("ptb${id}h$i"); done
 work=$(mktemp -d /tmp/partrain-link-XXXXXX)
 cleanup() {
-  for ns in "$a" "$b"; do
+  for ns in "${hosts[@]}" "$sw"; do
+    ip netns list | grep -qw "$ns" || continue
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
   done
   rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$a"; ip netns add "$b"
-ip link add "${a}v" type veth peer name "${b}v"
-ip link set "${a}v" netns "$a"; ip link set "${b}v" netns "$b"
-ip -n "$a" addr add 10.78.0.1/24 dev "${a}v"; ip -n "$b" addr add 10.78.0.2/24 dev "${b}v"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "${a}v" up; ip -n "$b" link set "${b}v" up
+# Host i is 10.78.0.(i+1), its end of the link "${ns}v"; with a switch, the switch's end is
+# "p$i" on bridge br0. A bridge costs the kernel forwarding work on the same two cores, so two
+# hosts keep the plain pair the earlier figures were measured over.
+for ns in "${hosts[@]}"; do ip netns add "$ns"; done
+if [ "$nhosts" -eq 2 ]; then
+  ip link add "${hosts[0]}v" type veth peer name "${hosts[1]}v"
+  for ns in "${hosts[@]}"; do ip link set "${ns}v" netns "$ns"; done
+else
+  ip netns add "$sw"
+  ip -n "$sw" link add br0 type bridge
+  ip -n "$sw" link set br0 up
+  for ((i = 0; i < nhosts; i++)); do
+    ip link add "${hosts[$i]}v" type veth peer name "ptb${id}p$i"
+    ip link set "${hosts[$i]}v" netns "${hosts[$i]}"
+    ip link set "ptb${id}p$i" netns "$sw"
+    ip -n "$sw" link set "ptb${id}p$i" name "p$i"
+    ip -n "$sw" link set "p$i" master br0
+    ip -n "$sw" link set "p$i" up
+  done
+fi
+for ((i = 0; i < nhosts; i++)); do
+  ns=${hosts[$i]}
+  ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev "${ns}v"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "${ns}v" up
+done
 
 cat > "$work/cfg.yaml" <<YAML
 name: link
@@ -60,10 +94,11 @@ train: {epochs: 2, threads: 1, log_every: 10}
 checkpoint: {every_epochs: 0, resume: never}
 YAML
 
-# set_rate RATE: the token bucket on both ends of the link.
+# set_rate RATE: the token bucket on both ends of every host's link.
 set_rate() {
-  for ns in "$a" "$b"; do
-    ip netns exec "$ns" tc qdisc replace dev "${ns}v" root tbf rate "$1" burst 256kb latency 50ms
+  for ((i = 0; i < nhosts; i++)); do
+    tc -n "${hosts[$i]}" qdisc replace dev "${hosts[$i]}v" root tbf rate "$1" burst 256kb latency 50ms
+    [ "$nhosts" -eq 2 ] || tc -n "$sw" qdisc replace dev "p$i" root tbf rate "$1" burst 256kb latency 50ms
   done
 }
 
@@ -74,23 +109,70 @@ parse_variant() {
   [ "$rest" = "$wire" ] || compress=${rest#*:}
 }
 
-# on_both WHAT BOUND_S: runs "${args[@]}" on both hosts, node 0 with "${extra0[@]}" and node 1
-# with "${extra1[@]}", logs in $work/WHAT0.log and WHAT1.log; stops the script if either fails.
-on_both() {
-  local what=$1 bound=$2 p0 p1
-  ip netns exec "$a" timeout "$bound" "$exe" "${args[@]}" --node-rank 0 "${extra0[@]}" > "$work/${what}0.log" 2>&1 &
-  p0=$!
-  ip netns exec "$b" timeout "$bound" "$exe" "${args[@]}" --node-rank 1 "${extra1[@]}" > "$work/${what}1.log" 2>&1 &
-  p1=$!
-  if ! wait "$p0" || ! wait "$p1"; then
-    echo "link.sh: $what failed ($rate $variant):" >&2; tail -n 5 "$work/${what}0.log" "$work/${what}1.log" >&2; exit 1
+# on_all WHAT BOUND_S: runs "${args[@]}" on every host, node 0 with "${extra0[@]}" and node i
+# with --host 10.78.0.(i+1) and "${extra1[@]}" (%i in them: i), logs in $work/WHATi.log; stops
+# the script if any fails.
+on_all() {
+  local what=$1 bound=$2 i failed=0 pids=()
+  for ((i = 0; i < nhosts; i++)); do
+    local extra=("${extra1[@]//%i/$i}")
+    [ "$i" -eq 0 ] && extra=("${extra0[@]}")
+    ip netns exec "${hosts[$i]}" timeout "$bound" "$exe" "${args[@]}" --node-rank "$i" \
+      --host "10.78.0.$((i + 1))" "${extra[@]}" > "$work/${what}$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || failed=1; done
+  if [ "$failed" = 1 ]; then
+    echo "link.sh: $what failed ($rate $variant):" >&2; tail -n 5 "$work/${what}"*.log >&2; exit 1
   fi
+}
+
+# mpi_allreduce SIZES RATE: Open MPI's allreduce over TCP across the hosts, one table row a size.
+mpi_allreduce() {
+  if [ ! -x "$work/mpi_bench" ]; then
+    mpicxx -O3 -std=c++17 -o "$work/mpi_bench" bench/peers/collectives/mpi_bench.cc
+    # Open MPI's rsh launcher runs `AGENT HOST COMMAND...` as it would run ssh.
+    cat > "$work/agent" <<'AGENT'
+#!/bin/sh
+host=$1; shift
+exec ip netns exec "$host" /bin/sh -c "$*"
+AGENT
+    chmod +x "$work/agent"
+    for ns in "${hosts[@]}"; do echo "$ns slots=$per_host"; done > "$work/hostfile"
+  fi
+  local bytes
+  bytes=$(python3 -c '
+import sys
+units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$1")
+  if ! ip netns exec "${hosts[0]}" timeout 600 mpirun --allow-run-as-root --hostfile "$work/hostfile" \
+      -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
+      --mca plm_rsh_agent "$work/agent" \
+      --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
+      --mca btl_tcp_if_include 10.78.0.0/24 "$work/mpi_bench" "$bytes" > "$work/mpi.txt" 2>&1; then
+    echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
+  fi
+  python3 - "$work/mpi.txt" "$2" "$per_host" "$nhosts" <<'PY'
+import re, sys
+rate, per_host, hosts = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
+line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) != 8 or not f[0].isdigit():
+        continue
+    assert f[7] == "OK", line
+    b, median_us, busbw = int(f[0]), float(f[3]), float(f[6])
+    size = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    print(f"| {rate} | {hosts} x {per_host} | mpi (tuned) | f32 | {size} | {median_us / 1e3:.2f} | "
+          f"{busbw:.3f} | {busbw / line_gbps:.2f} | – |")
+PY
 }
 
 port=29700
 if [ "${ALLREDUCE:-1}" = 1 ]; then
   sizes=${ALLREDUCE_SIZES:-1M,4M,16M}
-  echo "| link | ranks | backend | wire | size | median ms | busbw GB/s | busbw / line rate | link bytes per direction / line rate |"
+  echo "| link | ranks | backend (algorithm) | wire | size | median ms | busbw GB/s | busbw / line rate | link bytes per direction / line rate |"
   echo "|---|---|---|---|---|--:|--:|--:|--:|"
   for rate in $rates; do
     set_rate "$rate"
@@ -98,30 +180,43 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
       parse_variant "$variant"
       [ "$compress" = none ] || continue  # compression is a training setting
       port=$((port + 1))
+      if [ "$backend" = mpi ]; then
+        mpi_allreduce "$sizes" "$rate"
+        continue
+      fi
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
-            --iters 5 --warmup 1 --nnodes 2 --master-addr 10.78.0.1 --master-port "$port")
+            --iters "${ITERS:-5}" --warmup 1 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
-      extra0=(--host 10.78.0.1 --json "$work/bench.json"); extra1=(--host 10.78.0.2)
-      on_both bench 600
-      python3 - "$work/bench.json" "$rate" "$backend" "$wire" "$per_host" <<'PY'
-import json, re, sys
+      extra0=(--json "$work/bench.json"); extra1=()
+      on_all bench 600
+      python3 - "$work/bench.json" "$rate" "$backend" "$wire" "$per_host" "$nhosts" <<'PY'
+import json, math, re, sys
 report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
-per_host = int(sys.argv[5])
-world, hosts = 2 * per_host, 2
+per_host, hosts = int(sys.argv[5]), int(sys.argv[6])
+world = hosts * per_host
 value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
 line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9  # GB/s
-# Bytes of an allreduce of S bytes that cross the link in each direction: the flat ring over
-# ranks placed host by host crosses it once each way, carrying 2(W-1)/W S; the hierarchical
-# backend's ring of host leaders 2(H-1)/H S. A 16-bit wire halves them. Gloo: not modelled.
-share = {"asio-ring": 2 * (world - 1) / world, "hierarchical": 2 * (hosts - 1) / hosts,
-         "shm": None, "gloo": None}.get(backend)
+# Buffers of an allreduce that leave the busiest host in each direction, ranks placed host by
+# host, powers of two: the flat ring crosses each host boundary once each way with 2(W-1)/W;
+# Rabenseifner, nearest partner first, 2(H-1)/H; recursive doubling the whole buffer from
+# each rank of a host at each of its log2 H steps between hosts; the hierarchical backend's
+# leaders 2(H-1)/H. A 16-bit wire halves them. Gloo: not modelled.
+def share(algorithm):
+    if backend == "hierarchical":
+        return 2 * (hosts - 1) / hosts
+    if backend != "asio-ring":
+        return None
+    return {"ring": 2 * (world - 1) / world, "rabenseifner": 2 * (hosts - 1) / hosts,
+            "recursive_doubling": per_host * math.log2(hosts)}.get(algorithm)
 wire_factor = 0.5 if wire in ("bf16", "f16") else 1.0
 for r in report["results"]:
     assert r["wrong"] == 0, r
     seconds = r["median_us"] / 1e6
-    link = "–" if share is None else f"{share * wire_factor * r['bytes'] / seconds / 1e9 / line_gbps:.2f}"
-    print(f"| {rate} | {hosts} x {per_host} | {backend} | {wire} | {r['bytes'] >> 20} MiB | "
-          f"{seconds * 1e3:.1f} | {r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} | {link} |")
+    s = share(r.get("algorithm", ""))
+    link = "–" if s is None else f"{s * wire_factor * r['bytes'] / seconds / 1e9 / line_gbps:.2f}"
+    size = f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KiB"
+    print(f"| {rate} | {hosts} x {per_host} | {backend} ({r.get('algorithm', '?')}) | {wire} | {size} | "
+          f"{seconds * 1e3:.2f} | {r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} | {link} |")
 PY
     done
   done
@@ -141,10 +236,10 @@ for rate in $rates; do
                    --set "comm.powersgd_start_step=${POWERSGD_START:-10}")
     fi
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
-          "${compression[@]}" --nnodes 2 --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
-    extra0=(--output "$work/out0"); extra1=(--output "$work/out1")
+          "${compression[@]}" --nnodes "$nhosts" --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
+    extra0=(--output "$work/out0"); extra1=(--output "$work/out%i")
     [ "${BASELINE:-0}" = 1 ] && extra0+=(--with-baseline)
-    on_both run 900
+    on_all run 900
     python3 - "$work/out0/report.json" "$rate" "$backend" "$wire" "$per_host" "$compress" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -158,7 +253,7 @@ c = report.get("compression")
 wire_factor = 0.5 if sys.argv[4] in ("bf16", "f16") else 1.0
 sent = "–" if not c else (f"{c['bytes_per_step'] * wire_factor / 1e6:.2f} of "
                           f"{c['uncompressed_bytes_per_step'] * wire_factor / 1e6:.2f}")
-print(f"| {sys.argv[2]} | 2 x {sys.argv[5]} | {sys.argv[3]}{'' if used == sys.argv[3] else ' (' + used + ')'} | "
+print(f"| {sys.argv[2]} | {len(report['ranks']) // int(sys.argv[5])} x {sys.argv[5]} | {sys.argv[3]}{'' if used == sys.argv[3] else ' (' + used + ')'} | "
       f"{sys.argv[4]} | {sys.argv[6]} | {sent} | "
       f"{last['train_images_per_s']:.0f} | {last['train_seconds']:.1f} | {wait:.0f} |")
 PY
