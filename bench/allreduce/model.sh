@@ -4,11 +4,14 @@
 # bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx) and partrain's Gloo backend,
 # one after the other in the same run, per world size; then every algorithm forced in turn
 # (--algorithm ring | recursive_doubling | rabenseifner), whose times fit a latency/bandwidth
-# model: t = alpha * messages + beta * bytes through the busiest rank's link (the counts are
-# cost_terms() of comm_backends/algorithms/algorithm_choice.cpp, in each JSON row's "terms"),
-# times max(1, W / cores) on one host, whose W ranks share its cores. The fit uses the world sizes in FIT_WORLDS; every run is then predicted by it, which gives how
-# far off the model is on runs it was fitted to and on the ones it was not (a larger W). Last,
-# the model projects each algorithm to W = 64 ... 1024.
+# model: t = s * (alpha * messages + beta * bytes through the busiest rank's link), plus
+# s * kappa * messages where ranks share cores (the counts are cost_terms() of
+# comm_backends/algorithms/algorithm_choice.cpp, in each JSON row's "terms"; s = max(1, W /
+# cores) on one host, whose W ranks share its cores; kappa: the switch to the receiving rank
+# that each message costs once a core holds two ranks). The fit uses the world sizes in
+# FIT_WORLDS; every run is then predicted by it, which gives how far off the model is on runs
+# it was fitted to and on the ones it was not (a larger W). Last, the model projects each
+# algorithm to W = 64 ... 1024 with alpha and beta, one rank per host.
 #
 # Usage: bench/allreduce/model.sh [BUILD_DIR] [SIZES] [WORLDS]
 #   SIZES      default 4K,64K,1M,16M,64M
@@ -102,34 +105,51 @@ for w in worlds:
               f"{(m['median_us'] / p['median_us']) if m else float('nan'):.2f} | "
               f"{(p['busbw_gbps'] / g['busbw_gbps']) if g and g['busbw_gbps'] > 0 else float('nan'):.2f} |")
 
-# alpha, beta per algorithm: least squares of median seconds on (messages, bytes moved) over
-# the fit worlds, each point weighted by 1/t so that small and large messages count alike
-# (the error that matters is relative). On one host the W ranks share its cores: a rank runs
-# max(1, W / cores) times slower than on a core of its own, and the counts are scaled by it.
+# alpha, beta, kappa per algorithm: least squares of median seconds on (messages, bytes moved,
+# messages where ranks share cores) over the fit worlds, each point weighted by 1/t so that
+# small and large messages count alike (the error that matters is relative). On one host the
+# W ranks share its cores: a rank runs max(1, W / cores) times slower than on a core of its
+# own, and the counts are scaled by it; past one rank a core, each message also waits for the
+# core of the rank it wakes (kappa), which a rank with a core of its own never does.
 def share(w):
     return max(1.0, w / cores)
+def features(terms, w):
+    s = share(w)
+    return [s * terms["messages"], s * terms["bytes_moved"],
+            s * terms["messages"] if w > cores else 0.0]
+def solve(rows):
+    # The 3x3 normal equations of the weighted least squares, by Gaussian elimination.
+    n = 3
+    m = [[0.0] * (n + 1) for _ in range(n)]
+    for x, t in rows:
+        xr = [v / t for v in x]
+        for i in range(n):
+            m[i][n] += xr[i]
+            for j in range(n):
+                m[i][j] += xr[i] * xr[j]
+    if all(m[i][2] == 0 for i in range(n)):  # no shared cores among the fit worlds
+        m[2][2] = 1.0
+    for i in range(n):
+        p = max(range(i, n), key=lambda k: abs(m[k][i]))
+        m[i], m[p] = m[p], m[i]
+        for k in range(n):
+            if k != i:
+                f = m[k][i] / m[i][i]
+                m[k] = [a - f * b for a, b in zip(m[k], m[i])]
+    return [m[i][n] / m[i][i] for i in range(n)]
 algorithms = ["ring", "recursive_doubling", "rabenseifner"]
 fits = {}
 for a in algorithms:
-    rows = [r for (w, n, b), r in best.items() if n == a and w in fit_worlds]
-    sxx = sxy = syy = sxt = syt = 0.0
-    for r in rows:
-        t = r["median_us"] * 1e-6
-        x, y = (share(r["_w"]) * r["terms"]["messages"] / t,
-                share(r["_w"]) * r["terms"]["bytes_moved"] / t)
-        sxx += x * x; sxy += x * y; syy += y * y; sxt += x; syt += y
-    det = sxx * syy - sxy * sxy
-    alpha = (sxt * syy - syt * sxy) / det
-    beta = (syt * sxx - sxt * sxy) / det
-    fits[a] = (alpha, beta)
+    rows = [(features(r["terms"], r["_w"]), r["median_us"] * 1e-6)
+            for (w, n, b), r in best.items() if n == a and w in fit_worlds]
+    fits[a] = solve(rows)
 
 def predict(a, terms, w):
-    alpha, beta = fits[a]
-    return share(w) * (alpha * terms["messages"] + beta * terms["bytes_moved"])
+    return sum(c * x for c, x in zip(fits[a], features(terms, w)))
 
 print(f"\n## The model fitted on W = {sorted(fit_worlds)}\n")
-print("| algorithm | alpha (us per message) | beta (ns per byte) | 1/beta (GB/s) | mean abs error, fitted W | max | mean abs error, other W | max |")
-print("|---|--:|--:|--:|--:|--:|--:|--:|")
+print("| algorithm | alpha (us per message) | beta (ns per byte) | 1/beta (GB/s) | kappa (us per message, shared cores) | mean abs error, fitted W | max | mean abs error, other W | max |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 for a in algorithms:
     errs_in, errs_out = [], []
     for (w, n, b), r in best.items():
@@ -138,9 +158,20 @@ for a in algorithms:
         e = abs(predict(a, r["terms"], w) - r["median_us"] * 1e-6) / (r["median_us"] * 1e-6)
         (errs_in if w in fit_worlds else errs_out).append(e)
     fmt = lambda es: (f"{100 * sum(es) / len(es):.0f} % | {100 * max(es):.0f} %" if es else "- | -")
-    alpha, beta = fits[a]
+    alpha, beta, kappa = fits[a]
     print(f"| {a} | {alpha * 1e6:.1f} | {beta * 1e9:.3f} | {1 / beta / 1e9 if beta > 0 else float('inf'):.2f} | "
-          f"{fmt(errs_in)} | {fmt(errs_out)} |")
+          f"{kappa * 1e6:.1f} | {fmt(errs_in)} | {fmt(errs_out)} |")
+
+print("\nMean abs error by world size (every size of each algorithm):\n")
+print("| algorithm | " + " | ".join(f"W={w}" for w in worlds) + " |")
+print("|---|" + "--:|" * len(worlds))
+for a in algorithms:
+    cells = []
+    for w in worlds:
+        es = [abs(predict(a, r["terms"], w) - r["median_us"] * 1e-6) / (r["median_us"] * 1e-6)
+              for (ww, n, b), r in best.items() if n == a and ww == w]
+        cells.append(f"{100 * sum(es) / len(es):.0f} %" if es else "-")
+    print(f"| {a} | " + " | ".join(cells) + " |")
 
 # The counts of cost_terms() for an allreduce, for the projection.
 def terms(a, n, w):
