@@ -116,6 +116,11 @@ void CheckedCommunicator::allgather(const Buffer& in, Buffer out) {
                  "allgather: input and output in different memories");
   PARTRAIN_CHECK_EQ(out.count, in.count * static_cast<std::size_t>(size_), UsageError,
                     "allgather: the output's element count is not ", size_, " x ", in.count);
+  const auto* a = static_cast<const std::uint8_t*>(in.data);
+  const auto* b = static_cast<const std::uint8_t*>(out.data);
+  PARTRAIN_CHECK(
+      in.count == 0 || a == b + rank_ * in.bytes() || a + in.bytes() <= b || b + out.bytes() <= a,
+      UsageError, "allgather: the input overlaps the output but is not this rank's block");
   run(CollectiveKind::allgather, out.bytes(), [&] { backend_->allgather(in, out); });
 }
 

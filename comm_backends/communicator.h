@@ -65,7 +65,9 @@ class Communicator {
   // allreduce of a copy; every backend has its own.
   virtual void reduce_scatter(const Buffer& in, Buffer out, ReduceOp op);
   virtual void broadcast(Buffer buffer, int root) = 0;
-  // out.count must equal size() * in.count; result in rank order.
+  // out.count must equal size() * in.count; result in rank order. `in` may be this rank's own
+  // block of `out` (in place, as MPI_IN_PLACE and NCCL allow), and must not overlap `out`
+  // otherwise.
   virtual void allgather(const Buffer& in, Buffer out) = 0;
   virtual void barrier() = 0;
   // How the last collective moved its data ("ring", "recursive_doubling", "shm", ...).

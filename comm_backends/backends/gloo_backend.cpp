@@ -172,8 +172,15 @@ class GlooCommunicator : public Communicator {
       return;
     }
     last_algorithm_ = "ring";
+    // In place (the input is this rank's block of the output): Gloo copies the input into that
+    // block with memcpy, which must not see the two be one, so the input goes through a copy.
+    const auto* source = static_cast<const std::uint8_t*>(in.data);
+    if (source == static_cast<const std::uint8_t*>(out.data) + rank() * in.bytes()) {
+      in_place_.assign(source, source + in.bytes());
+      source = in_place_.data();
+    }
     guard("allgather", [&] {
-      std::vector<const std::uint8_t*> inputs{static_cast<const std::uint8_t*>(in.data)};
+      std::vector<const std::uint8_t*> inputs{source};
       gloo::AllgatherRing<std::uint8_t>(context_, inputs, static_cast<std::uint8_t*>(out.data),
                                         static_cast<int>(in.bytes()))
           .run();
@@ -203,6 +210,8 @@ class GlooCommunicator : public Communicator {
     std::unique_ptr<gloo::Algorithm> algorithm;
     const char* name;
   };
+
+  std::vector<std::uint8_t> in_place_;  // an in-place allgather's input
 
   // Calls f(T{}) with the Gloo element type of `dtype`.
   template <typename F>

@@ -239,10 +239,30 @@ TEST_P(Collectives, BroadcastAllgatherBarrier) {
         }
       }
     }
+    // In place: the input is this rank's block of the output.
+    for (std::size_t count : {std::size_t{1}, std::size_t{777}}) {
+      std::vector<std::int64_t> out(count * world, -1);
+      for (std::size_t i = 0; i < count; ++i) {
+        out[rank * count + i] = rank * 1000000 + static_cast<std::int64_t>(i);
+      }
+      comm->allgather(Buffer{out.data() + rank * count, count, DType::i64},
+                      Buffer{out.data(), out.size(), DType::i64});
+      for (int r = 0; r < world; ++r) {
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out[r * count + i], r * 1000000 + static_cast<std::int64_t>(i)) << "in place";
+        }
+      }
+    }
     std::vector<std::int64_t> in(3), wrong_out(3 * world + 1);
     EXPECT_THROW(comm->allgather(Buffer{in.data(), 3, DType::i64},
                                  Buffer{wrong_out.data(), wrong_out.size(), DType::i64}),
                  UsageError);
+    // Overlapping the output anywhere but exactly this rank's block is refused.
+    std::vector<std::int64_t> out(3 * world + 2);
+    EXPECT_THROW(
+        comm->allgather(Buffer{out.data() + 3 * rank + 1, 3, DType::i64},
+                        Buffer{out.data(), 3 * static_cast<std::size_t>(world), DType::i64}),
+        UsageError);
     for (int round = 1; round <= 3; ++round) {
       arrived.fetch_add(1);
       comm->barrier();
