@@ -6,6 +6,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -51,24 +52,43 @@ class AllreduceBucket final : public BucketReduction {
 
 // Sharded gradients (Note [Sharded gradients], reducer.cpp): bucket b's sum over the ranks is
 // reduce-scattered and this rank's block of it added to shards[b], its gradient shard, which
-// accumulates over the micro-steps of an optimizer step until the step zeroes it. `scratch`
-// holds the largest block. The bucket itself is left as scratch.
+// accumulates over the micro-steps of an optimizer step until the step zeroes it (and says so,
+// shards_zeroed()). The first reduction into a zeroed shard writes the shard itself; only a
+// later micro-step's needs a scratch block to add from, made the first time one does. The
+// bucket itself is left as scratch.
 class ReduceScatterBucket final : public BucketReduction {
  public:
-  ReduceScatterBucket(comm::Communicator& comm, std::vector<at::Tensor> shards, at::Tensor scratch)
-      : comm_(comm), shards_(std::move(shards)), scratch_(std::move(scratch)) {}
+  ReduceScatterBucket(comm::Communicator& comm, std::vector<at::Tensor> shards)
+      : comm_(comm), shards_(std::move(shards)), zeroed_(shards_.size(), true) {}
   std::int64_t reduce(std::size_t bucket, const at::Tensor& flat, float,
                       const StreamOrder& order) override {
     const at::Tensor& shard = shards_.at(bucket);
-    const at::Tensor out = scratch_.narrow(0, 0, shard.numel());
-    reduce_scatter_tensor(comm_, flat, out, comm::ReduceOp::sum, order);
-    shard.add_(out);
+    if (zeroed_[bucket]) {
+      reduce_scatter_tensor(comm_, flat, shard, comm::ReduceOp::sum, order);
+      zeroed_[bucket] = false;
+    } else {
+      if (!scratch_.defined()) {
+        std::int64_t largest = 0;
+        for (const at::Tensor& s : shards_) largest = std::max(largest, s.numel());
+        scratch_ = shard.new_empty({largest});
+      }
+      const at::Tensor out = scratch_.narrow(0, 0, shard.numel());
+      reduce_scatter_tensor(comm_, flat, out, comm::ReduceOp::sum, order);
+      shard.add_(out);
+    }
     return flat.numel() * static_cast<std::int64_t>(flat.element_size());
+  }
+  // On the training thread, with no reduction in flight: every shard is zero again.
+  void shards_zeroed() { std::fill(zeroed_.begin(), zeroed_.end(), true); }
+  // The scratch block, once a micro-step has needed it.
+  std::int64_t scratch_bytes() const {
+    return scratch_.defined() ? static_cast<std::int64_t>(scratch_.nbytes()) : 0;
   }
 
  private:
   comm::Communicator& comm_;
   std::vector<at::Tensor> shards_;
+  std::vector<bool> zeroed_;  // per bucket: its shard holds nothing of this optimizer step yet
   at::Tensor scratch_;
 };
 

@@ -69,7 +69,6 @@ void ShardedDdpStrategy::make_optimizer(TrainModel& model) {
   const std::vector<at::Tensor>& params = reducer_->parameters();
   const at::TensorOptions options = params.front().options().requires_grad(false);
   at::NoGradGuard no_grad;
-  std::int64_t largest = 0;
   for (std::size_t b = 0; b < layout.size(); ++b) {
     const BucketLayout& bucket = layout[b];
     at::Tensor flat = at::zeros({static_cast<std::int64_t>(bucket.elements)}, options);
@@ -89,12 +88,9 @@ void ShardedDdpStrategy::make_optimizer(TrainModel& model) {
     }
     flat_parameters_.push_back(flat);
     blocks_.push_back(mine);
-    largest = std::max(largest, block);
   }
-  send_ = at::empty({largest}, options);
   if (shard_gradients) {
-    reduction_ = std::make_unique<ReduceScatterBucket>(*comm_, gradient_shards_,
-                                                       at::empty({largest}, options));
+    reduction_ = std::make_unique<ReduceScatterBucket>(*comm_, gradient_shards_);
     reducer_->use_reduction(*reduction_);
   }
   optimizer_ = ::partrain::make_optimizer(config_.train.optimizer, blocks_);
@@ -111,12 +107,10 @@ double ShardedDdpStrategy::gradient_norm(const std::vector<at::Tensor>& gradient
   return std::sqrt(squares.cpu().item<double>());
 }
 
+// In place: each block is this rank's part of the allgather's output.
 void ShardedDdpStrategy::allgather_parameters() {
   for (std::size_t b = 0; b < blocks_.size(); ++b) {
-    // Through a copy: the block is part of the allgather's output.
-    const at::Tensor send = send_.narrow(0, 0, blocks_[b].numel());
-    send.copy_(blocks_[b]);
-    allgather_tensor(*comm_, send, flat_parameters_[b]);
+    allgather_tensor(*comm_, blocks_[b], flat_parameters_[b]);
   }
 }
 
@@ -142,6 +136,7 @@ bool ShardedDdpStrategy::step(const UpdateOptions& options, PrecisionPlugin& pre
     reducer_->zero_grad();
   } else {
     for (const at::Tensor& g : gradient_shards_) g.zero_();
+    reduction_->shards_zeroed();
   }
   return finite;
 }
@@ -208,8 +203,7 @@ StrategyMemory ShardedDdpStrategy::memory(const TrainModel& model) {
     m.gradients += m.gradients_in_backward;
   }
   m.optimizer_state = state_bytes(*optimizer_);
-  m.communication = static_cast<std::int64_t>(send_.nbytes());
-  if (reduction_) m.communication += static_cast<std::int64_t>(send_.nbytes());  // its scratch
+  m.communication = reduction_ ? reduction_->scratch_bytes() : 0;
   return m;
 }
 

@@ -45,7 +45,6 @@ class ShardedDdpStrategy final : public DdpStrategy {
   std::vector<at::Tensor> flat_parameters_;  // per bucket, padded; the parameters view them
   std::vector<at::Tensor> blocks_;           // this rank's block of each: what the optimizer steps
   std::vector<at::Tensor> gradient_shards_;  // shard gradients: this rank's block of each sum
-  at::Tensor send_;                          // the allgather's input, as long as the largest block
   std::unique_ptr<ReduceScatterBucket> reduction_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
