@@ -19,16 +19,17 @@
 // algorithm at W = 2, 4, 8 on one host over loopback TCP (bench/allreduce/model.sh prints the
 // fit and how far it is off; BENCHMARKS.md, "Collectives for many ranks").
 //
-// Where the ranks of a host share its link to the others, what crosses that link counts as
-// well: an allreduce's bytes out of the busiest host (HostTraffic, counted by walking each
-// algorithm's exchanges over the layout) times beta_link. Between two hosts of two ranks the
-// ring sends 1.5 buffers out of each host, recursive doubling 2 and Rabenseifner, nearest
-// partner first (Note [Nearest partner first]), 1, so allreduces from about 24 KiB over such hosts
-// go to Rabenseifner. beta_link is assumed, not fitted: 0.8 ns per byte is a 10 Gbit/s link,
-// so that over a faster link the choice still leans to fewer bytes between hosts, never to
-// more (the 1 Gbit/s link of bench/multinode/link.sh costs 8 ns). With one rank per host
-// every byte a rank moves leaves its host, beta counts it already, and the link's speed (which
-// the model does not know) would only shift the sizes where one algorithm overtakes another.
+// Where the ranks run on several hosts, what crosses the links between them counts as well:
+// an allreduce's bytes out of the busiest host (HostTraffic, counted by walking each
+// algorithm's exchanges over the layout) times beta_link, on top of beta (a byte to another
+// host goes through loopback-like processing and then a slower wire). Between two hosts of two
+// ranks the ring sends 1.5 buffers out of each host, recursive doubling 2 and Rabenseifner,
+// nearest partner first (Note [Nearest partner first]), 1, so allreduces from about 24 KiB
+// over such hosts go to Rabenseifner; with one rank per host it moves the crossover from
+// recursive doubling to the bandwidth algorithms down (at 4 ranks from about 65 KiB to 34).
+// beta_link is assumed, not fitted: 0.8 ns per byte is a 10 Gbit/s link, so that over a faster
+// link the choice still leans to fewer bytes between hosts, never to more (the 1 Gbit/s link of
+// bench/multinode/link.sh costs 8 ns; the model does not know a link's speed).
 // PeerCollectives learns the layout once, at its first allreduce (choice_depends_on_hosts()):
 // even a small one can depend on it, since at two hosts of 512 ranks recursive doubling's step
 // between the hosts sends 512 whole buffers across each link.
@@ -97,10 +98,8 @@ HostTraffic host_traffic(const std::vector<int>& host_of) {
   HostTraffic traffic;
   const int world = static_cast<int>(host_of.size());
   const int hosts = world == 0 ? 0 : *std::max_element(host_of.begin(), host_of.end()) + 1;
-  std::vector<int> ranks_on(std::max(hosts, 0), 0);
-  for (int h : host_of) ++ranks_on[h];
-  traffic.shared_links = hosts > 1 && *std::max_element(ranks_on.begin(), ranks_on.end()) > 1;
-  if (!traffic.shared_links) return traffic;
+  traffic.between_hosts = hosts > 1;
+  if (!traffic.between_hosts) return traffic;
   // out[h]: buffers sent out of host h; `send` adds what rank `from` sends to rank `to`.
   std::vector<double> out(hosts, 0);
   const auto send = [&](int from, int to, double buffers) {
@@ -174,7 +173,7 @@ CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes
         c = {2.0 * l + 2 * fold, 2 * halving_share * n + 2 * fold * n,
              halving_share * n + fold * n};
       }
-      if (traffic != nullptr && traffic->shared_links) {
+      if (traffic != nullptr && traffic->between_hosts) {
         c.bytes_between_hosts =
             n * (algorithm == Algorithm::ring                 ? traffic->ring
                  : algorithm == Algorithm::recursive_doubling ? traffic->recursive_doubling

@@ -22,8 +22,8 @@ AlgorithmRequest parse_algorithm_request(std::string_view name);
 std::string_view algorithm_request_name(AlgorithmRequest request);
 
 // Seconds per message (alpha), per byte moved through one rank's link (beta), per byte
-// reduced (gamma), and per byte that leaves the busiest host, on top of beta (beta_link: the
-// ranks of a host share its link; HostTraffic).
+// reduced (gamma), and per byte that leaves the busiest host for another, on top of beta
+// (beta_link; HostTraffic).
 struct CostModel {
   double alpha = 0;
   double beta = 0;
@@ -36,11 +36,9 @@ CostModel loopback_model();
 
 // How much of an allreduce's buffer each algorithm sends out of the busiest host, in buffers,
 // for ranks on hosts as `host_of` (rank -> host) places them: what the link between hosts
-// carries. Counted only where some host's ranks share a link (two hosts or more, one of them
-// with two ranks or more); with one rank per host every byte a rank moves leaves its host, and
-// beta already counts it.
+// carries. Nothing on one host.
 struct HostTraffic {
-  bool shared_links = false;
+  bool between_hosts = false;  // two hosts or more
   double ring = 0;
   double recursive_doubling = 0;
   double rabenseifner = 0;
@@ -62,7 +60,7 @@ struct CostTerms {
   double messages = 0;
   double bytes_moved = 0;
   double bytes_reduced = 0;
-  double bytes_between_hosts = 0;  // allreduce over hosts with shared links only
+  double bytes_between_hosts = 0;  // allreduce over several hosts only
 };
 CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes, int world,
                      std::size_t chunk_bytes, const HostTraffic* traffic = nullptr);

@@ -110,6 +110,10 @@ class HierarchicalCommunicator : public Communicator {
       PeerCollectivesOptions collectives;
       if (options.ring_chunk_bytes > 0) collectives.chunk_bytes = options.ring_chunk_bytes;
       collectives.algorithm = parse_algorithm_request(options.algorithm);
+      // The leaders, one a host: the choice that asio-ring makes for one rank per host.
+      std::vector<std::string> one_each;
+      for (std::size_t h = 0; h < layout_.hosts.size(); ++h) one_each.push_back(std::to_string(h));
+      collectives.hosts = RankHosts(group_by_host(one_each));
       between_hosts_ = std::make_unique<PeerCollectives>(*transport_, collectives);
     }
   }

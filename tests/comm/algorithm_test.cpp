@@ -208,7 +208,7 @@ TEST(AlgorithmChoice, BySizeAndWorldOrAsForced) {
 // What each allreduce sends out of the busiest host, in buffers, walked over the layout.
 TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
   const HostTraffic two_by_two = host_traffic({0, 0, 1, 1});
-  EXPECT_TRUE(two_by_two.shared_links);
+  EXPECT_TRUE(two_by_two.between_hosts);
   EXPECT_DOUBLE_EQ(two_by_two.ring, 1.5);                // one boundary each way, 2(W-1)/W
   EXPECT_DOUBLE_EQ(two_by_two.recursive_doubling, 2.0);  // both ranks, the whole buffer
   EXPECT_DOUBLE_EQ(two_by_two.rabenseifner, 1.0);        // nearest partner first: quarters across
@@ -225,9 +225,12 @@ TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
   EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 64 << 20, 6, AlgorithmRequest::automatic,
                              loopback_model(), 256 << 10, &folded),
             Algorithm::ring);
-  // Nothing shares a link: one host, or one rank per host.
-  EXPECT_FALSE(host_traffic({0, 0, 0, 0}).shared_links);
-  EXPECT_FALSE(host_traffic({0, 1, 2, 3}).shared_links);
+  // One rank per host: every byte a rank sends leaves its host.
+  const HostTraffic one_each = host_traffic({0, 1, 2, 3});
+  EXPECT_DOUBLE_EQ(one_each.ring, 1.5);
+  EXPECT_DOUBLE_EQ(one_each.recursive_doubling, 2.0);
+  EXPECT_DOUBLE_EQ(one_each.rabenseifner, 1.5);
+  EXPECT_FALSE(host_traffic({0, 0, 0, 0}).between_hosts);
   // The choice: a large allreduce over two hosts of two ranks goes to Rabenseifner, the same
   // on one host to the ring; a small one stays with recursive doubling either way.
   const CostModel model = loopback_model();
@@ -240,6 +243,9 @@ TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
   EXPECT_EQ(pick(1 << 20, &two_by_two), Algorithm::rabenseifner);
   EXPECT_EQ(pick(4 << 10, &two_by_two), Algorithm::recursive_doubling);
   EXPECT_EQ(pick(64 << 10, &two_by_two), Algorithm::rabenseifner);
+  // One rank per host: 48 KiB goes to Rabenseifner (on one host, recursive doubling).
+  EXPECT_EQ(pick(48 << 10, nullptr), Algorithm::recursive_doubling);
+  EXPECT_EQ(pick(48 << 10, &one_each), Algorithm::rabenseifner);
   // Even a small allreduce depends on the layout: over two hosts of 512 ranks recursive
   // doubling would send 512 whole buffers across each link at its step between the hosts.
   std::vector<int> halves(1024);
