@@ -3,7 +3,7 @@
 # arguments: allreduce_setup OUT_NAME "$@" reads [BUILD_DIR] [SIZES] [WORLDS] and sets ROOT,
 # BUILD, SIZES, WORLDS, BYTES (SIZES in bytes), PEERS_DIR, OUT (default BUILD_DIR/OUT_NAME)
 # and ROUNDS, makes $OUT and notes the machine in $OUT/machine.txt; note_load_after appends
-# the load at the end.
+# the load at the end. bench/multinode/link.sh sources it for to_bytes.
 # shellcheck disable=SC2034  # the variables are for the scripts that source this file
 allreduce_setup() {
   local out_name=$1

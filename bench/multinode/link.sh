@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Test hosts joined by rate-limited links: HOSTS network namespaces (default 2); two are joined
 # by one veth pair, more each by a veth pair to a bridge in a switch namespace of their own; a
-# token bucket (tc tbf) on both ends' egress, so each host's link carries RATE each way. For each link rate and backend/wire format:
+# token bucket (tc tbf) on both ends' egress, so each host's link carries RATE each way. For
+# each link rate and backend/wire format:
 #   * `partrain bench allreduce` across the hosts (RANKS_PER_HOST ranks each, default 1), the
 #     algorithm it took, busbw against the line rate (ALLREDUCE_SIZES; ALLREDUCE=0 skips it),
 #     and the bytes that leave the busiest host per direction against the line rate;
@@ -31,6 +32,7 @@
 # asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/allreduce/common.sh  # to_bytes
 rates=${1:-"1gbit 200mbit"}
 variants=${2:-"asio-ring:f32 asio-ring:bf16 gloo:f32"}
 exe=${PARTRAIN:-$(pwd)/build/partrain}
@@ -47,7 +49,6 @@ for ((i = 0; i < nhosts; i++)); do hosts+=("ptb${id}h$i"); done
 work=$(mktemp -d /tmp/partrain-link-XXXXXX)
 cleanup() {
   for ns in "${hosts[@]}" "$sw"; do
-    ip netns list | grep -qw "$ns" || continue
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
   done
@@ -140,32 +141,57 @@ AGENT
     chmod +x "$work/agent"
     for ns in "${hosts[@]}"; do echo "$ns slots=$per_host"; done > "$work/hostfile"
   fi
-  local bytes
-  bytes=$(python3 -c '
-import sys
-units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-print(",".join(str(int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)) for s in sys.argv[1].split(",")))' "$1")
   if ! ip netns exec "${hosts[0]}" timeout 600 mpirun --allow-run-as-root --hostfile "$work/hostfile" \
       -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
       --mca plm_rsh_agent "$work/agent" \
       --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
-      --mca btl_tcp_if_include 10.78.0.0/24 "$work/mpi_bench" "$bytes" > "$work/mpi.txt" 2>&1; then
+      --mca btl_tcp_if_include 10.78.0.0/24 "$work/mpi_bench" "$(to_bytes "$1")" > "$work/mpi.txt" 2>&1; then
     echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
   fi
-  python3 - "$work/mpi.txt" "$2" "$per_host" "$nhosts" <<'PY'
-import re, sys
-rate, per_host, hosts = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
-line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9
+  # Its table as the rows `partrain bench allreduce --json` writes, for allreduce_rows.
+  python3 - "$work/mpi.txt" > "$work/mpi.json" <<'PY'
+import json, sys
+results = []
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) != 8 or not f[0].isdigit():
-        continue
-    assert f[7] == "OK", line
-    b, median_us, busbw = int(f[0]), float(f[3]), float(f[6])
-    size = f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
-    print(f"| {rate} | {hosts} x {per_host} | mpi (tuned) | f32 | {size} | {median_us / 1e3:.2f} | "
-          f"{busbw:.3f} | {busbw / line_gbps:.2f} | – |")
+    if len(f) == 8 and f[0].isdigit():
+        results.append({"bytes": int(f[0]), "median_us": float(f[3]), "busbw_gbps": float(f[6]),
+                        "wrong": 0 if f[7] == "OK" else 1, "algorithm": "tuned"})
+json.dump({"results": results}, sys.stdout)
+PY
+  allreduce_rows "$work/mpi.json" "$2" mpi f32
+}
+
+# allreduce_rows JSON RATE BACKEND WIRE: a table row for each size of an allreduce bench's JSON.
+allreduce_rows() {
+  python3 - "$1" "$2" "$3" "$4" "$per_host" "$nhosts" <<'PY'
+import json, math, re, sys
+report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+per_host, hosts = int(sys.argv[5]), int(sys.argv[6])
+world = hosts * per_host
+value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
+line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9  # GB/s
+# Buffers of an allreduce that leave the busiest host in each direction, ranks placed host by
+# host, powers of two: the flat ring crosses each host boundary once each way with 2(W-1)/W;
+# Rabenseifner, nearest partner first, 2(H-1)/H; recursive doubling the whole buffer from
+# each rank of a host at each of its log2 H steps between hosts; the hierarchical backend's
+# leaders 2(H-1)/H. A 16-bit wire halves them. Gloo and Open MPI: not modelled.
+def share(algorithm):
+    if backend == "hierarchical":
+        return 2 * (hosts - 1) / hosts
+    if backend != "asio-ring":
+        return None
+    return {"ring": 2 * (world - 1) / world, "rabenseifner": 2 * (hosts - 1) / hosts,
+            "recursive_doubling": per_host * math.log2(hosts)}.get(algorithm)
+wire_factor = 0.5 if wire in ("bf16", "f16") else 1.0
+for r in report["results"]:
+    assert r["wrong"] == 0, r
+    seconds = r["median_us"] / 1e6
+    s = share(r.get("algorithm", ""))
+    link = "–" if s is None else f"{s * wire_factor * r['bytes'] / seconds / 1e9 / line_gbps:.2f}"
+    size = f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KiB"
+    print(f"| {rate} | {hosts} x {per_host} | {backend} ({r.get('algorithm', '?')}) | {wire} | {size} | "
+          f"{seconds * 1e3:.2f} | {r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} | {link} |")
 PY
 }
 
@@ -189,35 +215,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
       extra0=(--json "$work/bench.json"); extra1=()
       on_all bench 600
-      python3 - "$work/bench.json" "$rate" "$backend" "$wire" "$per_host" "$nhosts" <<'PY'
-import json, math, re, sys
-report, rate, backend, wire = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
-per_host, hosts = int(sys.argv[5]), int(sys.argv[6])
-world = hosts * per_host
-value, unit = re.fullmatch(r"(\d+)([kmg])bit", rate).groups()
-line_gbps = int(value) * {"k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8 / 1e9  # GB/s
-# Buffers of an allreduce that leave the busiest host in each direction, ranks placed host by
-# host, powers of two: the flat ring crosses each host boundary once each way with 2(W-1)/W;
-# Rabenseifner, nearest partner first, 2(H-1)/H; recursive doubling the whole buffer from
-# each rank of a host at each of its log2 H steps between hosts; the hierarchical backend's
-# leaders 2(H-1)/H. A 16-bit wire halves them. Gloo: not modelled.
-def share(algorithm):
-    if backend == "hierarchical":
-        return 2 * (hosts - 1) / hosts
-    if backend != "asio-ring":
-        return None
-    return {"ring": 2 * (world - 1) / world, "rabenseifner": 2 * (hosts - 1) / hosts,
-            "recursive_doubling": per_host * math.log2(hosts)}.get(algorithm)
-wire_factor = 0.5 if wire in ("bf16", "f16") else 1.0
-for r in report["results"]:
-    assert r["wrong"] == 0, r
-    seconds = r["median_us"] / 1e6
-    s = share(r.get("algorithm", ""))
-    link = "–" if s is None else f"{s * wire_factor * r['bytes'] / seconds / 1e9 / line_gbps:.2f}"
-    size = f"{r['bytes'] >> 20} MiB" if r["bytes"] >= 1 << 20 else f"{r['bytes'] >> 10} KiB"
-    print(f"| {rate} | {hosts} x {per_host} | {backend} ({r.get('algorithm', '?')}) | {wire} | {size} | "
-          f"{seconds * 1e3:.2f} | {r['busbw_gbps']:.3f} | {r['busbw_gbps'] / line_gbps:.2f} | {link} |")
-PY
+      allreduce_rows "$work/bench.json" "$rate" "$backend" "$wire"
     done
   done
   echo
