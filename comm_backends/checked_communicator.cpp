@@ -10,6 +10,17 @@
 
 namespace partrain::comm {
 
+namespace {
+
+// Whether two buffers share no byte.
+bool apart(const Buffer& x, const Buffer& y) {
+  const auto* a = static_cast<const std::uint8_t*>(x.data);
+  const auto* b = static_cast<const std::uint8_t*>(y.data);
+  return a + x.bytes() <= b || b + y.bytes() <= a;
+}
+
+}  // namespace
+
 CheckedCommunicator::CheckedCommunicator(std::unique_ptr<Communicator> backend, Store& store,
                                          std::string prefix, std::int64_t instance,
                                          std::chrono::milliseconds timeout)
@@ -93,9 +104,7 @@ void CheckedCommunicator::reduce_scatter(const Buffer& in, Buffer out, ReduceOp 
                  "reduce_scatter: input and output in different memories");
   PARTRAIN_CHECK_EQ(in.count, out.count * static_cast<std::size_t>(size_), UsageError,
                     "reduce_scatter: the input's element count is not ", size_, " x ", out.count);
-  const auto* a = static_cast<const std::uint8_t*>(in.data);
-  const auto* b = static_cast<const std::uint8_t*>(out.data);
-  PARTRAIN_CHECK(out.count == 0 || b + out.bytes() <= a || a + in.bytes() <= b, UsageError,
+  PARTRAIN_CHECK(out.count == 0 || apart(in, out), UsageError,
                  "reduce_scatter: the output overlaps the input");
   run(CollectiveKind::reduce_scatter, in.bytes(), [&] { backend_->reduce_scatter(in, out, op); });
 }
@@ -116,11 +125,9 @@ void CheckedCommunicator::allgather(const Buffer& in, Buffer out) {
                  "allgather: input and output in different memories");
   PARTRAIN_CHECK_EQ(out.count, in.count * static_cast<std::size_t>(size_), UsageError,
                     "allgather: the output's element count is not ", size_, " x ", in.count);
-  const auto* a = static_cast<const std::uint8_t*>(in.data);
-  const auto* b = static_cast<const std::uint8_t*>(out.data);
-  PARTRAIN_CHECK(
-      in.count == 0 || a == b + rank_ * in.bytes() || a + in.bytes() <= b || b + out.bytes() <= a,
-      UsageError, "allgather: the input overlaps the output but is not this rank's block");
+  const bool own_block = in.data == static_cast<const std::uint8_t*>(out.data) + rank_ * in.bytes();
+  PARTRAIN_CHECK(in.count == 0 || own_block || apart(in, out), UsageError,
+                 "allgather: the input overlaps the output but is not this rank's block");
   run(CollectiveKind::allgather, out.bytes(), [&] { backend_->allgather(in, out); });
 }
 
