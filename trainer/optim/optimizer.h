@@ -40,6 +40,10 @@ ParamState state_of(const torch::optim::Optimizer& optimizer, OptimizerName name
 // tensor's length differs from the parameter's.
 void set_state(torch::optim::Optimizer& optimizer, OptimizerName name, const at::Tensor& parameter,
                const ParamState& state, const std::string& path);
+// Gives each tensor `optimizer` steps that has no state yet the state LibTorch's step would make
+// for it at the first step (AdamW's zero moments at step 0, SGD's momentum buffer); training is
+// the same to the bit. make_optimizer() calls it, and a load after it has put the saved state in.
+void allocate_state(torch::optim::Optimizer& optimizer, OptimizerName name);
 // Bytes of every state tensor `optimizer` holds (the memory account).
 std::int64_t state_bytes(const torch::optim::Optimizer& optimizer);
 

@@ -175,6 +175,7 @@ void ShardedDdpStrategy::load_state(const SavedStrategyState& saved) {
   const SavedOptimizerState state = saved_optimizer(saved);
   const OptimizerName name = config_.train.optimizer.name;
   state.check_optimizer(name);
+  optimizer_->state().clear();  // the zeros make_optimizer() made; see ReplicatedOptimizer::load
   const std::vector<BucketLayout>& layout = reducer_->layout();
   const std::vector<at::Tensor>& params = reducer_->parameters();
   StateAssembly assembly(saved.path);
@@ -193,6 +194,7 @@ void ShardedDdpStrategy::load_state(const SavedStrategyState& saved) {
   for (std::size_t b = 0; b < layout.size(); ++b) {
     set_state(*optimizer_, name, blocks_[b], assembly.result(b), saved.path);
   }
+  allocate_state(*optimizer_, name);
 }
 
 StrategyMemory ShardedDdpStrategy::memory(const TrainModel& model) {
