@@ -1,6 +1,7 @@
 // Faults and broken input on whole runs: SIGKILL at any moment then resume (the losses of an
 // uninterrupted run, exactly), a group restart after a rank dies, checkpoints that do not
-// fit, a rank that never arrives, a port in use, a rendezvous directory that cannot exist.
+// fit, a rank that never arrives, a port in use, a rendezvous directory that cannot exist, an
+// output folder whose disk fills up.
 #include "tests/train/run_harness.h"
 
 namespace {
@@ -140,6 +141,62 @@ TEST(Reliability, RankThatNeverArrivesIsNamedWithinTheBound) {
   EXPECT_LT(seconds, 2 * 2.0 + 5.0);  // the bound, plus start-up
   std::string output = read_text(dir / "output.txt");
   EXPECT_NE(output.find("rank 1"), std::string::npos) << output;
+}
+
+// Bytes a file system of 4 KiB blocks gives the files and folders under `dir`.
+std::uintmax_t blocks_used(const fs::path& dir) {
+  std::uintmax_t bytes = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    bytes += entry.is_regular_file() ? (entry.file_size() + 4095) / 4096 * 4096 : 4096;
+  }
+  return bytes;
+}
+
+// The output folder on a tmpfs with room for one epoch's files and half a checkpoint more:
+// the second epoch's checkpoint does not fit. Both ranks stop, with the write's error named
+// and no crash, no temp file is left, and the first checkpoint is whole: the run resumes from
+// it elsewhere.
+TEST(Reliability, AFullDiskStopsTheRunAndKeepsWhatWasWritten) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string body = "strategy: ddp\ntrain: {epochs: 1, threads: 1}\n";
+  auto ref = scratch("disk_full_ref");
+  auto ref_cfg = write_config(ref, body);
+  ASSERT_EQ(partrain("run " + ref_cfg.string() + " --nproc-per-node 2", ref).code, 0);
+  const std::uintmax_t checkpoint = fs::file_size(ref / "out" / "checkpoints" / "epoch-0001.pt");
+  const std::uintmax_t room = blocks_used(ref / "out") + checkpoint / 2;
+
+  auto dir = scratch("disk_full");
+  const fs::path out = dir / "out";
+  fs::create_directories(out);
+  const std::string mount = "mount -t tmpfs -o size=" + std::to_string(room / 4096 * 4096 + 4096) +
+                            " partrain-test-full " + out.string() + " 2>/dev/null";
+  if (std::system(mount.c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs here";
+  struct Unmount {
+    fs::path at;
+    ~Unmount() { (void)std::system(("umount -l " + at.string()).c_str()); }
+  } unmount{out};
+
+  auto cfg = write_config(dir, body);
+  Result r = partrain("run " + cfg.string() + " --nproc-per-node 2 --set train.epochs=2", dir);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.code, -1) << "the run did not end within the bound: " << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("SIGABRT"), std::string::npos) << r.output;
+  for (const auto& entry : fs::directory_iterator(out / "checkpoints")) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos)
+        << "left behind: " << entry.path();
+  }
+
+  auto resumed = scratch("disk_full_resumed");
+  fs::copy(out, resumed / "out", fs::copy_options::recursive);
+  auto resumed_cfg = write_config(resumed, body);
+  r = partrain("run " + resumed_cfg.string() +
+                   " --nproc-per-node 2 --set train.epochs=2 --set checkpoint.resume=auto",
+               resumed);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("epoch 1 done"), std::string::npos) << r.output;
 }
 
 TEST(Reliability, PortInUseAndUnusableRendezvousExitTwo) {

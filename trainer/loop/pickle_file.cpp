@@ -41,10 +41,14 @@ std::pair<std::string, std::uint64_t> write_pickle_temp(const std::string& path,
   int write_error = 0;
   std::string failure;
   try {
+    // After a failed write (a full disk) the rest is dropped but reported as written: told of
+    // a short write, LibTorch's writer throws at its next record and again from its destructor,
+    // which ends the process (std::terminate) instead of reporting the error below.
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
-      if (size > 0 && std::fwrite(data, 1, size, file) != size) {
-        if (write_error == 0) write_error = errno;
-        return 0;
+      if (write_error != 0 || size == 0) return size;
+      if (std::fwrite(data, 1, size, file) != size) {
+        write_error = errno != 0 ? errno : EIO;
+        return size;
       }
       written += size;
       return size;
