@@ -21,11 +21,10 @@ std::vector<at::Tensor> parameters(int seed) {
 std::unique_ptr<torch::optim::Optimizer> libtorch_optimizer(const OptimizerConfig& c,
                                                             std::vector<at::Tensor> p) {
   if (c.name == OptimizerName::kAdamW) {
-    return std::make_unique<torch::optim::AdamW>(
-        p, torch::optim::AdamWOptions(c.lr)
-               .betas(std::make_tuple(c.beta1, c.beta2))
-               .eps(c.eps)
-               .weight_decay(c.weight_decay));
+    return std::make_unique<torch::optim::AdamW>(p, torch::optim::AdamWOptions(c.lr)
+                                                        .betas(std::make_tuple(c.beta1, c.beta2))
+                                                        .eps(c.eps)
+                                                        .weight_decay(c.weight_decay));
   }
   return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(c.lr)
                                                     .momentum(c.momentum)

@@ -10,8 +10,8 @@
 
 namespace partrain {
 
-// Installs the counting (and large-block placing) allocator, once per process (later calls do nothing). Tensors
-// allocated before keep LibTorch's allocator and are never counted.
+// Installs the counting (and large-block placing) allocator, once per process (later calls do
+// nothing). Tensors allocated before keep LibTorch's allocator and are never counted.
 void count_cpu_tensor_memory();
 std::int64_t cpu_tensor_bytes();       // alive now
 std::int64_t cpu_tensor_peak_bytes();  // the most alive at once since reset_cpu_tensor_peak()
