@@ -31,6 +31,9 @@ for world in $WORLDS; do
       --set "train.shard=$shard" --set "train.max_steps=$STEPS" > "$OUT/$tag.log" 2>&1 ||
       { tail -20 "$OUT/$tag.log" >&2; exit 1; }
     tail -1 "$OUT/$tag.log" >&2
+    # The checkpoint is written (its memory is part of the peak) but not kept: about 0.6 GB a
+    # run, 6 GB a whole bench, which once filled the disk under a later run.
+    rm -rf "${OUT:?}/$tag/checkpoints"
   done
   for optimizer in adamw zero; do
     tag=torch-$optimizer-w$world
