@@ -16,6 +16,8 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 WORLDS=${WORLDS:-2 4}
 STEPS=${STEPS:-16}
+WARMUP=4  # the peer's steps before its clock starts
+(( STEPS > WARMUP )) || { echo "shard.sh: STEPS ($STEPS) must be more than the peer's warm-up ($WARMUP)" >&2; exit 2; }
 SHARD_CONFIG=$BENCH_DIR/resnet18_w128_adamw.yaml
 
 if [[ ${REPORT_ONLY:-0} == 1 ]]; then
@@ -41,7 +43,7 @@ for world in $WORLDS; do
     # torch 1.13's launcher on Python 3.11 crashes unless --redirects/--tee are given
     OMP_NUM_THREADS=1 "$PY" -m torch.distributed.launch --redirects 2 --tee 2 --nnodes=1 \
       --nproc_per_node="$world" --master_port "$(free_port)" "$PEER_DIR/zero_peer.py" \
-      --optimizer "$optimizer" --steps "$STEPS" --warmup 4 > "$OUT/$tag.log" 2>&1 ||
+      --optimizer "$optimizer" --steps "$STEPS" --warmup "$WARMUP" > "$OUT/$tag.log" 2>&1 ||
       { tail -20 "$OUT/$tag.log" >&2; exit 1; }
     grep -h '# summary' "$OUT/$tag.log" | sed 's/^.*# summary //' > "$OUT/$tag.json"
   done

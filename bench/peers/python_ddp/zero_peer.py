@@ -75,6 +75,9 @@ def main():
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--local_rank', '--local-rank', type=int, default=0, help='set by the launcher')
     args = p.parse_args()
+    if not 0 <= args.warmup < args.steps:
+        p.error(f'--steps ({args.steps}) must be more than --warmup ({args.warmup}): '
+                'the rate is measured over the steps after the warm-up')
 
     rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     torch.set_num_threads(args.threads)
