@@ -173,21 +173,18 @@ void allocate_state(torch::optim::Optimizer& optimizer, OptimizerName name) {
       continue;  // plain SGD keeps no state
     }
     for (const at::Tensor& p : group.params()) {
-      const std::string key = state_key(p);
-      if (optimizer.state().count(key) > 0) continue;
+      if (optimizer.state().count(state_key(p)) > 0) continue;
+      // Zeros. SGD's first step then makes buf * momentum + gradient, the gradient exactly: the
+      // buffer LibTorch would have cloned from it.
+      ParamState zeros;
       if (name == OptimizerName::kSgd) {
-        // Zeros: the first step's buf * momentum + gradient then equals the gradient exactly,
-        // the buffer LibTorch would have cloned from it.
-        auto sgd = std::make_unique<torch::optim::SGDParamState>();
-        sgd->momentum_buffer(at::zeros_like(p, at::MemoryFormat::Preserve));
-        optimizer.state()[key] = std::move(sgd);
+        zeros.tensors["momentum_buffer"] = at::zeros_like(p, at::MemoryFormat::Preserve);
       } else {
-        auto adamw = std::make_unique<torch::optim::AdamWParamState>();
-        adamw->step(0);
-        adamw->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-        adamw->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-        optimizer.state()[key] = std::move(adamw);
+        zeros.step = 0;
+        zeros.tensors["exp_avg"] = at::zeros_like(p, at::MemoryFormat::Preserve);
+        zeros.tensors["exp_avg_sq"] = at::zeros_like(p, at::MemoryFormat::Preserve);
       }
+      set_state(optimizer, name, p, zeros, "the optimizer's own zeros");
     }
   }
 }
