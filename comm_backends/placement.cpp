@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <utility>
 
 #include "comm_backends/shm/host_identity.h"
@@ -14,21 +13,56 @@ namespace partrain::comm {
 
 std::size_t HostLayout::largest_host() const {
   std::size_t largest = 0;
-  for (const auto& ranks : hosts) largest = std::max(largest, ranks.size());
+  for (const int size : host_sizes) largest = std::max(largest, static_cast<std::size_t>(size));
   return largest;
+}
+
+int HostLayout::host_of(int rank) const {
+  PARTRAIN_CHECK(rank >= 0 && rank < ranks(), UsageError, "rank ", rank, " is outside a layout of ",
+                 ranks(), " ranks");
+  const auto after = std::upper_bound(runs.begin(), runs.end(), rank,
+                                      [](int r, const Run& run) { return r < run.first; });
+  return std::prev(after)->host;
+}
+
+std::vector<int> HostLayout::members(int host) const {
+  std::vector<int> out;
+  out.reserve(static_cast<std::size_t>(host_sizes.at(static_cast<std::size_t>(host))));
+  for (const Run& run : runs) {
+    if (run.host != host) continue;
+    for (int r = run.first; r < run.first + run.count; ++r) out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<int> HostLayout::host_of_each() const {
+  std::vector<int> out;
+  out.reserve(static_cast<std::size_t>(ranks()));
+  for (const Run& run : runs) out.insert(out.end(), static_cast<std::size_t>(run.count), run.host);
+  return out;
+}
+
+void HostLayout::append(int host, int count, const std::string& identity) {
+  PARTRAIN_CHECK(count >= 1 && host >= 0 && host <= static_cast<int>(identities.size()), Error,
+                 "host layout: ", count, " ranks on host ", host, " of ", identities.size());
+  if (host == static_cast<int>(identities.size())) {
+    identities.push_back(identity);
+    host_sizes.push_back(0);
+  }
+  host_sizes[static_cast<std::size_t>(host)] += count;
+  if (!runs.empty() && runs.back().host == host) {
+    runs.back().count += count;
+  } else {
+    runs.push_back({ranks(), count, host});
+  }
 }
 
 HostLayout group_by_host(const std::vector<std::string>& identities) {
   HostLayout layout;
   std::map<std::string, int> index;
-  for (std::size_t r = 0; r < identities.size(); ++r) {
-    const auto [it, fresh] = index.emplace(identities[r], static_cast<int>(layout.hosts.size()));
-    if (fresh) {
-      layout.hosts.emplace_back();
-      layout.identities.push_back(identities[r]);
-    }
-    layout.hosts[it->second].push_back(static_cast<int>(r));
-    layout.host_of.push_back(it->second);
+  for (const std::string& identity : identities) {
+    const auto [it, fresh] = index.emplace(identity, static_cast<int>(layout.host_count()));
+    layout.append(it->second, 1, identity);
   }
   return layout;
 }
@@ -69,8 +103,6 @@ class Reader {
     at_ += length;
     return out;
   }
-  std::size_t at() const { return at_; }
-  void seek(std::size_t at) { at_ = at; }
   bool done() const { return at_ == bytes_.size(); }
 
  private:
@@ -88,19 +120,11 @@ class Reader {
 std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
   std::vector<std::uint8_t> out;
   put_identities(out, layout.identities);
-  // Ranks of one host are mostly consecutive: runs of (host, length) keep the value small
-  // whatever the world (one run for a world on one host).
-  std::vector<std::pair<int, std::size_t>> runs;
-  for (const int host : layout.host_of) {
-    if (runs.empty() || runs.back().first != host)
-      runs.emplace_back(host, 1);
-    else
-      ++runs.back().second;
-  }
-  put32(out, runs.size());
-  for (const auto& [host, length] : runs) {
-    put32(out, static_cast<std::size_t>(host));
-    put32(out, length);
+  // The runs themselves: small whatever the world (one for a world on one host).
+  put32(out, layout.runs.size());
+  for (const HostLayout::Run& run : layout.runs) {
+    put32(out, static_cast<std::size_t>(run.host));
+    put32(out, static_cast<std::size_t>(run.count));
   }
   return out;
 }
@@ -109,47 +133,24 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
   Reader in(bytes, "the published layout");
   std::vector<std::string> hosts(in.u32());
   for (auto& identity : hosts) identity = in.text();
-  // Built straight from the runs (no string a rank): every rank of a large job decodes this
-  // at once, so it stays O(W) integers. The first pass checks the runs and counts each
-  // host's ranks, so the second fills vectors of their final size. Hosts are renumbered in
-  // the order of their lowest rank, as group_by_host() numbers them, whatever order the
-  // value lists them in.
+  // The runs as they are (nothing a rank): every rank of a large job decodes this at once.
+  // Hosts are renumbered in the order of their lowest rank, as group_by_host() numbers them,
+  // whatever order the value lists them in.
   const std::uint32_t runs = in.u32();
-  const std::size_t runs_at = in.at();
-  std::vector<std::size_t> ranks_on(hosts.size(), 0);
-  std::size_t total = 0;
+  HostLayout layout;
+  std::vector<int> renumbered(hosts.size(), -1);
   for (std::uint32_t i = 0; i < runs; ++i) {
     const std::uint32_t host = in.u32();
     const std::uint32_t length = in.u32();
     PARTRAIN_CHECK(host < hosts.size() && length >= 1 &&
-                       length <= static_cast<std::uint32_t>(ranks) &&
-                       total + length <= static_cast<std::size_t>(ranks),
+                       length <= static_cast<std::uint32_t>(ranks - layout.ranks()),
                    CommError, "host layout: the published layout does not fit ", ranks, " ranks");
-    ranks_on[host] += length;
-    total += length;
-  }
-  PARTRAIN_CHECK(total == static_cast<std::size_t>(ranks) && in.done(), CommError,
-                 "host layout: the published layout holds ", total, " ranks, not ", ranks);
-  HostLayout layout;
-  layout.host_of.reserve(total);
-  std::vector<int> renumbered(hosts.size(), -1);
-  in.seek(runs_at);
-  for (std::uint32_t i = 0; i < runs; ++i) {
-    const std::uint32_t host = in.u32();
-    const std::uint32_t length = in.u32();
     int& index = renumbered[host];
-    if (index < 0) {
-      index = static_cast<int>(layout.hosts.size());
-      layout.hosts.emplace_back().reserve(ranks_on[host]);
-      layout.identities.push_back(hosts[host]);
-    }
-    std::vector<int>& members = layout.hosts[static_cast<std::size_t>(index)];
-    const std::size_t from = members.size();
-    members.resize(from + length);
-    std::iota(members.begin() + static_cast<std::ptrdiff_t>(from), members.end(),
-              static_cast<int>(layout.host_of.size()));
-    layout.host_of.insert(layout.host_of.end(), length, index);
+    if (index < 0) index = static_cast<int>(layout.host_count());
+    layout.append(index, static_cast<int>(length), hosts[host]);
   }
+  PARTRAIN_CHECK(layout.ranks() == ranks && in.done(), CommError,
+                 "host layout: the published layout holds ", layout.ranks(), " ranks, not ", ranks);
   std::vector<std::string> distinct = layout.identities;
   std::sort(distinct.begin(), distinct.end());
   PARTRAIN_CHECK(std::adjacent_find(distinct.begin(), distinct.end()) == distinct.end(), CommError,
@@ -282,8 +283,9 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
     throw layout_wait_failed(store, prefix, 0, size, "rank 0 never published the layout", e);
   }
   HostLayout layout = decode_host_layout(published, size);
-  PARTRAIN_CHECK(layout.identities[layout.host_of[rank]] == mine, CommError,
-                 "host layout: rank 0 placed rank ", rank, " on another host than its own");
+  PARTRAIN_CHECK(layout.identities[static_cast<std::size_t>(layout.host_of(rank))] == mine,
+                 CommError, "host layout: rank 0 placed rank ", rank,
+                 " on another host than its own");
   return layout;
 }
 

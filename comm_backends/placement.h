@@ -17,15 +17,32 @@ namespace partrain::comm {
 
 class Store;
 
+// Kept as runs of consecutive ranks on one host, so that what each rank holds and decodes
+// grows with the runs (one for a world on one host, one a host for the usual placement),
+// not with the world: every rank of a large job learns it at once.
 struct HostLayout {
-  // The ranks of each host, ascending; hosts in the order of their lowest rank, so that host
-  // 0 holds rank 0 and the first rank of each host is the lowest there.
-  std::vector<std::vector<int>> hosts;
-  std::vector<int> host_of;             // rank -> its index in `hosts`
+  struct Run {
+    int first = 0;  // its lowest rank
+    int count = 0;  // at least 1
+    int host = 0;   // index in `identities`
+    bool operator==(const Run&) const = default;
+  };
+  // In rank order from rank 0, without gaps; neighbours are on different hosts. Hosts are
+  // numbered in the order of their lowest rank, so that host 0 holds rank 0.
+  std::vector<Run> runs;
   std::vector<std::string> identities;  // host -> its host_identity() (shm/host_identity.h)
+  std::vector<int> host_sizes;          // host -> the number of its ranks
 
-  int ranks() const { return static_cast<int>(host_of.size()); }
-  std::size_t largest_host() const;  // the number of ranks on the fullest host
+  int ranks() const { return runs.empty() ? 0 : runs.back().first + runs.back().count; }
+  std::size_t host_count() const { return identities.size(); }
+  int host_of(int rank) const;               // O(log runs)
+  std::vector<int> members(int host) const;  // its ranks, ascending
+  std::vector<int> host_of_each() const;     // rank -> host, for all ranks
+  std::size_t largest_host() const;          // the number of ranks on the fullest host
+  // Adds `count` ranks after the last, on host `host` (an existing index, or the next one
+  // with `identity`).
+  void append(int host, int count, const std::string& identity);
+  bool operator==(const HostLayout&) const = default;
 };
 
 // Ranks grouped by host, from each rank's host_identity() in rank order.

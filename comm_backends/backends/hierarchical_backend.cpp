@@ -63,7 +63,7 @@ namespace {
 // (named, it serves any placement: one host is shm, one rank per host the flat ring).
 std::optional<std::string> usable(const Placement& placement) {
   const HostLayout& layout = placement.hosts.layout();
-  if (layout.hosts.size() < 2) return "every rank on one host (shm serves that)";
+  if (layout.host_count() < 2) return "every rank on one host (shm serves that)";
   if (layout.largest_host() < 2) return "one rank per host (asio-ring serves that)";
   return std::nullopt;
 }
@@ -80,10 +80,13 @@ class HierarchicalCommunicator : public Communicator {
         grace_(failure_grace(args.options.timeout)),
         layout_(args.placement.hosts.layout()) {
     const CommOptions& options = args.options;
-    host_ = layout_.host_of[rank_];
-    const std::vector<int>& mine = layout_.hosts[host_];
+    for (std::size_t h = 0; h < layout_.host_count(); ++h) {
+      hosts_.push_back(layout_.members(static_cast<int>(h)));
+    }
+    host_ = layout_.host_of(rank_);
+    const std::vector<int>& mine = hosts_[host_];
     local_rank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
-    for (const auto& ranks : layout_.hosts) {
+    for (const auto& ranks : hosts_) {
       leaders_.push_back(ranks.front());
       max_local_ = std::max(max_local_, ranks.size());
     }
@@ -96,7 +99,7 @@ class HierarchicalCommunicator : public Communicator {
                                                       options.timeout, mine);
           });
     }
-    if (local_rank_ == 0 && layout_.hosts.size() > 1) {
+    if (local_rank_ == 0 && hosts_.size() > 1) {
       PeerTransportOptions peers;
       peers.token = options.token;
       peers.bind_host = options.bind_host;
@@ -104,15 +107,15 @@ class HierarchicalCommunicator : public Communicator {
       peers.timeout = options.timeout;
       peers.name = "hierarchical";
       across_hosts([&] {
-        transport_ = std::make_unique<PeerTransport>(store_, host_,
-                                                     static_cast<int>(layout_.hosts.size()), peers);
+        transport_ =
+            std::make_unique<PeerTransport>(store_, host_, static_cast<int>(hosts_.size()), peers);
       });
       PeerCollectivesOptions collectives;
       if (options.ring_chunk_bytes > 0) collectives.chunk_bytes = options.ring_chunk_bytes;
       collectives.algorithm = parse_algorithm_request(options.algorithm);
       // The leaders, one a host: the choice that asio-ring makes for one rank per host.
       std::vector<std::string> one_each;
-      for (std::size_t h = 0; h < layout_.hosts.size(); ++h) one_each.push_back(std::to_string(h));
+      for (std::size_t h = 0; h < hosts_.size(); ++h) one_each.push_back(std::to_string(h));
       collectives.hosts = RankHosts(group_by_host(one_each));
       between_hosts_ = std::make_unique<PeerCollectives>(*transport_, collectives);
     }
@@ -134,7 +137,7 @@ class HierarchicalCommunicator : public Communicator {
   void allreduce(Buffer buffer, ReduceOp op) override {
     if (size_ == 1) return;
     guarded([&] {
-      if (layout_.hosts.size() == 1) {
+      if (hosts_.size() == 1) {
         return local_->allreduce(buffer.data, buffer.count, buffer.dtype, op, wire_);
       }
       if (max_local_ == 1) {
@@ -170,7 +173,7 @@ class HierarchicalCommunicator : public Communicator {
       return;
     }
     guarded([&] {
-      if (layout_.hosts.size() == 1) {
+      if (hosts_.size() == 1) {
         return local_->reduce_scatter(in.data, out.data, n, in.dtype, op, wire_);
       }
       if (max_local_ == 1) {
@@ -183,14 +186,14 @@ class HierarchicalCommunicator : public Communicator {
       convert_elements(in.data, in.dtype, work_.data(), acc, total);
       const ReduceOp partial = op == ReduceOp::avg ? ReduceOp::sum : op;
       if (local_) local_->allreduce(work_.data(), total, acc, partial, acc);
-      const auto& mine = layout_.hosts[host_];
+      const auto& mine = hosts_[host_];
       const std::size_t host_elems = max_local_ * n;
       if (between_hosts_) {
-        gather_.assign(layout_.hosts.size() * host_elems * elem, 0);
-        for (std::size_t h = 0; h < layout_.hosts.size(); ++h) {
-          for (std::size_t j = 0; j < layout_.hosts[h].size() && n > 0; ++j) {
+        gather_.assign(hosts_.size() * host_elems * elem, 0);
+        for (std::size_t h = 0; h < hosts_.size(); ++h) {
+          for (std::size_t j = 0; j < hosts_[h].size() && n > 0; ++j) {
             std::memcpy(gather_.data() + (h * host_elems + j * n) * elem,
-                        work_.data() + layout_.hosts[h][j] * n * elem, n * elem);
+                        work_.data() + hosts_[h][j] * n * elem, n * elem);
           }
         }
         across_hosts([&] {
@@ -207,9 +210,9 @@ class HierarchicalCommunicator : public Communicator {
   void broadcast(Buffer buffer, int root) override {
     if (size_ == 1) return;
     guarded([&] {
-      const int root_host = layout_.host_of[root];
+      const int root_host = layout_.host_of(root);
       if (host_ == root_host && local_) {
-        const auto& mine = layout_.hosts[host_];
+        const auto& mine = hosts_[host_];
         const int local_root =
             static_cast<int>(std::find(mine.begin(), mine.end(), root) - mine.begin());
         local_->broadcast(buffer.data, buffer.bytes(), local_root);
@@ -227,14 +230,14 @@ class HierarchicalCommunicator : public Communicator {
       return;
     }
     guarded([&] {
-      if (layout_.hosts.size() == 1) return local_->allgather(in.data, out.data, per_rank);
+      if (hosts_.size() == 1) return local_->allgather(in.data, out.data, per_rank);
       // Each host's block: its ranks' inputs in local order, padded to the largest host, so
       // that the leaders move equal blocks.
       const std::size_t host_bytes = max_local_ * per_rank;
-      const auto& mine = layout_.hosts[host_];
+      const auto& mine = hosts_[host_];
       std::uint8_t* block = nullptr;
       if (between_hosts_) {
-        gather_.resize(layout_.hosts.size() * host_bytes);
+        gather_.resize(hosts_.size() * host_bytes);
         block = gather_.data() + host_ * host_bytes;
       } else {
         gather_.resize(mine.size() * per_rank);
@@ -248,9 +251,9 @@ class HierarchicalCommunicator : public Communicator {
       if (between_hosts_) {
         across_hosts([&] { between_hosts_->allgather(block, gather_.data(), host_bytes); });
         auto* target = static_cast<std::uint8_t*>(out.data);
-        for (std::size_t h = 0; h < layout_.hosts.size(); ++h) {
-          for (std::size_t j = 0; j < layout_.hosts[h].size() && per_rank > 0; ++j) {
-            std::memcpy(target + layout_.hosts[h][j] * per_rank,
+        for (std::size_t h = 0; h < hosts_.size(); ++h) {
+          for (std::size_t j = 0; j < hosts_[h].size() && per_rank > 0; ++j) {
+            std::memcpy(target + hosts_[h][j] * per_rank,
                         gather_.data() + h * host_bytes + j * per_rank, per_rank);
           }
         }
@@ -262,7 +265,7 @@ class HierarchicalCommunicator : public Communicator {
   void barrier() override {
     if (size_ == 1) return;
     guarded([&] {
-      if (layout_.hosts.size() == 1) return local_->barrier();
+      if (hosts_.size() == 1) return local_->barrier();
       if (local_) local_->barrier();
       if (between_hosts_) across_hosts([&] { between_hosts_->barrier(); });
       if (local_) local_->barrier(local_rank_ == 0 ? std::chrono::milliseconds(0) : leader_wait());
@@ -324,6 +327,7 @@ class HierarchicalCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds grace_;
   HostLayout layout_;
+  std::vector<std::vector<int>> hosts_;  // host -> its ranks, ascending
   int host_ = 0;
   int local_rank_ = 0;
   std::vector<int> leaders_;                        // host -> its leader's rank

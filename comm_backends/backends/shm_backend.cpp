@@ -19,7 +19,7 @@ namespace {
 // Nothing when every rank runs on one host; else why `auto` leaves shm alone.
 std::optional<std::string> usable(const Placement& placement) {
   if (placement.hosts.ranks() < 2) return "one rank (nothing to share)";
-  const std::size_t hosts = placement.hosts.layout().hosts.size();
+  const std::size_t hosts = placement.hosts.layout().host_count();
   if (hosts > 1) {
     return "ranks on " + std::to_string(hosts) +
            " hosts (shared memory joins the ranks of one host)";
@@ -29,12 +29,13 @@ std::optional<std::string> usable(const Placement& placement) {
 
 // Every rank on this rank's host, or a UsageError naming one that is not.
 void check_one_host(const HostLayout& layout, int rank) {
-  const int mine = layout.host_of[rank];
-  for (int r = 0; r < layout.ranks(); ++r) {
-    PARTRAIN_CHECK(layout.host_of[r] == mine, UsageError,
-                   "comm backend 'shm' needs every rank on one host, but rank ", r, " runs on '",
-                   layout.identities[layout.host_of[r]], "' and rank ", rank, " on '",
-                   layout.identities[mine], "'; use asio-ring, hierarchical or gloo across hosts");
+  const int mine = layout.host_of(rank);
+  for (const HostLayout::Run& run : layout.runs) {
+    PARTRAIN_CHECK(run.host == mine, UsageError,
+                   "comm backend 'shm' needs every rank on one host, but rank ", run.first,
+                   " runs on '", layout.identities[static_cast<std::size_t>(run.host)],
+                   "' and rank ", rank, " on '", layout.identities[static_cast<std::size_t>(mine)],
+                   "'; use asio-ring, hierarchical or gloo across hosts");
   }
 }
 

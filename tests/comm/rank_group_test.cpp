@@ -20,7 +20,7 @@ TEST(RankGroup, OneRankWithoutARendezvousMeetsInADirectoryOfItsOwn) {
   options.timeout = milliseconds(10000);
   auto group = open_rank_group(options);
   EXPECT_EQ(group->size(), 1);
-  ASSERT_EQ(group->layout().hosts.size(), 1u);
+  ASSERT_EQ(group->layout().host_count(), 1u);
   group->store().set("probe", {7});
   EXPECT_EQ(group->store().get("probe"), std::vector<std::uint8_t>{7});
   CommOptions comm_options = group->comm_options();
@@ -56,8 +56,8 @@ TEST(RankGroup, CommunicatorsOfAGroupShareItsHostsAndStore) {
     options.timeout = milliseconds(20000);
     options.host = "127.0.0.1";
     auto group = open_rank_group(options);
-    ASSERT_EQ(group->layout().hosts.size(), 1u);
-    ASSERT_EQ(group->layout().hosts[0], (std::vector<int>{0, 1, 2}));
+    ASSERT_EQ(group->layout().host_count(), 1u);
+    ASSERT_EQ(group->layout().members(0), (std::vector<int>{0, 1, 2}));
     bind_hosts[rank] = group->bind_host();
     CommOptions comm_options = group->comm_options();
     auto automatic = group->make_communicator(comm_options);

@@ -33,7 +33,7 @@ TEST(Rendezvous, HostLayoutAndBarrierCostAFewRequestsARank) {
     TcpStore store("127.0.0.1", host.port(), options(false));
     const HostLayout layout = exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld);
     EXPECT_EQ(layout.ranks(), kWorld);
-    ASSERT_EQ(layout.hosts.size(), 1u);  // threads of one process: one host
+    ASSERT_EQ(layout.host_count(), 1u);  // threads of one process: one host
     EXPECT_EQ(layout.identities[0], host_identity());
     store_barrier(store, "test/barrier", rank, kWorld, milliseconds(5000));
   });
@@ -70,8 +70,8 @@ TEST(Rendezvous, TheLayoutGatheredInGroupsIsTheSame) {
     TcpStore store("127.0.0.1", host.port(), options(false));
     const HostLayout layout = exchange_host_layout(store, kHostLayoutPrefix, rank, kWorld, kFanIn);
     EXPECT_EQ(layout.ranks(), kWorld);
-    ASSERT_EQ(layout.hosts.size(), 1u);
-    EXPECT_EQ(layout.hosts[0].size(), static_cast<std::size_t>(kWorld));
+    ASSERT_EQ(layout.host_count(), 1u);
+    EXPECT_EQ(layout.host_sizes[0], kWorld);
     EXPECT_EQ(layout.identities[0], host_identity());
   });
   // W sets and W-1 reads of the layout; a get many by each of the three leaders, two group
@@ -115,9 +115,15 @@ TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
   const HostLayout layout = group_by_host({"a", "a", "b", "a", "c", "c"});
   const std::vector<std::uint8_t> bytes = encode_host_layout(layout);
   const HostLayout back = decode_host_layout(bytes, 6);
-  EXPECT_EQ(back.hosts, layout.hosts);
-  EXPECT_EQ(back.host_of, layout.host_of);
-  EXPECT_EQ(back.identities, layout.identities);
+  EXPECT_EQ(back, layout);
+  EXPECT_EQ(back.members(0), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(back.members(1), (std::vector<int>{2}));
+  EXPECT_EQ(back.members(2), (std::vector<int>{4, 5}));
+  EXPECT_EQ(back.host_of_each(), (std::vector<int>{0, 0, 1, 0, 2, 2}));
+  for (int r = 0; r < 6; ++r) EXPECT_EQ(back.host_of(r), back.host_of_each()[r]) << r;
+  EXPECT_EQ(back.runs.size(), 4u);  // {0, 1} on a, 2 on b, 3 on a, {4, 5} on c
+  EXPECT_EQ(back.largest_host(), 3u);
+  EXPECT_THROW(back.host_of(6), UsageError);
   EXPECT_THROW(decode_host_layout(bytes, 7), CommError);  // another world's layout
   std::vector<std::uint8_t> cut(bytes.begin(), bytes.end() - 3);
   EXPECT_THROW(decode_host_layout(cut, 6), CommError);
@@ -125,16 +131,20 @@ TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
   // (host 0 holds rank 0); one naming a host twice is refused.
   HostLayout reordered = layout;
   std::swap(reordered.identities[0], reordered.identities[2]);
-  for (int& host : reordered.host_of) host = host == 0 ? 2 : host == 2 ? 0 : host;
+  std::swap(reordered.host_sizes[0], reordered.host_sizes[2]);
+  for (auto& run : reordered.runs) run.host = run.host == 0 ? 2 : run.host == 2 ? 0 : run.host;
   const HostLayout renumbered = decode_host_layout(encode_host_layout(reordered), 6);
-  EXPECT_EQ(renumbered.hosts, layout.hosts);
-  EXPECT_EQ(renumbered.identities, layout.identities);
+  EXPECT_EQ(renumbered, layout);
   HostLayout twice = layout;
   twice.identities[2] = "a";
   EXPECT_THROW(decode_host_layout(encode_host_layout(twice), 6), CommError);
-  // One host: one run, whatever the world.
-  EXPECT_EQ(encode_host_layout(group_by_host(std::vector<std::string>(10000, "h"))).size(),
+  // One host: one run, whatever the world, in the value and in what a rank holds.
+  const HostLayout large = group_by_host(std::vector<std::string>(10000, "h"));
+  EXPECT_EQ(encode_host_layout(large).size(),
             encode_host_layout(group_by_host(std::vector<std::string>(2, "h"))).size());
+  const HostLayout decoded = decode_host_layout(encode_host_layout(large), 10000);
+  EXPECT_EQ(decoded.runs.size(), 1u);
+  EXPECT_EQ(decoded.host_of(9999), 0);
 }
 
 }  // namespace
