@@ -1,7 +1,8 @@
 // defines: add_rendezvous_bench() — `partrain bench rendezvous --world N`: N ranks joining one
 // run through one tcp store, each doing what a rank does to join (the code a worker runs,
 // not a model of it), timed from the store's first connection to the last rank past the
-// final barrier, with the requests the store answered.
+// final barrier, with the requests the store answered, when the median rank passed each step,
+// and how far each rank's clock estimate is from the truth (zero: they share one clock).
 //
 // The store's server runs in this process; the ranks run as threads of child processes
 // (`bench rendezvous --join`), each rank with its own connection. Children, because a
@@ -23,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -71,11 +73,16 @@ constexpr auto kGatePoll = std::chrono::milliseconds(1);
 constexpr const char* kPhases[] = {"connect",   "layout", "numbering",
                                    "addresses", "clocks", "barrier"};
 constexpr std::size_t kPhaseCount = std::size(kPhases);
-using PhaseEnds = std::array<std::atomic<std::int64_t>, kPhaseCount>;
+// What one rank reports: when it passed each step (steady clock ns), then its clock estimate
+// (offset to rank 0 and the round trip it came from, ns).
+constexpr std::size_t kRecordLength = kPhaseCount + 2;
+using RankRecord = std::array<std::int64_t, kRecordLength>;
 
 struct RendezvousArgs {
   int world = 0;
   double timeout_s = 300;
+  int clock_readings = kClockRounds;
+  bool remote_clock = false;
   std::string json_path;
   // A child's part (hidden): the store's port, the run folder, the ranks it plays.
   int join_port = 0;
@@ -98,43 +105,41 @@ bool wait_for_file(const fs::path& path, Clock::time_point deadline) {
   return true;
 }
 
-// Raises `latest` to now: when the last rank to finish a step finished it.
-void mark(std::atomic<std::int64_t>& latest) {
-  const std::int64_t now = ns_of(Clock::now());
-  std::int64_t seen = latest.load();
-  while (now > seen && !latest.compare_exchange_weak(seen, now)) {
-  }
-}
-
 // One rank's join, exactly as a worker's rank makes it (see the file comment).
-void join_as_rank(int port, int rank, int world, std::chrono::milliseconds timeout,
-                  PhaseEnds& ends) {
+void join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
+                  std::chrono::milliseconds timeout, RankRecord& record) {
+  const auto passed = [&](std::size_t step) { record[step] = ns_of(Clock::now()); };
   comm::StoreOptions options;
   options.token = kToken;
   options.timeout = timeout;
   options.rank = rank;
   options.world_size = world;
+  // Rank 0 runs where the store's server does (its launcher or its own process), as in a run.
+  options.read_shared_clock_here = !args.remote_clock || rank == 0;
   const std::unique_ptr<comm::Store> store =
       comm::open_store("tcp://127.0.0.1:" + std::to_string(port), options);
-  mark(ends[0]);
+  passed(0);
   const comm::RankHosts hosts(*store, comm::kHostLayoutPrefix, rank, world);
   hosts.layout();
-  mark(ends[1]);
+  passed(1);
   const std::int64_t instance = store->add("comm/instances/" + std::to_string(rank), 1);
-  mark(ends[2]);
+  passed(2);
   const std::string prefix = comm::communicator_key_prefix(instance, "asio-ring");
   // The port is this rank's number: the address is published and read, never dialled.
   const std::string mine = "127.0.0.1:" + std::to_string(10000 + rank % 50000);
   store->set(comm::peer_address_key(prefix, rank),
              std::vector<std::uint8_t>(mine.begin(), mine.end()));
   store->get(comm::peer_address_key(prefix, (rank + 1) % world));
-  mark(ends[3]);
-  estimate_clock_offset(*store, rank, world, kClockRounds, [] {
-    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-  });
-  mark(ends[4]);
+  passed(3);
+  const ClockEstimate clock =
+      estimate_clock_offset(*store, rank, world, args.clock_readings, [](Clock::time_point t) {
+        return std::chrono::duration<double>(t.time_since_epoch()).count();
+      });
+  record[kPhaseCount] = static_cast<std::int64_t>(clock.offset_s * 1e9);
+  record[kPhaseCount + 1] = static_cast<std::int64_t>(clock.round_trip_s * 1e9);
+  passed(4);
   comm::store_barrier(*store, "bench/joined", rank, world, timeout);
-  mark(ends[5]);
+  passed(5);
 }
 
 // `bench rendezvous --join`: plays ranks first..first+count-1 as threads.
@@ -145,7 +150,7 @@ int run_child(const RendezvousArgs& args) {
   std::mutex mutex;
   std::condition_variable gate;
   bool open = false;
-  PhaseEnds ends{};
+  std::vector<RankRecord> records(static_cast<std::size_t>(args.count), RankRecord{});
   std::atomic<int> failures{0};
   std::string first_error;
   std::vector<std::thread> threads;
@@ -159,7 +164,8 @@ int run_child(const RendezvousArgs& args) {
         gate.wait_for(lock, timeout, [&] { return open; });
       }
       try {
-        join_as_rank(args.join_port, rank, args.world, timeout, ends);
+        join_as_rank(args.join_port, rank, args.world, args, timeout,
+                     records[static_cast<std::size_t>(rank - args.first)]);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         if (failures++ == 0) first_error = "rank " + std::to_string(rank) + ": " + e.what();
@@ -178,10 +184,10 @@ int run_child(const RendezvousArgs& args) {
   }
   gate.notify_all();
   for (auto& thread : threads) thread.join();
-  std::vector<std::int64_t> phase_ends;
-  for (const auto& end : ends) phase_ends.push_back(end.load());
-  const json result = {
-      {"phase_ends_ns", phase_ends}, {"failures", failures.load()}, {"error", first_error}};
+  std::vector<std::int64_t> flat;
+  flat.reserve(records.size() * kRecordLength);
+  for (const RankRecord& record : records) flat.insert(flat.end(), record.begin(), record.end());
+  const json result = {{"ranks", flat}, {"failures", failures.load()}, {"error", first_error}};
   write_file_atomically((dir / ("result-" + std::to_string(args.child) + ".json")).string(),
                         result.dump());
   return failures == 0 ? 0 : 1;
@@ -219,14 +225,25 @@ int run_bench(const RendezvousArgs& args) {
   for (int c = 0; c < children; ++c) {
     const int first = c * per_child;
     const int count = std::min(per_child, args.world - first);
-    const std::vector<std::string> child_args = {"bench",       "rendezvous",
-                                                 "--world",     std::to_string(args.world),
-                                                 "--join",      std::to_string(server.port()),
-                                                 "--dir",       dir.string(),
-                                                 "--first",     std::to_string(first),
-                                                 "--count",     std::to_string(count),
-                                                 "--child",     std::to_string(c),
-                                                 "--timeout-s", std::to_string(args.timeout_s)};
+    std::vector<std::string> child_args = {"bench",
+                                           "rendezvous",
+                                           "--world",
+                                           std::to_string(args.world),
+                                           "--join",
+                                           std::to_string(server.port()),
+                                           "--dir",
+                                           dir.string(),
+                                           "--first",
+                                           std::to_string(first),
+                                           "--count",
+                                           std::to_string(count),
+                                           "--child",
+                                           std::to_string(c),
+                                           "--timeout-s",
+                                           std::to_string(args.timeout_s),
+                                           "--clock-readings",
+                                           std::to_string(args.clock_readings)};
+    if (args.remote_clock) child_args.push_back("--remote-clock");
     try {
       processes.emplace_back(bp::exe = executable, bp::args = child_args, bp::std_in < bp::null);
     } catch (const std::exception& e) {
@@ -260,7 +277,8 @@ int run_bench(const RendezvousArgs& args) {
 
   // Every result is read before any failure is reported, so that the first rank error is
   // named even when another process has none to show.
-  std::vector<std::int64_t> phase_ends(kPhaseCount, 0);
+  std::vector<RankRecord> records;
+  records.reserve(static_cast<std::size_t>(args.world));
   int failures = 0;
   std::string error;
   std::string lost;  // processes without a result
@@ -279,10 +297,13 @@ int run_bench(const RendezvousArgs& args) {
       continue;
     }
     const json result = json::parse(in);
-    const auto ends = result.at("phase_ends_ns").get<std::vector<std::int64_t>>();
-    PARTRAIN_CHECK(ends.size() == kPhaseCount, Error, "bench rendezvous: process ", c,
+    const auto flat = result.at("ranks").get<std::vector<std::int64_t>>();
+    PARTRAIN_CHECK(flat.size() % kRecordLength == 0, Error, "bench rendezvous: process ", c,
                    " wrote a result of another version");
-    for (std::size_t p = 0; p < kPhaseCount; ++p) phase_ends[p] = std::max(phase_ends[p], ends[p]);
+    for (std::size_t at = 0; at < flat.size(); at += kRecordLength) {
+      RankRecord& record = records.emplace_back();
+      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), kRecordLength, record.begin());
+    }
     failures += result.at("failures").get<int>();
     if (error.empty()) error = result.at("error").get<std::string>();
   }
@@ -294,16 +315,45 @@ int run_bench(const RendezvousArgs& args) {
   const auto since_first = [&](std::int64_t ns) {
     return static_cast<double>(ns - ns_of(*first)) / 1e9;
   };
-  const double seconds = since_first(phase_ends.back());
+  // Each step's last rank (what the run waits for) and its median rank; each rank's clock
+  // estimate against the truth, which on one host is an offset of zero.
+  const auto column = [&](std::size_t at) {
+    std::vector<std::int64_t> values;
+    values.reserve(records.size());
+    for (const RankRecord& record : records) values.push_back(record[at]);
+    std::sort(values.begin(), values.end());
+    return values;
+  };
   json phases = json::object();
-  std::string phase_text;
+  json medians = json::object();
+  std::string last_text;
+  std::string median_text;
+  double seconds = 0;
   for (std::size_t p = 0; p < kPhaseCount; ++p) {
-    phases[kPhases[p]] = since_first(phase_ends[p]);
+    const std::vector<std::int64_t> passed = column(p);
+    const double last = since_first(passed.back());
+    const double median = since_first(passed[passed.size() / 2]);
+    phases[kPhases[p]] = last;
+    medians[kPhases[p]] = median;
+    if (p + 1 == kPhaseCount) seconds = last;
     char text[64] = {};
-    std::snprintf(text, sizeof text, "%s%s %.3f", p == 0 ? "" : ", ", kPhases[p],
-                  since_first(phase_ends[p]));
-    phase_text += text;
+    std::snprintf(text, sizeof text, "%s%s %.3f", p == 0 ? "" : ", ", kPhases[p], last);
+    last_text += text;
+    std::snprintf(text, sizeof text, "%s%s %.3f", p == 0 ? "" : ", ", kPhases[p], median);
+    median_text += text;
   }
+  std::vector<double> clock_error_us;
+  std::vector<double> clock_bound_us;
+  for (const RankRecord& record : records) {
+    clock_error_us.push_back(std::abs(static_cast<double>(record[kPhaseCount])) / 1e3);
+    clock_bound_us.push_back(static_cast<double>(record[kPhaseCount + 1]) / 2e3);
+  }
+  std::sort(clock_error_us.begin(), clock_error_us.end());
+  std::sort(clock_bound_us.begin(), clock_bound_us.end());
+  const json clock = {{"error_us_median", clock_error_us[clock_error_us.size() / 2]},
+                      {"error_us_max", clock_error_us.back()},
+                      {"bound_us_median", clock_bound_us[clock_bound_us.size() / 2]},
+                      {"bound_us_max", clock_bound_us.back()}};
   const std::uint64_t ops = server.requests_served();
   const std::optional<double> server_cpu = server.cpu_seconds();
   const json report = {{"schema", "partrain.bench.rendezvous/1"},
@@ -313,6 +363,8 @@ int run_bench(const RendezvousArgs& args) {
                        {"store_ops", ops},
                        {"store_ops_per_rank", static_cast<double>(ops) / args.world},
                        {"phases", phases},
+                       {"phases_median_rank", medians},
+                       {"clock_estimate", clock},
                        {"server_cpu_s", server_cpu ? json(*server_cpu) : json(nullptr)},
                        {"processes", children},
                        {"store", "tcp"}};
@@ -321,7 +373,13 @@ int run_bench(const RendezvousArgs& args) {
       "barrier), store_ops %llu (%.2f a rank), %d process%s\n",
       args.world, seconds, static_cast<unsigned long long>(ops),
       static_cast<double>(ops) / args.world, children, children == 1 ? "" : "es");
-  std::printf("  last rank past each step, s from the first connection: %s\n", phase_text.c_str());
+  std::printf("  last rank past each step, s from the first connection: %s\n", last_text.c_str());
+  std::printf("  median rank past each step: %s\n", median_text.c_str());
+  std::printf(
+      "  clock estimate against the truth (0 on one host): error median %.0f us, max %.0f us; "
+      "its bound (half the round trip) median %.0f us, max %.0f us\n",
+      clock_error_us[clock_error_us.size() / 2], clock_error_us.back(),
+      clock_bound_us[clock_bound_us.size() / 2], clock_bound_us.back());
   if (server_cpu) {
     std::printf("  the store's server thread used %.3f s of CPU (the ranks' threads the rest)\n",
                 *server_cpu);
@@ -341,6 +399,13 @@ void add_rendezvous_bench(CLI::App& bench, int& exit_code) {
   sub->add_option("--world", args->world, "Number of ranks to play")->required();
   sub->add_option("--timeout-s", args->timeout_s, "Bound on every wait of every rank");
   sub->add_option("--json", args->json_path, "Write world, seconds and store_ops here");
+  sub->add_option("--clock-readings", args->clock_readings,
+                  "Readings of the server's clock each rank's clock estimate keeps the best of "
+                  "(what a worker takes by default; the answers a rank had before count)")
+      ->check(CLI::PositiveNumber);
+  sub->add_flag("--remote-clock", args->remote_clock,
+                "Ranks but rank 0 read the server's clock through round trips, as ranks on other "
+                "hosts than the server's do (on its host a rank reads it itself)");
   // A child process's part; not for users.
   sub->add_option("--join", args->join_port)->group("");
   sub->add_option("--dir", args->dir)->group("");

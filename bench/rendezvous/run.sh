@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs `partrain bench rendezvous` and its peer, torch's TCPStore (torch_store.py), one after
-# the other for each world size, then prints a Markdown table of seconds, store requests and
-# the ratio torch / partrain. The peer is run up to the first size it does not finish within
+# Runs `partrain bench rendezvous` (as ranks on the store server's host do, then with
+# --remote-clock, as ranks on other hosts read its clock) and its peer, torch's TCPStore
+# (torch_store.py), one after the other for each world size, then prints a Markdown table of
+# seconds, store requests, the clock estimate's error and the ratio torch / partrain. The peer is run up to the first size it does not finish within
 # LIMIT_S; past that it is not run again (a larger world would not finish either).
 #
 # Usage: bench/rendezvous/run.sh [BUILD_DIR] [WORLDS]
@@ -35,6 +36,10 @@ for W in $WORLDS; do
   timeout $((2 * LIMIT_S + 90)) "$BUILD/partrain" bench rendezvous --world "$W" \
     --timeout-s "$LIMIT_S" --json "$OUT/partrain_w$W.json" > "$OUT/partrain_w$W.txt" 2>&1 || true
   cat "$OUT/partrain_w$W.txt" >&2
+  echo "== W=$W partrain --remote-clock" >&2
+  timeout $((2 * LIMIT_S + 90)) "$BUILD/partrain" bench rendezvous --world "$W" --remote-clock \
+    --timeout-s "$LIMIT_S" --json "$OUT/partrain_remote_w$W.json" > "$OUT/partrain_remote_w$W.txt" 2>&1 || true
+  cat "$OUT/partrain_remote_w$W.txt" >&2
   if [[ $PEER == on ]]; then
     echo "== W=$W torch TCPStore" >&2
     rc=0

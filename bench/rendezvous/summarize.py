@@ -31,8 +31,9 @@ def main():
         for line in f:
             print("    " + line.rstrip())
     print()
-    print("| W | partrain s | store ops | ops/rank | server CPU s | torch TCPStore s | torch / partrain |")
-    print("|--:|--:|--:|--:|--:|--:|--:|")
+    print("| W | partrain s | store ops | ops/rank | server CPU s | --remote-clock s | its ops/rank "
+          "| its clock error ms, median / max | torch TCPStore s | torch / partrain |")
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for w in worlds:
         p = load(os.path.join(out, f"partrain_w{w}.json"))
         t = load(os.path.join(out, f"torch_w{w}.json"))
@@ -44,6 +45,14 @@ def main():
         else:
             why = last_line(os.path.join(out, f"partrain_w{w}.txt"))
             ps, ops, per, cpu = f"not run: {why}" if why else "no result", "-", "-", "-"
+        r = load(os.path.join(out, f"partrain_remote_w{w}.json"))
+        if r:
+            rs, rper = f"{r['seconds']:.2f}", f"{r['store_ops_per_rank']:.2f}"
+            c = r.get("clock_estimate") or {}
+            rerr = (f"{c['error_us_median'] / 1e3:.1f} / {c['error_us_max'] / 1e3:.1f}"
+                    if c else "-")
+        else:
+            rs, rper, rerr = "-", "-", "-"
         if t is None:
             why = last_line(os.path.join(out, f"torch_w{w}.txt"))
             ts = "not run" + (f": {why}" if why and "torch_store.py" in why else "")
@@ -54,7 +63,7 @@ def main():
         else:
             ts = f"not done in {t['seconds']:.0f} ({t['ranks_through']} through)"
             ratio = f"> {t['seconds'] / p['seconds']:.0f}x" if p else "-"
-        print(f"| {w} | {ps} | {ops} | {per} | {cpu} | {ts} | {ratio} |")
+        print(f"| {w} | {ps} | {ops} | {per} | {cpu} | {rs} | {rper} | {rerr} | {ts} | {ratio} |")
 
 
 if __name__ == "__main__":

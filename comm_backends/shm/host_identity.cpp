@@ -26,4 +26,22 @@ std::string host_identity() {
   return identity;
 }
 
+std::string steady_clock_identity() {
+#if !defined(_WIN32)
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (boot >> boot_id) {
+    std::string identity = "boot " + boot_id;
+    struct stat time {};
+    if (::stat("/proc/self/ns/time", &time) == 0) {
+      identity += " timens " + std::to_string(static_cast<unsigned long long>(time.st_ino));
+    }
+    return identity;
+  }
+#endif
+  boost::system::error_code ec;
+  const std::string name = boost::asio::ip::host_name(ec);
+  return ec ? std::string() : "host " + name;  // empty: shared with nobody
+}
+
 }  // namespace partrain::comm

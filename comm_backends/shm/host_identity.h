@@ -1,6 +1,6 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
-// host and may map the same shared memory. Ranks compare it through the store
-// (exchange_host_layout(), placement.h).
+// host and may map the same shared memory — and steady_clock_identity(). Ranks compare it through
+// the store (exchange_host_layout(), placement.h).
 #pragma once
 
 #include <string>
@@ -12,5 +12,10 @@ namespace partrain::comm {
 // even though they could share memory. The namespace is the calling thread's, the one its
 // sockets use (a thread may have entered another one than its process started in).
 std::string host_identity();
+
+// A text that two processes share when their steady clocks read the same: on Linux the
+// kernel's boot id and the time namespace (CLOCK_MONOTONIC is one clock for a whole boot,
+// network namespaces included, unless a time namespace offsets it); elsewhere the host name.
+std::string steady_clock_identity();
 
 }  // namespace partrain::comm

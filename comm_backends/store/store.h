@@ -20,6 +20,19 @@ struct StoreOptions {
   int rank = 0;  // rank 0 hosts the tcp store server
   int world_size = 1;
   bool host_server = false;  // tcp: serve here (launcher or rank 0)
+  // tcp: a server whose steady clock is this process's (same boot, steady_clock_identity())
+  // is read here, exactly; false reads it through round trips whatever it shares (tests and
+  // benchmarks of that path).
+  bool read_shared_clock_here = true;
+};
+
+// One reading of a store server's monotonic clock, `server_ns` nanoseconds, taken between
+// `sent` and `received` on this process's steady clock.
+struct ServerClockReading {
+  std::chrono::steady_clock::time_point sent;
+  std::chrono::steady_clock::time_point received;
+  std::int64_t server_ns = 0;
+  std::chrono::steady_clock::duration round_trip() const { return received - sent; }
 };
 
 class Store {
@@ -42,10 +55,12 @@ class Store {
     return values;
   }
   virtual bool check(const std::vector<std::string>& keys) = 0;
-  // The store server's monotonic clock in nanoseconds, read in one round trip: a clock every
-  // rank can hold its own against at once (trainer/observe/clock_sync.h). Null for a store
-  // without a server (the file store).
-  virtual std::optional<std::int64_t> server_clock_ns() { return std::nullopt; }
+  // The best (shortest round trip) of at least `readings` readings of the store server's
+  // monotonic clock: a clock every rank can hold its own against at once
+  // (trainer/observe/clock_sync.h). Every answer of a store with a server carries a reading,
+  // so only the readings still missing cost a round trip each. Null for a store without a
+  // server (the file store).
+  virtual std::optional<ServerClockReading> server_clock(int /*readings*/) { return std::nullopt; }
   virtual std::chrono::milliseconds timeout() const = 0;
   // Changes the bound on every later request and wait (a failure trace shortens it, so an
   // unreachable store costs a grace period, not a whole timeout).

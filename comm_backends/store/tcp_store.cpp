@@ -26,6 +26,7 @@
 #include "common/errors.h"
 #include "comm_backends/net/open_files.h"
 #include "comm_backends/net/timed_io.h"
+#include "comm_backends/shm/host_identity.h"
 
 namespace partrain::comm {
 
@@ -215,13 +216,9 @@ StoreServed serve_store_request(StoreTable& table, const StoreRequestHeader& req
       wait.wants_value = (value[4] & kStoreWaitWantsValue) != 0;
       return StoreServed::wait;
     }
-    case StoreCommand::clock: {
+    case StoreCommand::clock: {  // the answer's header carries the clock
       if (value_bytes != 0) return StoreServed::drop;
-      const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           std::chrono::steady_clock::now().time_since_epoch())
-                           .count();
-      const auto encoded = encode_i64(now);
-      response = answer_bytes(StoreStatus::present, encoded.data(), encoded.size());
+      response = answer_bytes(StoreStatus::present, nullptr, 0);
       return StoreServed::answer;
     }
     case StoreCommand::get_many: {
@@ -250,6 +247,9 @@ struct TcpStoreServer::State {
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_pause{io};  // after an accept error: a pause, not a hot loop
   std::string token;
+  // What a client that passes the hello is sent: kStoreAccept, then the identity of this
+  // process's steady clock (u32 bytes | text).
+  std::vector<std::uint8_t> accept;
   // Touched by the io thread only.
   StoreTable data;
   std::map<std::string, std::vector<std::weak_ptr<StoreWaiter>>> waiters;
@@ -345,7 +345,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
           }
           self->accepted_ = true;
           self->timer_.cancel();
-          asio::async_write(self->socket_, asio::buffer(kStoreAccept, 8),
+          asio::async_write(self->socket_, asio::buffer(self->state_.accept),
                             [self](const boost::system::error_code& e, std::size_t) {
                               if (!e)
                                 self->read_request();
@@ -435,6 +435,11 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
 
   void send_pending() {
     wait_.keys.clear();
+    put_le<std::uint64_t>(
+        pending_.data() + 5,
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+                .count()));
     asio::async_write(
         socket_, asio::buffer(pending_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
@@ -563,6 +568,11 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   PARTRAIN_CHECK(token.size() <= kMaxTokenBytes, UsageError, "tcp store: run token longer than ",
                  kMaxTokenBytes, " bytes");
   state_->token = token;
+  const std::string clock = steady_clock_identity();
+  state_->accept.assign(kStoreAccept, kStoreAccept + 8);
+  state_->accept.resize(12 + clock.size());
+  put_le<std::uint32_t>(state_->accept.data() + 8, static_cast<std::uint32_t>(clock.size()));
+  std::memcpy(state_->accept.data() + 12, clock.data(), clock.size());
   net::raise_open_file_limit();  // one descriptor for each client
   boost::system::error_code ec;
   const asio::ip::address address = listen_address(host);
@@ -675,6 +685,17 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
+  std::uint8_t length[4] = {};
+  got = net::read_exact(io_, socket_, length, 4, deadline);
+  const std::uint32_t bytes = got.ok() ? get_le<std::uint32_t>(length) : 0;
+  PARTRAIN_CHECK(got.ok() && bytes <= kMaxTokenBytes, CommError, "tcp store at ", endpoint_,
+                 ": a malformed answer to the hello: ", got.ok() ? "bad length" : got.message);
+  std::string server_clock(bytes, '\0');
+  got = net::read_exact(io_, socket_, server_clock.data(), bytes, deadline);
+  PARTRAIN_CHECK(got.ok(), CommError, "tcp store at ", endpoint_,
+                 ": a malformed answer to the hello: ", got.message);
+  const std::string mine = steady_clock_identity();
+  same_clock_ = options.read_shared_clock_here && !mine.empty() && mine == server_clock;
 }
 
 TcpStore::~TcpStore() {
@@ -700,11 +721,15 @@ TcpStore::Answer TcpStore::request(StoreCommand command, const std::string& key,
   message.insert(message.end(), value.begin(), value.end());
   // A wait's answer may take wait_ms by design; the round trip itself gets the store's bound.
   const auto deadline = net::deadline_after(timeout_ + wait_ms);
+  const Clock::time_point sent = Clock::now();
   auto result = net::write_all(io_, socket_, message.data(), message.size(), deadline);
   std::uint8_t header[kResponseBytes] = {};
   if (result.ok()) result = net::read_exact(io_, socket_, header, kResponseBytes, deadline);
   Answer answer;
   if (result.ok()) {
+    const ServerClockReading reading{sent, Clock::now(), decode_i64(header + 5)};
+    ++clock_readings_;
+    if (!best_clock_ || reading.round_trip() < best_clock_->round_trip()) best_clock_ = reading;
     const std::uint32_t bytes = get_le<std::uint32_t>(header + 1);
     if (bytes > kMaxValueBytes || header[0] > static_cast<std::uint8_t>(StoreStatus::timed_out)) {
       result = {net::IoStatus::error, "malformed answer"};
@@ -797,11 +822,23 @@ std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std:
   return values;
 }
 
-std::optional<std::int64_t> TcpStore::server_clock_ns() {
-  const Answer answer = request(StoreCommand::clock, kStoreClockKey, {});
-  PARTRAIN_CHECK(answer.status == StoreStatus::present && answer.value.size() == 8, CommError,
-                 "tcp store ", endpoint_, ": a malformed answer to the clock request");
-  return decode_i64(answer.value.data());
+std::optional<ServerClockReading> TcpStore::server_clock(int readings) {
+  if (same_clock_) {  // the server's clock is this process's: read it here, exactly
+    const Clock::time_point now = Clock::now();
+    return ServerClockReading{
+        now, now,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count()};
+  }
+  // Each turn adds a reading (or throws): at most `readings` round trips.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // request() updates them under it
+      if (clock_readings_ >= readings) return best_clock_;
+    }
+    const Answer answer = request(StoreCommand::clock, kStoreClockKey, {});
+    PARTRAIN_CHECK(answer.status == StoreStatus::present && answer.value.empty(), CommError,
+                   "tcp store ", endpoint_, ": a malformed answer to the clock request");
+  }
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {

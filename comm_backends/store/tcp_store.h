@@ -2,11 +2,15 @@
 // key-value server on Boost.Asio.
 //
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
-// the server answers kStoreAccept, or kStoreRefuse for a wrong token, or closes. Then each
+// the server answers kStoreAccept, then u32 bytes | the identity of its steady clock
+// (steady_clock_identity(): a client that shares it reads the server's clock itself), or
+// kStoreRefuse for a wrong token, or closes. Then each
 // request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
 // with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes), and each answer
-//   u8 status (0 absent, 1 present, 2 timed out) | u32 value bytes | value
+//   u8 status (0 absent, 1 present, 2 timed out) | u32 value bytes | u64 clock | value
+// where clock is the server's steady clock in nanoseconds, read as the answer is sent: every
+// round trip a client makes is also a reading of the server's clock.
 // A client that breaks the protocol is disconnected. Commands: 1 set, 2 get (answers at once),
 // 3 add, 4 wait: value = u32 timeout in ms | u8 flags (kStoreWaitWantsValue); the server
 // answers when the key is set, or with status 2 when the timeout passes. So a rank waiting for
@@ -16,7 +20,7 @@
 // status 2 and the u32 index of a key still missing when the timeout passes (status 0 and the
 // index where the values would outgrow kMaxValueBytes). A leader gathering its group's keys
 // waits one round trip, not one per key. 6 clock: key kStoreClockKey, no value; answered at
-// once with the server's steady clock as u64 nanoseconds.
+// once, with no value (a round trip for its clock reading alone).
 //
 // One io thread serves every connection asynchronously: a client that stops reading or
 // writing holds only its own connection, and thousands of waiting clients cost a map entry
@@ -40,16 +44,18 @@ inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'}
 // Sent, before closing, to a client whose hello was well formed but whose run token is not
 // this store's: another job on the same port, which deserves to be told so.
 inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
-inline constexpr std::uint32_t kStoreProtocolVersion = 3;  // 2: wait; 3: get many, clock
+// 2: wait; 3: get many, clock; 4: the server's clock in every answer and its identity in the
+// hello's.
+inline constexpr std::uint32_t kStoreProtocolVersion = 4;
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
 
 // The server's half of the protocol as pure functions over bytes, so it can be checked
 // without sockets. A false answer means: drop the connection.
-inline constexpr std::size_t kStoreHelloBytes = 16;    // magic, version, token length
-inline constexpr std::size_t kStoreRequestBytes = 9;   // command, key length, value length
-inline constexpr std::size_t kStoreResponseBytes = 5;  // status, value length
+inline constexpr std::size_t kStoreHelloBytes = 16;     // magic, version, token length
+inline constexpr std::size_t kStoreRequestBytes = 9;    // command, key length, value length
+inline constexpr std::size_t kStoreResponseBytes = 13;  // status, value length, clock
 
 // Checks the magic, version and token length of a hello; sets the token bytes to read next.
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes);
@@ -140,7 +146,7 @@ class TcpStore : public Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool check(const std::vector<std::string>& keys) override;
   std::vector<std::vector<std::uint8_t>> get_many(const std::vector<std::string>& keys) override;
-  std::optional<std::int64_t> server_clock_ns() override;
+  std::optional<ServerClockReading> server_clock(int readings) override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -167,6 +173,9 @@ class TcpStore : public Store {
   std::mutex mutex_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
+  bool same_clock_ = false;                       // the server reads this process's clock
+  int clock_readings_ = 0;                        // answers received so far
+  std::optional<ServerClockReading> best_clock_;  // the one with the shortest round trip
 };
 
 }  // namespace partrain::comm

@@ -225,12 +225,13 @@ TEST(BenchCommand, StopsStartedRanksWhenALaterOneCannotStart) {
   EXPECT_TRUE(saw_partial_start) << "no process limit started some ranks but not all";
 }
 
-nlohmann::json rendezvous_report(const std::string& exe, int world,
-                                 const testing::ScratchDir& dir) {
-  const std::string json_path = (dir.path() / ("rdzv" + std::to_string(world) + ".json")).string();
+nlohmann::json rendezvous_report(const std::string& exe, int world, const testing::ScratchDir& dir,
+                                 const std::string& more = "") {
+  const std::string json_path =
+      (dir.path() / ("rdzv" + std::to_string(world) + more + ".json")).string();
   std::string output;
   const int code = run(exe + " bench rendezvous --world " + std::to_string(world) +
-                           " --timeout-s 60 --json " + json_path,
+                           " --timeout-s 60 --json " + json_path + " " + more,
                        output);
   EXPECT_EQ(code, 0) << output;
   EXPECT_NE(output.find("store_ops"), std::string::npos) << output;
@@ -264,12 +265,27 @@ TEST(BenchRendezvous, StoreRequestsGrowLinearlyWithTheWorld) {
     }
     EXPECT_DOUBLE_EQ(before, seconds);
     const auto ops = report["store_ops"].get<std::int64_t>();
-    // About 17 a rank: layout 2, numbering 1, addresses 2, clocks 9, barrier 3.
-    EXPECT_GE(ops, 14 * world) << "fewer requests than the steps need";
-    EXPECT_LE(ops, 19 * world);
+    // About 9 a rank: layout 2, numbering 1, addresses 2, clocks 1 (the server's clock is
+    // this host's, read without a request; rank 0 publishes its offset, the others read it),
+    // barrier 3.
+    EXPECT_GE(ops, 8 * world) << "fewer requests than the steps need";
+    EXPECT_LE(ops, 10 * world);
     per_rank.push_back(static_cast<double>(ops) / world);
+    // On one host every rank's clock is the server's: the estimate is exact.
+    EXPECT_EQ(report["clock_estimate"]["error_us_max"].get<double>(), 0.0);
   }
   EXPECT_LT(per_rank[1], per_rank[0] + 0.5) << per_rank[0] << " then " << per_rank[1];
+
+  // Read through round trips, as by ranks on other hosts: the 8 readings of the estimate
+  // count the 5 answers each rank had before, so 3 more requests a rank; every estimate is
+  // within its bound.
+  const nlohmann::json remote = rendezvous_report(exe, 32, dir, "--remote-clock");
+  ASSERT_FALSE(remote.is_discarded());
+  const auto ops = remote["store_ops"].get<std::int64_t>();
+  EXPECT_GE(ops, 11 * 32);
+  EXPECT_LE(ops, 13 * 32);
+  EXPECT_LE(remote["clock_estimate"]["error_us_max"].get<double>(),
+            remote["clock_estimate"]["bound_us_max"].get<double>() + 1.0);
 }
 
 TEST(BenchRendezvous, AWorldPastTheOpenFileLimitIsRefusedInOneLine) {

@@ -1,4 +1,5 @@
 #include "comm_backends/store/tcp_store.h"
+#include "comm_backends/shm/host_identity.h"
 
 #include <gtest/gtest.h>
 
@@ -125,6 +126,11 @@ struct RawClient {
     char answer[8] = {};
     EXPECT_TRUE(net::read_exact(io, socket, answer, 8, deadline).ok());
     EXPECT_EQ(std::memcmp(answer, kStoreAccept, 8), 0);
+    std::uint8_t length[4] = {};  // then the server's clock identity
+    EXPECT_TRUE(net::read_exact(io, socket, length, 4, deadline).ok());
+    std::string clock(get_le<std::uint32_t>(length), '\0');
+    EXPECT_TRUE(net::read_exact(io, socket, clock.data(), clock.size(), deadline).ok());
+    EXPECT_EQ(clock, steady_clock_identity());
   }
   void send(StoreCommand command, const std::string& key, const std::vector<std::uint8_t>& value) {
     std::vector<std::uint8_t> message(kStoreRequestBytes);
@@ -199,27 +205,39 @@ TEST(TcpStore, GetManyIsOneRequestAnsweredWhenItsLastKeyIsSet) {
   EXPECT_EQ(impatient.get("a"), bytes("one"));
 }
 
-// The clock command reads the server's steady clock: here, in the same process, within a
-// round trip of this thread's own, and never going back.
-TEST(TcpStore, TheServersClockInOneRoundTrip) {
+// Every answer carries the server's steady clock: here, in the same process, within the round
+// trip of this thread's own. A reading costs a request only when the answers so far are fewer
+// than asked for.
+TEST(TcpStore, EveryAnswerIsAReadingOfTheServersClock) {
   TcpStore host("127.0.0.1", 0, options("tok", true));
-  TcpStore client("127.0.0.1", host.port(), options("tok", false));
-  auto local_ns = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
+  StoreOptions remote = options("tok", false);
+  remote.read_shared_clock_here = false;  // as a client on another host reads it
+  TcpStore client("127.0.0.1", host.port(), remote);
+  const auto ns = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   };
-  std::int64_t last = 0;
-  for (int i = 0; i < 5; ++i) {
-    const std::int64_t before = local_ns();
-    const std::optional<std::int64_t> server = client.server_clock_ns();
-    const std::int64_t after = local_ns();
-    ASSERT_TRUE(server.has_value());
-    EXPECT_GE(*server, before);
-    EXPECT_LE(*server, after);
-    EXPECT_GE(*server, last);
-    last = *server;
-  }
+  for (int i = 0; i < 3; ++i) client.set("k" + std::to_string(i), bytes("v"));
+  const std::uint64_t served = host.server()->requests_served();
+  const std::optional<ServerClockReading> three = client.server_clock(3);
+  EXPECT_EQ(host.server()->requests_served(), served);  // the sets' answers were readings
+  ASSERT_TRUE(three.has_value());
+  EXPECT_GE(three->server_ns, ns(three->sent));
+  EXPECT_LE(three->server_ns, ns(three->received));
+  const std::optional<ServerClockReading> five = client.server_clock(5);
+  EXPECT_EQ(host.server()->requests_served(), served + 2);
+  ASSERT_TRUE(five.has_value());
+  EXPECT_LE(five->round_trip(), three->round_trip());  // the best of more readings
+  EXPECT_GE(five->server_ns, ns(five->sent));
+  EXPECT_LE(five->server_ns, ns(five->received));
+
+  // A client on the server's own clock reads it at once, without a request.
+  TcpStore local("127.0.0.1", host.port(), options("tok", false));
+  const std::uint64_t before = host.server()->requests_served();
+  const std::optional<ServerClockReading> here = local.server_clock(8);
+  EXPECT_EQ(host.server()->requests_served(), before);
+  ASSERT_TRUE(here.has_value());
+  EXPECT_EQ(here->round_trip(), std::chrono::steady_clock::duration::zero());
+  EXPECT_EQ(here->server_ns, ns(here->sent));
 }
 
 TEST(TcpStore, AClientStartedBeforeItsServerConnectsWithinItsTimeout) {

@@ -14,6 +14,7 @@
 #include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/byte_codec.h"
 #include "common/errors.h"
 #include "tests/support/late_rank_ring.h"
 #include "tests/support/rank_threads.h"
@@ -100,6 +101,14 @@ TEST(TcpStorePortStrangers, HugeLengthPrefixesAreDroppedAtOnce) {
                                 net::deadline_after(milliseconds(3000)))
                     .ok());
     ASSERT_EQ(std::memcmp(accept, kStoreAccept, 8), 0);
+    std::uint8_t length[4] = {};  // then the server's clock identity
+    ASSERT_TRUE(net::read_exact(member.io, member.socket, length, 4,
+                                net::deadline_after(milliseconds(3000)))
+                    .ok());
+    std::string clock(get_le<std::uint32_t>(length), '\0');
+    ASSERT_TRUE(net::read_exact(member.io, member.socket, clock.data(), clock.size(),
+                                net::deadline_after(milliseconds(3000)))
+                    .ok());
     ASSERT_TRUE(net::write_all(member.io, member.socket, request.data(), request.size(),
                                net::deadline_after(milliseconds(3000)))
                     .ok());

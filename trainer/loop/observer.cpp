@@ -40,7 +40,7 @@ void RunObserver::sync_clocks(comm::Store* store) {
   store_ = store;
   if (store == nullptr || env_.world_size < 2) return;
   clock_ = estimate_clock_offset(*store, env_.rank, env_.world_size, kClockRounds,
-                                 [this] { return local_seconds(Clock::now()); });
+                                 [this](Clock::time_point t) { return local_seconds(t); });
 }
 
 void RunObserver::start() {

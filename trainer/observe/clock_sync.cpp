@@ -29,37 +29,32 @@ double clock_offset_of(const ClockProbe& p) { return ((p.t0 - p.t1) + (p.t3 - p.
 
 namespace {
 
-// This rank's clock against the store server's: `rounds` readings of the server's clock, each
-// in one round trip, keeping the one with the shortest (the server reads its clock once, so
+// This rank's clock against the store server's, from the reading of the server's clock with
+// the shortest round trip among at least `rounds` (the server reads its clock once, so
 // t1 = t2). Null when the store has no server.
 std::optional<ClockEstimate> against_the_server(comm::Store& store, int rounds,
-                                                const std::function<double()>& now) {
-  std::optional<ClockEstimate> best;
-  for (int k = 0; k < rounds; ++k) {
-    ClockProbe probe;
-    probe.t0 = now();
-    const std::optional<std::int64_t> server_ns = store.server_clock_ns();
-    probe.t3 = now();
-    if (!server_ns) return std::nullopt;
-    probe.t1 = probe.t2 = static_cast<double>(*server_ns) * 1e-9;
-    if (!best || probe.round_trip() < best->round_trip_s) {
-      best = ClockEstimate{clock_offset_of(probe), probe.round_trip()};
-    }
-  }
-  return best;
+                                                const LocalSeconds& local) {
+  const std::optional<comm::ServerClockReading> reading = store.server_clock(rounds);
+  if (!reading) return std::nullopt;
+  ClockProbe probe;
+  probe.t0 = local(reading->sent);
+  probe.t1 = probe.t2 = static_cast<double>(reading->server_ns) * 1e-9;
+  probe.t3 = local(reading->received);
+  return ClockEstimate{clock_offset_of(probe), probe.round_trip()};
 }
 
 }  // namespace
 
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
-                                    const std::function<double()>& now) {
+                                    const LocalSeconds& local) {
+  const auto now = [&] { return local(std::chrono::steady_clock::now()); };
   PARTRAIN_CHECK(rounds >= 1, Error, "clock estimate needs at least one round trip");
   ClockEstimate best;
   if (world_size <= 1) return best;
   // Every rank against the server's clock at once, then against rank 0's through the figure
   // rank 0 publishes: rank r minus rank 0 is (r minus server) - (0 minus server), within the
   // two half round trips.
-  if (const std::optional<ClockEstimate> mine = against_the_server(store, rounds, now)) {
+  if (const std::optional<ClockEstimate> mine = against_the_server(store, rounds, local)) {
     const std::string key0 = "observe/clock/server/0";
     if (rank == 0) {
       store.set(key0, encode(mine->offset_s, mine->round_trip_s));

@@ -30,7 +30,7 @@ struct ClockProbe {
 // subtract it from r's times to get rank 0's.
 double clock_offset_of(const ClockProbe& probe);
 
-// Round trips of the clock estimate per rank (the best one is kept).
+// Readings of the clock per rank for its estimate (the best one is kept).
 inline constexpr int kClockRounds = 8;
 
 struct ClockEstimate {
@@ -38,14 +38,19 @@ struct ClockEstimate {
   double round_trip_s = 0;  // of the round trip it came from (its error is at most half)
 };
 
+// This rank's clock, in seconds, at a time of the steady clock.
+using LocalSeconds = std::function<double(std::chrono::steady_clock::time_point)>;
+
 // Every rank of the group calls it, once, with the same `rounds` (>= 1). On a store with a
-// server (tcp) every rank reads the server's clock `rounds` times at once and keeps its best
-// offset to it; rank 0 publishes its own, and each rank's offset to rank 0 is the difference
-// (error within the two half round trips): rounds + 1 requests a rank, none serial across
-// ranks. On a file store rank 0 answers rounds round trips of each other rank in rank order
-// (about 2 x rounds x W requests one after another: fine for the few ranks of one host). `now`
-// reads this rank's clock in seconds. Each wait is bounded by the store's timeout.
+// server (tcp) every rank keeps the best of `rounds` readings of the server's clock: each
+// answer the rank's store client has had carries one, so only the readings still missing
+// cost a round trip (none at all for a rank that already made `rounds` requests). Rank 0
+// publishes its offset to the server, and each rank's offset to rank 0 is the difference
+// (error within the two half round trips): at most rounds + 1 requests a rank, none serial
+// across ranks. On a file store rank 0 answers rounds round trips of each other rank in rank
+// order (about 2 x rounds x W requests one after another: fine for the few ranks of one
+// host). Each wait is bounded by the store's timeout.
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
-                                    const std::function<double()>& now);
+                                    const LocalSeconds& local);
 
 }  // namespace partrain
