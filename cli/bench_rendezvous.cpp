@@ -105,9 +105,10 @@ bool wait_for_file(const fs::path& path, Clock::time_point deadline) {
   return true;
 }
 
-// One rank's join, exactly as a worker's rank makes it (see the file comment).
-void join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
-                  std::chrono::milliseconds timeout, RankRecord& record) {
+// One rank's join, exactly as a worker's rank makes it (see the file comment). Returns its
+// store, still connected, as a rank goes on with it.
+std::unique_ptr<comm::Store> join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
+                                          std::chrono::milliseconds timeout, RankRecord& record) {
   const auto passed = [&](std::size_t step) { record[step] = ns_of(Clock::now()); };
   comm::StoreOptions options;
   options.token = kToken;
@@ -116,7 +117,7 @@ void join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
   options.world_size = world;
   // Rank 0 runs where the store's server does (its launcher or its own process), as in a run.
   options.read_shared_clock_here = !args.remote_clock || rank == 0;
-  const std::unique_ptr<comm::Store> store =
+  std::unique_ptr<comm::Store> store =
       comm::open_store("tcp://127.0.0.1:" + std::to_string(port), options);
   passed(0);
   const comm::RankHosts hosts(*store, comm::kHostLayoutPrefix, rank, world);
@@ -140,6 +141,7 @@ void join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
   passed(4);
   comm::store_barrier(*store, "bench/joined", rank, world, timeout);
   passed(5);
+  return store;
 }
 
 // `bench rendezvous --join`: plays ranks first..first+count-1 as threads.
@@ -150,6 +152,7 @@ int run_child(const RendezvousArgs& args) {
   std::mutex mutex;
   std::condition_variable gate;
   bool open = false;
+  int finished = 0;  // ranks of this process past their join (or failed)
   std::vector<RankRecord> records(static_cast<std::size_t>(args.count), RankRecord{});
   std::atomic<int> failures{0};
   std::string first_error;
@@ -163,13 +166,20 @@ int run_child(const RendezvousArgs& args) {
         // Bounded: the main thread opens the gate, or gives up, within the timeout.
         gate.wait_for(lock, timeout, [&] { return open; });
       }
+      std::unique_ptr<comm::Store> store;
       try {
-        join_as_rank(args.join_port, rank, args.world, args, timeout,
-                     records[static_cast<std::size_t>(rank - args.first)]);
+        store = join_as_rank(args.join_port, rank, args.world, args, timeout,
+                             records[static_cast<std::size_t>(rank - args.first)]);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         if (failures++ == 0) first_error = "rank " + std::to_string(rank) + ": " + e.what();
       }
+      // A rank goes on with its connection after the join; closing it at once, and the
+      // thread's exit, would take the two cores from ranks still on their last step. So
+      // each waits for every rank of this process (bounded by the timeout) before it ends.
+      std::unique_lock<std::mutex> lock(mutex);
+      if (++finished == args.count) gate.notify_all();  // once: a thousand waiters wake once
+      gate.wait_for(lock, timeout, [&] { return finished == args.count; });
     });
   }
   write_file_atomically((dir / ("ready-" + std::to_string(args.child))).string(), "ready");

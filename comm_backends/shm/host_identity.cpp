@@ -26,7 +26,9 @@ std::string host_identity() {
   return identity;
 }
 
-std::string steady_clock_identity() {
+namespace {
+
+std::string read_steady_clock_identity() {
 #if !defined(_WIN32)
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
@@ -42,6 +44,15 @@ std::string steady_clock_identity() {
   boost::system::error_code ec;
   const std::string name = boost::asio::ip::host_name(ec);
   return ec ? std::string() : "host " + name;  // empty: shared with nobody
+}
+
+}  // namespace
+
+std::string steady_clock_identity() {
+  // A process's boot never changes and partrain never moves itself to another time
+  // namespace: read once, as every store client asks for it.
+  static const std::string identity = read_steady_clock_identity();
+  return identity;
 }
 
 }  // namespace partrain::comm
