@@ -88,6 +88,8 @@ TEST(ClockSync, OffsetOfOneRoundTrip) {
 // the server's clock (read here, as it is this process's, or through round trips as a rank on
 // another host reads it).
 void expect_skews_recovered(const std::string& url, bool host_server, bool clock_here = true) {
+  SCOPED_TRACE(host_server ? (clock_here ? "tcp, clock read here" : "tcp, through round trips")
+                           : (clock_here ? "file, one clock" : "file, through round trips"));
   constexpr int kWorld = 3;
   const double skew[kWorld] = {0.0, 5.0, -2.5};
   ClockEstimate estimate[kWorld];
@@ -109,14 +111,19 @@ void expect_skews_recovered(const std::string& url, bool host_server, bool clock
     comm::StoreOptions mine = options;
     mine.rank = rank;
     auto store = comm::open_store(at, mine);
-    estimate[rank] = estimate_clock_offset(*store, rank, kWorld, 8, [&](Clock::time_point t) {
-      return std::chrono::duration<double>(t.time_since_epoch()).count() + skew[rank];
-    });
+    // Without clock_here, each rank names a clock of its own, as ranks on other hosts would.
+    const std::string clock = clock_here ? "" : "clock of rank " + std::to_string(rank);
+    estimate[rank] = estimate_clock_offset(
+        *store, rank, kWorld, 8,
+        [&](Clock::time_point t) {
+          return std::chrono::duration<double>(t.time_since_epoch()).count() + skew[rank];
+        },
+        clock);
   });
   EXPECT_EQ(estimate[0].offset_s, 0.0);
   for (int r = 1; r < kWorld; ++r) {
     EXPECT_NEAR(estimate[r].offset_s, skew[r], 0.003) << "rank " << r;
-    if (host_server && clock_here) {  // the server's clock is the ranks': read, not estimated
+    if (clock_here) {  // the server's or rank 0's clock is the ranks': read, not estimated
       EXPECT_NEAR(estimate[r].offset_s, skew[r], 1e-6) << "rank " << r;
       EXPECT_EQ(estimate[r].round_trip_s, 0.0);
     } else {
@@ -127,8 +134,10 @@ void expect_skews_recovered(const std::string& url, bool host_server, bool clock
 }
 
 TEST(ClockSync, RecoversASkewThroughAFileStore) {
-  testing::ScratchDir dir;
-  expect_skews_recovered(dir.url(), false);
+  testing::ScratchDir one;
+  expect_skews_recovered(one.url(), false);
+  testing::ScratchDir other;
+  expect_skews_recovered(other.url(), false, false);
 }
 
 TEST(ClockSync, RecoversASkewThroughTheTcpStoresClock) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 
@@ -46,7 +47,7 @@ std::optional<ClockEstimate> against_the_server(comm::Store& store, int rounds,
 }  // namespace
 
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
-                                    const LocalSeconds& local) {
+                                    const LocalSeconds& local, const std::string& clock_given) {
   const auto now = [&] { return local(std::chrono::steady_clock::now()); };
   PARTRAIN_CHECK(rounds >= 1, Error, "clock estimate needs at least one round trip");
   ClockEstimate best;
@@ -68,11 +69,25 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
     std::memcpy(&round_trip0, theirs.data() + sizeof(double), sizeof(double));
     return ClockEstimate{mine->offset_s - offset0, mine->round_trip_s + round_trip0};
   }
-  // A store without a server: rank 0 answers each rank's round trips in turn.
+  // A store without a server. A rank whose steady clock is rank 0's (one boot of one machine,
+  // as the ranks of a file store mostly are) is off rank 0's by what each adds to that clock
+  // (`local`), which is known exactly; rank 0 answers the others' round trips in turn.
+  const std::string clock = clock_given.empty() ? comm::steady_clock_identity() : clock_given;
+  const auto at = std::chrono::steady_clock::now();
+  const double own = local(at) - std::chrono::duration<double>(at.time_since_epoch()).count();
+  const std::string key0 = "observe/clock/0/identity";
   if (rank == 0) {
+    std::vector<std::uint8_t> value = encode(own, 0.0);
+    value.insert(value.end(), clock.begin(), clock.end());
+    store.set(key0, value);
     for (int r = 1; r < world_size; ++r) {
+      // Waits, bounded by the store's timeout, like each read below.
+      if (store.get("observe/clock/" + std::to_string(r) + "/shared") ==
+          std::vector<std::uint8_t>{1}) {
+        continue;
+      }
       for (int k = 0; k < rounds; ++k) {
-        store.get(key(r, k, "ask"));  // waits, bounded by the store's timeout
+        store.get(key(r, k, "ask"));
         const double t1 = now();
         const double t2 = now();
         store.set(key(r, k, "answer"), encode(t1, t2));
@@ -80,6 +95,16 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
     }
     return best;
   }
+  const std::vector<std::uint8_t> zero = store.get(key0);
+  PARTRAIN_CHECK(zero.size() >= 2 * sizeof(double), CommError,
+                 "clock estimate: a malformed figure from rank 0 in the store");
+  double own0 = 0;
+  std::memcpy(&own0, zero.data(), sizeof(double));
+  const bool shared =
+      !clock.empty() && std::string(zero.begin() + 2 * sizeof(double), zero.end()) == clock;
+  store.set("observe/clock/" + std::to_string(rank) + "/shared",
+            {static_cast<std::uint8_t>(shared ? 1 : 0)});
+  if (shared) return ClockEstimate{own - own0, 0.0};
   bool have = false;
   for (int k = 0; k < rounds; ++k) {
     ClockProbe probe;

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
 
 namespace partrain {
 
@@ -44,13 +45,18 @@ using LocalSeconds = std::function<double(std::chrono::steady_clock::time_point)
 // Every rank of the group calls it, once, with the same `rounds` (>= 1). On a store with a
 // server (tcp) every rank keeps the best of `rounds` readings of the server's clock: each
 // answer the rank's store client has had carries one, so only the readings still missing
-// cost a round trip (none at all for a rank that already made `rounds` requests). Rank 0
+// cost a round trip (none for a rank that already made `rounds` requests, or one on the
+// server's own clock, which it reads itself). Rank 0
 // publishes its offset to the server, and each rank's offset to rank 0 is the difference
 // (error within the two half round trips): at most rounds + 1 requests a rank, none serial
-// across ranks. On a file store rank 0 answers rounds round trips of each other rank in rank
-// order (about 2 x rounds x W requests one after another: fine for the few ranks of one
-// host). Each wait is bounded by the store's timeout.
+// across ranks. On a file store a rank on rank 0's steady clock (one boot of one machine) is
+// known exactly from what rank 0 publishes, and rank 0 answers rounds round trips of each
+// other rank in rank order (about 2 x rounds requests a rank one after another: fine for the
+// few ranks of one host). On either store the offset of a rank on the clock it holds itself
+// against is exact, round trip 0. Each wait is bounded by the store's timeout. `clock`: this
+// rank's comm::steady_clock_identity() (tests give ranks different ones to take the round
+// trips of the file store).
 ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size, int rounds,
-                                    const LocalSeconds& local);
+                                    const LocalSeconds& local, const std::string& clock = "");
 
 }  // namespace partrain
