@@ -27,8 +27,9 @@
 # with a launch agent that enters each host's namespace; unbound, since every namespace host
 # would bind its first rank to the same core, and yielding while it waits, as mpirun does when
 # it knows it oversubscribes (the namespace hosts share this machine's cores).
-# Env: PARTRAIN (the executable; default build/partrain), ITERS (timed allreduces a size, default
-# 5; Open MPI's bench times its own count), ALGORITHM (comm.algorithm for the
+# Env: PARTRAIN (the executable; default build/partrain), ITERS (timed allreduces a size; default
+# by size, 200 up to 64 KiB down to 8 at 64 MiB, after 3 untimed: the count and warm-up Open
+# MPI's bench takes, so that both medians come from as many runs), ALGORITHM (comm.algorithm for the
 # asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -211,7 +212,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
         continue
       fi
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
-            --iters "${ITERS:-5}" --warmup 1 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
+            --iters "${ITERS:-0}" --warmup 3 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
       extra0=(--json "$work/bench.json"); extra1=()
       on_all bench 600
