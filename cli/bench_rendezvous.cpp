@@ -107,8 +107,9 @@ bool wait_for_file(const fs::path& path, Clock::time_point deadline) {
 
 // One rank's join, exactly as a worker's rank makes it (see the file comment). Returns its
 // store, still connected, as a rank goes on with it.
-std::unique_ptr<comm::Store> join_as_rank(int port, int rank, int world, const RendezvousArgs& args,
+std::unique_ptr<comm::Store> join_as_rank(const RendezvousArgs& args, int rank,
                                           std::chrono::milliseconds timeout, RankRecord& record) {
+  const int world = args.world;
   const auto passed = [&](std::size_t step) { record[step] = ns_of(Clock::now()); };
   comm::StoreOptions options;
   options.token = kToken;
@@ -118,7 +119,7 @@ std::unique_ptr<comm::Store> join_as_rank(int port, int rank, int world, const R
   // Rank 0 runs where the store's server does (its launcher or its own process), as in a run.
   options.read_shared_clock_here = !args.remote_clock || rank == 0;
   std::unique_ptr<comm::Store> store =
-      comm::open_store("tcp://127.0.0.1:" + std::to_string(port), options);
+      comm::open_store("tcp://127.0.0.1:" + std::to_string(args.join_port), options);
   passed(0);
   const comm::RankHosts hosts(*store, comm::kHostLayoutPrefix, rank, world);
   hosts.layout();
@@ -168,8 +169,8 @@ int run_child(const RendezvousArgs& args) {
       }
       std::unique_ptr<comm::Store> store;
       try {
-        store = join_as_rank(args.join_port, rank, args.world, args, timeout,
-                             records[static_cast<std::size_t>(rank - args.first)]);
+        store =
+            join_as_rank(args, rank, timeout, records[static_cast<std::size_t>(rank - args.first)]);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex);
         if (failures++ == 0) first_error = "rank " + std::to_string(rank) + ": " + e.what();

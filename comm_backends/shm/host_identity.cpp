@@ -2,6 +2,7 @@
 
 #include <boost/asio/ip/host_name.hpp>
 #include <fstream>
+#include <initializer_list>
 #include <system_error>
 
 #if !defined(_WIN32)
@@ -9,19 +10,40 @@
 #endif
 
 namespace partrain::comm {
+namespace {
+
+#if !defined(_WIN32)
+// The kernel's boot id, empty where it cannot be read.
+std::string boot_id() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  boot >> id;
+  return id;
+}
+
+// " NAME inode" for the namespace at the first of `paths` that exists, else empty.
+std::string namespace_of(const char* name, std::initializer_list<const char*> paths) {
+  for (const char* path : paths) {
+    struct stat ns {};
+    if (::stat(path, &ns) == 0) {
+      return std::string(" ") + name + " " +
+             std::to_string(static_cast<unsigned long long>(ns.st_ino));
+    }
+  }
+  return {};
+}
+#endif
+
+}  // namespace
 
 std::string host_identity() {
   boost::system::error_code ec;
   std::string identity = boost::asio::ip::host_name(ec);
   if (ec) identity = "unknown-host";
 #if !defined(_WIN32)
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (boot >> boot_id) identity += " boot " + boot_id;
-  struct stat net {};
-  if (::stat("/proc/thread-self/ns/net", &net) == 0 || ::stat("/proc/self/ns/net", &net) == 0) {
-    identity += " netns " + std::to_string(static_cast<unsigned long long>(net.st_ino));
-  }
+  const std::string boot = boot_id();
+  if (!boot.empty()) identity += " boot " + boot;
+  identity += namespace_of("netns", {"/proc/thread-self/ns/net", "/proc/self/ns/net"});
 #endif
   return identity;
 }
@@ -30,16 +52,8 @@ namespace {
 
 std::string read_steady_clock_identity() {
 #if !defined(_WIN32)
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  if (boot >> boot_id) {
-    std::string identity = "boot " + boot_id;
-    struct stat time {};
-    if (::stat("/proc/self/ns/time", &time) == 0) {
-      identity += " timens " + std::to_string(static_cast<unsigned long long>(time.st_ino));
-    }
-    return identity;
-  }
+  const std::string boot = boot_id();
+  if (!boot.empty()) return "boot " + boot + namespace_of("timens", {"/proc/self/ns/time"});
 #endif
   boost::system::error_code ec;
   const std::string name = boost::asio::ip::host_name(ec);

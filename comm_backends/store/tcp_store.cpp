@@ -55,6 +55,10 @@ std::vector<std::uint8_t> encode_i64(std::int64_t value) {
 std::int64_t decode_i64(const std::uint8_t* in) {
   return static_cast<std::int64_t>(get_le<std::uint64_t>(in));
 }
+// The steady clock as the protocol carries it: nanoseconds.
+std::int64_t steady_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 }  // namespace
 
@@ -435,11 +439,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
 
   void send_pending() {
     wait_.keys.clear();
-    put_le<std::uint64_t>(
-        pending_.data() + 5,
-        static_cast<std::uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-                .count()));
+    put_le<std::uint64_t>(pending_.data() + 5, static_cast<std::uint64_t>(steady_ns(Clock::now())));
     asio::async_write(
         socket_, asio::buffer(pending_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
@@ -825,9 +825,7 @@ std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std:
 std::optional<ServerClockReading> TcpStore::server_clock(int readings) {
   if (same_clock_) {  // the server's clock is this process's: read it here, exactly
     const Clock::time_point now = Clock::now();
-    return ServerClockReading{
-        now, now,
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count()};
+    return ServerClockReading{now, now, steady_ns(now)};
   }
   // Each turn adds a reading (or throws): at most `readings` round trips.
   for (;;) {

@@ -1,9 +1,12 @@
 #include "trainer/observe/clock_sync.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "comm_backends/shm/host_identity.h"
@@ -17,11 +20,25 @@ std::string key(int rank, int round, const char* leg) {
   return "observe/clock/" + std::to_string(rank) + "/" + std::to_string(round) + "/" + leg;
 }
 
+// A rank's word that its steady clock is rank 0's (or not), on a store without a server.
+std::string shared_key(int rank) { return "observe/clock/" + std::to_string(rank) + "/shared"; }
+
 std::vector<std::uint8_t> encode(double a, double b) {
   std::vector<std::uint8_t> bytes(2 * sizeof(double));
   std::memcpy(bytes.data(), &a, sizeof(double));
   std::memcpy(bytes.data() + sizeof(double), &b, sizeof(double));
   return bytes;
+}
+
+// The two figures encode() wrote at the start of `bytes` (which may hold more after them), or
+// a CommError naming `what` from rank 0 as malformed.
+std::pair<double, double> decode(const std::vector<std::uint8_t>& bytes, const char* what) {
+  PARTRAIN_CHECK(bytes.size() >= 2 * sizeof(double), CommError, "clock estimate: a malformed ",
+                 what, " from rank 0 in the store");
+  std::pair<double, double> out;
+  std::memcpy(&out.first, bytes.data(), sizeof(double));
+  std::memcpy(&out.second, bytes.data() + sizeof(double), sizeof(double));
+  return out;
 }
 
 }  // namespace
@@ -64,9 +81,7 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
     const std::vector<std::uint8_t> theirs = store.get(key0);
     PARTRAIN_CHECK(theirs.size() == 2 * sizeof(double), CommError,
                    "clock estimate: a malformed figure from rank 0 in the store");
-    double offset0 = 0, round_trip0 = 0;
-    std::memcpy(&offset0, theirs.data(), sizeof(double));
-    std::memcpy(&round_trip0, theirs.data() + sizeof(double), sizeof(double));
+    const auto [offset0, round_trip0] = decode(theirs, "figure");
     return ClockEstimate{mine->offset_s - offset0, mine->round_trip_s + round_trip0};
   }
   // A store without a server. A rank whose steady clock is rank 0's (one boot of one machine,
@@ -78,14 +93,12 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
   const std::string key0 = "observe/clock/0/identity";
   if (rank == 0) {
     std::vector<std::uint8_t> value = encode(own, 0.0);
-    value.insert(value.end(), clock.begin(), clock.end());
+    value.resize(2 * sizeof(double) + clock.size());  // then the identity
+    std::copy(clock.begin(), clock.end(), value.begin() + 2 * sizeof(double));
     store.set(key0, value);
     for (int r = 1; r < world_size; ++r) {
       // Waits, bounded by the store's timeout, like each read below.
-      if (store.get("observe/clock/" + std::to_string(r) + "/shared") ==
-          std::vector<std::uint8_t>{1}) {
-        continue;
-      }
+      if (store.get(shared_key(r)) == std::vector<std::uint8_t>{1}) continue;
       for (int k = 0; k < rounds; ++k) {
         store.get(key(r, k, "ask"));
         const double t1 = now();
@@ -96,14 +109,10 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
     return best;
   }
   const std::vector<std::uint8_t> zero = store.get(key0);
-  PARTRAIN_CHECK(zero.size() >= 2 * sizeof(double), CommError,
-                 "clock estimate: a malformed figure from rank 0 in the store");
-  double own0 = 0;
-  std::memcpy(&own0, zero.data(), sizeof(double));
+  const double own0 = decode(zero, "figure").first;
   const bool shared =
       !clock.empty() && std::string(zero.begin() + 2 * sizeof(double), zero.end()) == clock;
-  store.set("observe/clock/" + std::to_string(rank) + "/shared",
-            {static_cast<std::uint8_t>(shared ? 1 : 0)});
+  store.set(shared_key(rank), {static_cast<std::uint8_t>(shared ? 1 : 0)});
   if (shared) return ClockEstimate{own - own0, 0.0};
   bool have = false;
   for (int k = 0; k < rounds; ++k) {
@@ -114,8 +123,7 @@ ClockEstimate estimate_clock_offset(comm::Store& store, int rank, int world_size
     probe.t3 = now();
     PARTRAIN_CHECK(answer.size() == 2 * sizeof(double), CommError,
                    "clock estimate: a malformed answer from rank 0 in the store");
-    std::memcpy(&probe.t1, answer.data(), sizeof(double));
-    std::memcpy(&probe.t2, answer.data() + sizeof(double), sizeof(double));
+    std::tie(probe.t1, probe.t2) = decode(answer, "answer");
     if (!have || probe.round_trip() < best.round_trip_s) {
       best.offset_s = clock_offset_of(probe);
       best.round_trip_s = probe.round_trip();
