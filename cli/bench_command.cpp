@@ -16,6 +16,7 @@
 // Each iteration refills the buffer, passes a barrier, times one collective and checks every
 // element; an iteration's time is the slowest rank's.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 
 #include <cstring>
 #include <nlohmann/json.hpp>

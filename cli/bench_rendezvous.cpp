@@ -17,6 +17,7 @@
 //   5. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
 //   6. passes a store barrier                                    (store_barrier)
 #include <CLI/CLI.hpp>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 

@@ -2,6 +2,7 @@
 // CIFAR-100 binary dataset) and `partrain data fetch` (download, verify and extract
 // CIFAR-100).
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 

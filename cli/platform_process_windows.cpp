@@ -22,6 +22,7 @@
 // clang-format on
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iterator>

@@ -1,5 +1,6 @@
 // The config loader: any text is either a valid Config or one UsageError; a Config that
 // loads also survives its own printout (what `partrain validate` shows loads back the same).
+#include <cstdint>
 #include <string>
 
 #include "fuzz/fuzz_targets.h"

@@ -1,6 +1,7 @@
 // The dataset readers: any file is either a dataset whose sizes agree with the file or one
 // UsageError, and nothing announced by a header is allocated before it is checked.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "fuzz/fuzz_targets.h"

@@ -1,5 +1,6 @@
 // The peer port: what a stranger can send before a connection is accepted (handshake and
 // token), what a peer's frame header can say, and the address text ranks publish in the store.
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -2,6 +2,7 @@
 // as a Session does (hello, token, then requests), minus the socket. Values set are checked
 // to read back, and no announced size is allocated before it is checked.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>

@@ -5,6 +5,8 @@
 // them for the root), the largest first, all at once.
 #include "comm_backends/algorithms/algorithms.h"
 
+#include <cstdint>
+
 namespace partrain::comm {
 
 void binomial_tree_broadcast(PeerTransport& t, std::uint8_t* data, std::size_t bytes, int root) {

@@ -23,6 +23,7 @@
 // carries (H-1)/H of the buffer each way per host where the ring carries (W-1)/W per boundary:
 // at 2 hosts of 2 ranks, 1 buffer where the ring carries 1.5 (algorithm_choice.h's HostTraffic
 // counts it for any layout). On one host the order changes only which ranks add in which order.
+#include <cstdint>
 #include <cstring>
 
 #include "comm_backends/algorithms/algorithms.h"

@@ -10,6 +10,7 @@
 //
 // A world that is not a power of two folds first (Fold): two more messages for the ranks that
 // pair up, as MPICH does it.
+#include <cstdint>
 #include <cstring>
 
 #include "comm_backends/algorithms/algorithms.h"

@@ -35,6 +35,7 @@
 // connection is the transport's (Note [Peer transport]).
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "comm_backends/algorithms/algorithms.h"

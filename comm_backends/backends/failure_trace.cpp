@@ -1,6 +1,7 @@
 #include "comm_backends/backends/failure_trace.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <thread>
 

@@ -9,6 +9,7 @@
 
 #ifdef PARTRAIN_WITH_GLOO
 
+#include <cstdint>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>

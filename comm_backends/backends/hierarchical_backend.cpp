@@ -42,6 +42,7 @@
 // (failure_trace.h) to the rank that reported nothing, and names that one: a local rank that
 // died behind a leader on another host is named on every host, not the leader in front of it.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>

@@ -17,6 +17,7 @@
 
 #ifdef PARTRAIN_WITH_NCCL
 
+#include <cstdint>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

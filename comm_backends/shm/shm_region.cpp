@@ -2,6 +2,7 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/permissions.hpp>
+#include <cstdint>
 #if defined(_WIN32)
 #include <boost/interprocess/windows_shared_memory.hpp>
 #else

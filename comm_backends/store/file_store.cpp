@@ -1,6 +1,7 @@
 #include "comm_backends/store/file_store.h"
 
 #include <atomic>
+#include <cstdint>
 #include <fstream>
 #include <random>
 #include <thread>

@@ -8,6 +8,7 @@
 // with the same token, never shows it the keys or locks of an earlier one.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 
 #include "comm_backends/store/store.h"

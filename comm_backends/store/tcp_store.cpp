@@ -6,6 +6,7 @@
 #include <boost/asio/write.hpp>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

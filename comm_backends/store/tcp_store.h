@@ -29,6 +29,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>

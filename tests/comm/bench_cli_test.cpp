@@ -1,4 +1,5 @@
 // `partrain bench allreduce` end to end: real processes, a checked JSON report, usage errors.
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,6 @@
 #include "comm_backends/buffer.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cmath>

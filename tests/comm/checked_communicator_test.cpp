@@ -1,6 +1,7 @@
 // CheckedCommunicator, the wrapper around every backend: each collective numbered as the
 // backend numbers it and kept in the flight recorder (with the algorithm it took), buffers
 // checked against the backend's capabilities, and a failed communicator refused after.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -3,6 +3,7 @@
 // which may be stopping because of the same failure).
 #include "comm_backends/backends/failure_trace.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <map>

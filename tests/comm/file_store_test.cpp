@@ -1,5 +1,6 @@
 #include "comm_backends/store/file_store.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>

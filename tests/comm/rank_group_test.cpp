@@ -1,5 +1,6 @@
 // open_rank_group(): the store, the hosts learned once, and communicators over them, as
 // `partrain worker` and `partrain bench` open their ranks.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <string>

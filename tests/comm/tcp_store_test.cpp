@@ -1,6 +1,7 @@
 #include "comm_backends/store/tcp_store.h"
 #include "comm_backends/shm/host_identity.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>

@@ -1,4 +1,5 @@
 // The common library: check macros, atomic files, temporary directories, hashing, byte codecs.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -3,6 +3,7 @@
 // lines that only look like them.
 #include "common/worker_lines.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <limits>

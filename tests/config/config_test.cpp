@@ -2,6 +2,7 @@
 // and the shipped configs.
 #include "trainer/config/config.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>

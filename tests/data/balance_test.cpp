@@ -1,5 +1,6 @@
 #include "trainer/data/balance.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <functional>

@@ -1,5 +1,6 @@
 #include "trainer/data/batch_plan.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <map>

@@ -1,5 +1,6 @@
 // cifar10 (the binary release: five training batches and a test batch) and mnist (IDX files,
 // plain or gzipped) through load_dataset, on good and broken files.
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 #include "trainer/data/cifar_reader.h"
 
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 #include "trainer/data/idx_reader.h"
 
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

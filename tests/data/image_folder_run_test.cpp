@@ -1,6 +1,7 @@
 // image-folder as a user meets it: `partrain run` with two DDP ranks on a folder of PNG and
 // JPEG files of assorted sizes learns a pattern that separates the classes, and a damaged
 // file stops the run with exit code 2 naming the file.
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <opencv2/core.hpp>

@@ -2,6 +2,7 @@
 // convention, JPEG decoding, statistics, and every broken folder and file it must name.
 #include "trainer/data/image_folder.h"
 
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
 #include "trainer/data/loader.h"
 
 #include <ATen/ATen.h>
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>

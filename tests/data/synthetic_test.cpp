@@ -1,5 +1,6 @@
 #include "trainer/data/synthetic.h"
 
+#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

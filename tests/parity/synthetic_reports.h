@@ -4,6 +4,7 @@
 // for the parity tests.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -2,6 +2,7 @@
 // one reader partrain has for each: the manifest (latest.json) and a checkpoint's meta.
 #include "trainer/loop/checkpoint_format.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>

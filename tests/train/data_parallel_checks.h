@@ -4,6 +4,7 @@
 // data_parallel_test.cpp and on CUDA devices by tests/gpu.
 #pragma once
 
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,6 +1,7 @@
 // data.global_batch_size on whole runs of the built executable: a run stopped mid-epoch at one
 // world size and resumed at another ends with the uninterrupted run's losses; the per-rank mode
 // still refuses another world size; a global batch the ranks cannot split exits 2 in one line.
+#include <cstdint>
 #include <cstdlib>
 
 #include "tests/train/run_harness.h"

@@ -1,6 +1,7 @@
 // Model shapes and structure: DigitalNet exactly as docs/architecture.md draws it.
 #include "trainer/model/models.h"
 
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -5,6 +5,7 @@
 // split parameters between ranks and need padding — end with the same parameters to float
 // tolerance, the same on every rank. And a sharded strategy's checkpoint state read back at
 // another world size, sharded or not, gives the same optimizer state.
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -184,7 +185,9 @@ TEST_P(ShardedEqualsDdp, OptimizerAndGradientShardsTrainAsUnsharded) {
   if (!comm::backend_compiled_in(c.backend)) GTEST_SKIP() << c.backend << " is not compiled in";
   torch::set_num_threads(1);
   const Trained plain = train(c, Shard::kNone, "none");
-  if (c.loss_scaling) EXPECT_EQ(plain.skipped, 1);  // the case does what it says
+  if (c.loss_scaling) {
+    EXPECT_EQ(plain.skipped, 1);  // the case does what it says
+  }
   for (Shard shard : {Shard::kOptimizer, Shard::kGradients}) {
     SCOPED_TRACE(std::string("train.shard ") + std::string(partrain::name_of(shard)));
     expect_same_training(train(c, shard, std::string(partrain::name_of(shard))), plain, 2e-5);

@@ -1,6 +1,7 @@
 #include "trainer/loop/final_report.h"
 
 #include <ATen/ATen.h>
+#include <cstdint>
 
 #include <algorithm>
 #include <cmath>

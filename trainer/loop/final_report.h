@@ -4,6 +4,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <cstdint>
 
 #include <optional>
 #include <vector>

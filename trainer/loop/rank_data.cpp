@@ -1,5 +1,6 @@
 #include "trainer/loop/rank_data.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

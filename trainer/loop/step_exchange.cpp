@@ -1,5 +1,7 @@
 #include "trainer/loop/step_exchange.h"
 
+#include <cstdint>
+
 #include "trainer/observe/flight_recorder.h"
 #include "trainer/parallel/tensor_buffer.h"
 

@@ -1,6 +1,7 @@
 #include "trainer/optim/optimizer.h"
 
 #include <ATen/core/ivalue.h>
+#include <cstdint>
 #include <torch/nn/module.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <cstdint>
 
 #include <memory>
 #include <string>

@@ -1,6 +1,7 @@
 #include "trainer/parallel/ddp_strategy.h"
 
 #include <ATen/ATen.h>
+#include <cstdint>
 #include <torch/nn/module.h>
 
 #include "comm_backends/communicator.h"

@@ -4,6 +4,7 @@
 // applies the same update to the same parameters.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>

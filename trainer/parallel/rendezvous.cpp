@@ -1,5 +1,7 @@
 #include "trainer/parallel/rendezvous.h"
 
+#include <cstdint>
+
 #include "common/errors.h"
 
 namespace partrain {

@@ -23,6 +23,7 @@
 #include "trainer/parallel/sharded_strategy.h"
 
 #include <ATen/ATen.h>
+#include <cstdint>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 

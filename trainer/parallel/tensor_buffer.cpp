@@ -1,6 +1,7 @@
 #include "trainer/parallel/tensor_buffer.h"
 
 #include <ATen/ATen.h>
+#include <cstdint>
 
 #include <algorithm>
 
