@@ -30,7 +30,9 @@
 # Env: PARTRAIN (the executable; default build/partrain), ITERS (timed allreduces a size; default
 # by size, 200 up to 64 KiB down to 8 at 64 MiB, after 3 untimed: the count and warm-up Open
 # MPI's bench takes, so that both medians come from as many runs), ALGORITHM (comm.algorithm for the
-# asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto).
+# asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto),
+# MPI_ARGS (more mpirun arguments, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
+# coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/allreduce/common.sh  # to_bytes
@@ -131,6 +133,8 @@ on_all() {
 
 # mpi_allreduce SIZES RATE: Open MPI's allreduce over TCP across the hosts, one table row a size.
 mpi_allreduce() {
+  local mpi_args=()
+  read -ra mpi_args <<< "${MPI_ARGS:-}"
   if [ ! -x "$work/mpi_bench" ]; then
     mpicxx -O3 -std=c++17 -o "$work/mpi_bench" bench/peers/collectives/mpi_bench.cc
     # Open MPI's rsh launcher runs `AGENT HOST COMMAND...` as it would run ssh.
@@ -146,7 +150,7 @@ AGENT
       -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
       --mca plm_rsh_agent "$work/agent" \
       --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
-      --mca btl_tcp_if_include 10.78.0.0/24 "$work/mpi_bench" "$(to_bytes "$1")" > "$work/mpi.txt" 2>&1; then
+      --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" > "$work/mpi.txt" 2>&1; then
     echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
   fi
   # Its table as the rows `partrain bench allreduce --json` writes, for allreduce_rows.

@@ -15,9 +15,11 @@ DeviceMemory read_device_memory(int cuda_device) {
 #ifdef PARTRAIN_TORCH_CUDA
   if (cuda_device < 0) return m;
   constexpr double kMiB = 1024.0 * 1024.0;
-  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(cuda_device);
-  const auto aggregate =
-      static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+  const auto stats =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(cuda_device));
+  // Index 0 of every statistic is StatType::AGGREGATE (both pools). The enum moved out of
+  // CUDACachingAllocator in LibTorch 2.6 (c10::CachingDeviceAllocator); its first value did not.
+  constexpr std::size_t aggregate = 0;
   m.peak_allocated_mb = static_cast<double>(stats.allocated_bytes[aggregate].peak) / kMiB;
   m.peak_reserved_mb = static_cast<double>(stats.reserved_bytes[aggregate].peak) / kMiB;
   std::size_t free_bytes = 0, total_bytes = 0;

@@ -92,8 +92,9 @@ c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path)
 c10::IValue load_pickle_file(const std::string& path) {
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
-    return torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt,
-                                             c10::nullopt, reader);
+    // No type resolver, object loader or device: {} is an empty c10::optional in LibTorch
+    // 1.13 and an empty std::optional from 2.x on.
+    return torch::jit::readArchiveAndTensors("data", "", "", {}, {}, {}, reader);
   } catch (const c10::Error&) {
     throw UsageError("checkpoint " + path +
                      " cannot be read (truncated or not a partrain checkpoint)");

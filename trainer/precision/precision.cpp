@@ -2,10 +2,52 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include "common/errors.h"
 
 namespace partrain {
+namespace {
+
+// LibTorch 2.4 keyed autocast's state by device type and deprecated the per-device functions
+// (is_enabled() for CUDA, is_cpu_enabled(), ...) that 1.13, Debian's, has alone.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool autocast_enabled(c10::DeviceType type) { return at::autocast::is_autocast_enabled(type); }
+void set_autocast_enabled(c10::DeviceType type, bool on) {
+  at::autocast::set_autocast_enabled(type, on);
+}
+c10::ScalarType autocast_dtype(c10::DeviceType type) {
+  return at::autocast::get_autocast_dtype(type);
+}
+void set_autocast_dtype(c10::DeviceType type, c10::ScalarType dtype) {
+  at::autocast::set_autocast_dtype(type, dtype);
+}
+#else
+bool autocast_enabled(c10::DeviceType type) {
+  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled()
+                                       : at::autocast::is_cpu_enabled();
+}
+void set_autocast_enabled(c10::DeviceType type, bool on) {
+  if (type == c10::DeviceType::CUDA) {
+    at::autocast::set_enabled(on);
+  } else {
+    at::autocast::set_cpu_enabled(on);
+  }
+}
+c10::ScalarType autocast_dtype(c10::DeviceType type) {
+  return type == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
+                                       : at::autocast::get_autocast_cpu_dtype();
+}
+void set_autocast_dtype(c10::DeviceType type, c10::ScalarType dtype) {
+  if (type == c10::DeviceType::CUDA) {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  }
+}
+#endif
+
+}  // namespace
 
 void check_precision_supported(Precision precision, const c10::Device& device) {
   PARTRAIN_CHECK(precision != Precision::kF16 || device.is_cuda(), UsageError,
@@ -37,17 +79,11 @@ AutocastScope::AutocastScope(Precision precision, const c10::Device& device) {
       precision == Precision::kBf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
   active_ = true;
   cuda_ = device.is_cuda();
-  if (cuda_) {
-    was_enabled_ = at::autocast::is_enabled();
-    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_autocast_gpu_dtype(dtype);
-    at::autocast::set_enabled(true);
-  } else {
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-    at::autocast::set_autocast_cpu_dtype(dtype);
-    at::autocast::set_cpu_enabled(true);
-  }
+  const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  was_enabled_ = autocast_enabled(type);
+  previous_dtype_ = autocast_dtype(type);
+  set_autocast_dtype(type, dtype);
+  set_autocast_enabled(type, true);
   at::autocast::increment_nesting();
 }
 
@@ -55,13 +91,9 @@ AutocastScope::~AutocastScope() {
   if (!active_) return;
   // The casts of the weights are cached for the scope; the next scope sees updated weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(was_enabled_);
-    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
-  } else {
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
-  }
+  const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  set_autocast_enabled(type, was_enabled_);
+  set_autocast_dtype(type, previous_dtype_);
 }
 
 PrecisionPlugin PrecisionPlugin::for_training(Precision precision, const c10::Device& device) {
