@@ -146,8 +146,10 @@ BIN="$ROOT/build-gpu"
 if [ -n "${GPU_PREBUILT:-}" ]; then
   tar xzf "$GPU_PREBUILT" -C "$ROOT" && log "binaries from $GPU_PREBUILT" || exit 1
 else
+  # Keep going past errors (ninja -k 0, make -k): every compile error in one log.
   generator=()
-  command -v ninja > /dev/null && generator=(-G Ninja)
+  keep_going=(-- -k)
+  if command -v ninja > /dev/null; then generator=(-G Ninja) && keep_going=(-- -k 0); fi
   step configure 120 cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_CMAKE;$PREFIX/usr;$PREFIX/usr/lib/x86_64-linux-gnu/cmake;$PREFIX/usr/share/cmake" \
     -DCMAKE_INCLUDE_PATH="$PREFIX/usr/include" \
@@ -155,9 +157,8 @@ else
     -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include -isystem $PREFIX/usr/include/x86_64-linux-gnu" \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 "${nccl_args[@]}" || exit 1
   grep "partrain:" "$OUT/configure.log" | tee -a "$OUT/summary.txt"
-  # -k 0: every compile error in one log, not only the first.
   if ! step build 420 cmake --build build-gpu -j"$(nproc)" \
-    --target partrain gpu_tests gpu_torch_tests gpu_comm_tests -- -k 0; then
+    --target partrain gpu_tests gpu_torch_tests gpu_comm_tests "${keep_going[@]}"; then
     grep -E "error|undefined reference" "$OUT/build.log" | sort -u | head -40 > "$OUT/build-errors.txt"
     cat "$OUT/build-errors.txt"
     exit 1
