@@ -32,7 +32,9 @@
 # MPI's bench takes, so that both medians come from as many runs), ALGORITHM (comm.algorithm for the
 # asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto),
 # MPI_ARGS (more mpirun arguments, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
-# coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling).
+# coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling), BURST (the token
+# bucket's size, default 256kb: 2 ms of a 1 Gbit/s line, which refills between the timed
+# allreduces of a bench; BENCHMARKS.md, "eight rounds side by side").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/allreduce/common.sh  # to_bytes
@@ -101,8 +103,8 @@ YAML
 # set_rate RATE: the token bucket on both ends of every host's link.
 set_rate() {
   for ((i = 0; i < nhosts; i++)); do
-    tc -n "${hosts[$i]}" qdisc replace dev "${hosts[$i]}v" root tbf rate "$1" burst 256kb latency 50ms
-    [ "$nhosts" -eq 2 ] || tc -n "$sw" qdisc replace dev "p$i" root tbf rate "$1" burst 256kb latency 50ms
+    tc -n "${hosts[$i]}" qdisc replace dev "${hosts[$i]}v" root tbf rate "$1" burst "${BURST:-256kb}" latency 50ms
+    [ "$nhosts" -eq 2 ] || tc -n "$sw" qdisc replace dev "p$i" root tbf rate "$1" burst "${BURST:-256kb}" latency 50ms
   done
 }
 

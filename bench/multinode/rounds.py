@@ -1,0 +1,124 @@
+"""Tables from several rounds of bench/multinode/link.sh (its allreduce table, saved one file a
+run), for BENCHMARKS.md:
+
+  rounds.py compare FILE...   per layout, link and size: each contender's median of every round,
+                              the median of those, Open MPI's over asio-ring's, and in how many
+                              rounds (run side by side) asio-ring was at or below Open MPI
+  rounds.py model FILE...     with one rank per host and each algorithm forced (ALGORITHM=...):
+                              t = alpha x messages + beta x bytes that leave a host, per link,
+                              alpha and beta shared by the three algorithms (least squares on
+                              the relative error), and alpha alone with beta the line rate; how
+                              far each is off at every point
+
+Rounds of one run are told apart by their file; a round that lacks a contender (mpirun failed)
+counts for the other alone.
+"""
+import statistics
+import sys
+from collections import defaultdict
+
+SIZES = {"KiB": 1 << 10, "MiB": 1 << 20}
+LINE_BYTES_PER_S = {"10gbit": 1.25e9, "1gbit": 0.125e9, "100mbit": 12.5e6}
+
+
+def rows(path):
+    """(link, layout, backend, algorithm, bytes, seconds) of each allreduce row of one run."""
+    for line in open(path):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 9 or not cells[4].endswith("iB"):
+            continue
+        value, unit = cells[4].split()
+        backend, _, algorithm = cells[2].partition(" (")
+        yield (cells[0], cells[1], backend, algorithm.rstrip(")"), int(value) * SIZES[unit],
+               float(cells[5]) / 1e3)
+
+
+def size_name(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def compare(paths):
+    times = defaultdict(dict)  # (layout, link, bytes) -> {(backend, file): seconds}
+    for path in paths:
+        for link, layout, backend, _, n, s in rows(path):
+            times[(layout, link, n)][(backend, path)] = s
+    print("| hosts x ranks | link | size | asio-ring ms, rounds | median | Open MPI ms, rounds | "
+          "median | Open MPI / asio-ring | rounds asio-ring at or below |")
+    print("|---|---|---|---|--:|---|--:|--:|--:|")
+    for (layout, link, n) in sorted(times, key=lambda k: (k[0], -LINE_BYTES_PER_S[k[1]], k[2])):
+        t = times[(layout, link, n)]
+        ours = [t[("asio-ring", p)] for p in paths if ("asio-ring", p) in t]
+        peer = [t[("mpi", p)] for p in paths if ("mpi", p) in t]
+        if not ours or not peer:
+            continue
+        both = [p for p in paths if ("asio-ring", p) in t and ("mpi", p) in t]
+        wins = sum(t[("asio-ring", p)] <= t[("mpi", p)] for p in both)
+        fmt = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in xs)
+        print(f"| {layout} | {link} | {size_name(n)} | {fmt(ours)} | {statistics.median(ours) * 1e3:.2f} | "
+              f"{fmt(peer)} | {statistics.median(peer) * 1e3:.2f} | "
+              f"{statistics.median(peer) / statistics.median(ours):.2f} | {wins}/{len(both)} |")
+
+
+def least_squares(columns, target):
+    """Solves the normal equations of a small least-squares problem (no numpy here)."""
+    k = len(columns)
+    a = [[sum(x * y for x, y in zip(columns[i], columns[j])) for j in range(k)] for i in range(k)]
+    b = [sum(x * y for x, y in zip(columns[i], target)) for i in range(k)]
+    for i in range(k):  # Gauss-Jordan, k is 1 or 2
+        pivot = a[i][i]
+        a[i] = [v / pivot for v in a[i]]
+        b[i] /= pivot
+        for j in range(k):
+            if j != i:
+                f = a[j][i]
+                a[j] = [vj - f * vi for vj, vi in zip(a[j], a[i])]
+                b[j] -= f * b[i]
+    return b
+
+
+def model(paths):
+    # One rank per host, W a power of two: messages in a row and buffers that leave each host
+    # per direction (cost_terms() and host_traffic() of algorithm_choice.cpp for this layout).
+    runs = defaultdict(list)
+    world = None
+    for path in paths:
+        for link, layout, backend, algorithm, n, s in rows(path):
+            hosts, per_host = (int(x) for x in layout.split(" x "))
+            if backend != "asio-ring" or per_host != 1:
+                continue
+            world = hosts
+            runs[(link, algorithm, n)].append(s)
+    if world is None:
+        sys.exit("rounds.py model: no asio-ring rows with one rank per host")
+    log2w = world.bit_length() - 1
+    terms = {"ring": (2 * (world - 1), 2 * (world - 1) / world),
+             "recursive_doubling": (log2w, log2w),
+             "rabenseifner": (2 * log2w, 2 * (world - 1) / world)}
+    for link in sorted({k[0] for k in runs}, key=lambda r: -LINE_BYTES_PER_S[r]):
+        points = sorted((a, n, statistics.mean(v)) for (r, a, n), v in runs.items() if r == link)
+        m = [terms[a][0] / t for a, n, t in points]
+        b = [terms[a][1] * n / t for a, n, t in points]
+        alpha, beta = least_squares([m, b], [1.0] * len(points))
+        line_beta = 1 / LINE_BYTES_PER_S[link]
+        (alpha_line,) = least_squares([m], [1 - x * line_beta for x in b])
+        print(f"\n{link}, {world} hosts x 1 rank: shared alpha {alpha * 1e6:.1f} us, beta "
+              f"{beta * 1e9:.3f} ns/B ({1 / beta / 1e9:.3f} GB/s); with beta the line rate "
+              f"({line_beta * 1e9:.2f} ns/B) alpha {alpha_line * 1e6:.1f} us\n")
+        print("| algorithm | size | measured ms | shared alpha, beta: ms | off | line rate: ms | off |")
+        print("|---|---|--:|--:|--:|--:|--:|")
+        errors, errors_line = [], []
+        for a, n, t in points:
+            fit = alpha * terms[a][0] + beta * terms[a][1] * n
+            line = alpha_line * terms[a][0] + line_beta * terms[a][1] * n
+            errors.append(abs(fit - t) / t)
+            errors_line.append(abs(line - t) / t)
+            print(f"| {a} | {size_name(n)} | {t * 1e3:.3f} | {fit * 1e3:.3f} | {(fit - t) / t:+.0%} | "
+                  f"{line * 1e3:.3f} | {(line - t) / t:+.0%} |")
+        print(f"\nmean abs error: shared {statistics.mean(errors):.0%} (max {max(errors):.0%}); "
+              f"line rate {statistics.mean(errors_line):.0%} (max {max(errors_line):.0%})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("compare", "model"):
+        sys.exit("usage: rounds.py compare|model FILE...")
+    (compare if sys.argv[1] == "compare" else model)(sys.argv[2:])
