@@ -121,8 +121,10 @@ if [ -d "$DEBS" ]; then
   ldconfig -p | awk 'NR > 1 {print $1}' | sort -u > "$OUT/system-libraries.txt"
   for lib in "$PREFIX"/usr/lib/x86_64-linux-gnu/*.so.* "$PREFIX"/lib/x86_64-linux-gnu/*.so.* \
     "$PREFIX"/usr/lib/*.so.*; do
-    [ -e "$lib" ] || continue
-    grep -qxF "$(basename "$lib")" "$OUT/system-libraries.txt" || ln -sf "$lib" "$PREFIX/missing/"
+    if [ ! -f "$lib" ] || [ -L "$lib" ]; then continue; fi
+    soname=$(objdump -p "$lib" 2> /dev/null | awk '$1 == "SONAME" {print $2}')
+    [ -n "$soname" ] || continue
+    grep -qxF "$soname" "$OUT/system-libraries.txt" || ln -sf "$lib" "$PREFIX/missing/$soname"
   done
   log "libraries the system lacks, taken from the .deb files: $(find "$PREFIX/missing" -mindepth 1 | wc -l)"
   export PATH="$PATH:$PREFIX/usr/bin"
