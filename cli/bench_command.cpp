@@ -16,7 +16,6 @@
 // Each iteration refills the buffer, passes a barrier, times one collective and checks every
 // element; an iteration's time is the slowest rank's.
 #include <CLI/CLI.hpp>
-#include <cstdint>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -25,6 +24,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <map>

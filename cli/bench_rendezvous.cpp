@@ -17,7 +17,6 @@
 //   5. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
 //   6. passes a store barrier                                    (store_barrier)
 #include <CLI/CLI.hpp>
-#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>

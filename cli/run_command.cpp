@@ -6,10 +6,10 @@
 // twin's report is at OUTPUT/baseline/report.json; `--with-baseline` trains that twin first
 // (same config, one process, batch x ranks, so the total batch is equal).
 #include <CLI/CLI.hpp>
-#include <cstdint>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>

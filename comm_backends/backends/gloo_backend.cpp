@@ -9,7 +9,6 @@
 
 #ifdef PARTRAIN_WITH_GLOO
 
-#include <cstdint>
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>
@@ -31,6 +30,7 @@
 #include <algorithm>
 #include <climits>
 #include <csignal>
+#include <cstdint>
 #include <list>
 #include <cstring>
 #include <regex>

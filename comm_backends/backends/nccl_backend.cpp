@@ -17,10 +17,10 @@
 
 #ifdef PARTRAIN_WITH_NCCL
 
-#include <cstdint>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>

@@ -2,13 +2,13 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/permissions.hpp>
-#include <cstdint>
 #if defined(_WIN32)
 #include <boost/interprocess/windows_shared_memory.hpp>
 #else
 #include <boost/interprocess/shared_memory_object.hpp>
 #endif
 
+#include <cstdint>
 #include <random>
 #include <sstream>
 #include <vector>

@@ -2,11 +2,11 @@
 // powers of two and not (3, 5, 6, 7 fold as MPICH does) x element counts x dtypes x wires:
 // each rank's result against the exact reduction, and every rank's bits against rank 0's.
 // reduce_scatter, allgather and broadcast alike; and what auto picks by size and world.
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "comm_backends/algorithms/algorithm_choice.h"

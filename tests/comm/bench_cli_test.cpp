@@ -1,5 +1,4 @@
 // `partrain bench allreduce` end to end: real processes, a checked JSON report, usage errors.
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -8,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

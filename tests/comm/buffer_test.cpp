@@ -1,9 +1,9 @@
 #include "comm_backends/buffer.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "comm_backends/reduction.h"

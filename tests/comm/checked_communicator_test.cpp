@@ -1,9 +1,9 @@
 // CheckedCommunicator, the wrapper around every backend: each collective numbered as the
 // backend numbers it and kept in the flight recorder (with the algorithm it took), buffers
 // checked against the backend's capabilities, and a failed communicator refused after.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "comm_backends/checked_communicator.h"

@@ -1,10 +1,10 @@
 // Every backend x world size x element count x dtype x op, checked against a reference
 // reduction computed here, with ranks as threads over a file store (and a tcp store).
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>

@@ -3,9 +3,9 @@
 // which may be stopping because of the same failure).
 #include "comm_backends/backends/failure_trace.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 

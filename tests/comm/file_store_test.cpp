@@ -1,9 +1,9 @@
 #include "comm_backends/store/file_store.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 

@@ -5,7 +5,6 @@
 // rank the same bits, close to the exact reduction; broadcast, allgather and barrier; auto's
 // choice; with one rank per host the flat ring's bits. Killed and frozen ranks, as processes:
 // every survivor on every host names the victim in time.
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #ifdef __linux__
@@ -18,6 +17,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>

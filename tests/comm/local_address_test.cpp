@@ -2,10 +2,10 @@
 // host names and IPv6 wherever an address is accepted.
 #include "comm_backends/net/local_address.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <boost/asio/ip/host_name.hpp>
+#include <cstdint>
 #include <cstdlib>
 
 #include "common/errors.h"

@@ -1,8 +1,8 @@
 // open_rank_group(): the store, the hosts learned once, and communicators over them, as
 // `partrain worker` and `partrain bench` open their ranks.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

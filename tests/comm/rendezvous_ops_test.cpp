@@ -1,8 +1,8 @@
 // What a rendezvous asks of the store: the host layout and the barrier grow by a few requests
 // a rank (counted at the tcp store's server), and a rank that never comes is named.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>

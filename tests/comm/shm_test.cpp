@@ -2,9 +2,9 @@
 // every dtype, op and wire, at world sizes 2-4 and at sizes that take several pieces (where
 // asio-ring's own choice is the ring too); ranks that call different collectives fail with a
 // message; nothing stays in /dev/shm.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>

@@ -1,13 +1,13 @@
 #include "comm_backends/store/tcp_store.h"
 #include "comm_backends/shm/host_identity.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>

@@ -1,7 +1,7 @@
 // The common library: check macros, atomic files, temporary directories, hashing, byte codecs.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -3,9 +3,9 @@
 // lines that only look like them.
 #include "common/worker_lines.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <limits>
 
 namespace partrain {

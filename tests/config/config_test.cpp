@@ -2,10 +2,10 @@
 // and the shipped configs.
 #include "trainer/config/config.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

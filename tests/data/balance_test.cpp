@@ -1,8 +1,8 @@
 #include "trainer/data/balance.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <vector>

@@ -1,8 +1,8 @@
 #include "trainer/data/batch_plan.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <vector>
 

@@ -1,9 +1,9 @@
 // cifar10 (the binary release: five training batches and a test batch) and mnist (IDX files,
 // plain or gzipped) through load_dataset, on good and broken files.
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 
 #include "tests/data/scratch_files.h"

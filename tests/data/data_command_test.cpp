@@ -1,10 +1,10 @@
 // End-to-end tests of `partrain data synth` and `partrain data fetch` through the built
 // executable (PARTRAIN_EXE, set by CTest).
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>

@@ -1,9 +1,9 @@
 #include "trainer/data/download.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 
 #include "tests/data/loopback_http_server.h"

@@ -1,9 +1,9 @@
 #include "trainer/data/idx_reader.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 
 #include "tests/data/scratch_files.h"

@@ -2,10 +2,10 @@
 // convention, JPEG decoding, statistics, and every broken folder and file it must name.
 #include "trainer/data/image_folder.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>

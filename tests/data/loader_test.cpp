@@ -1,11 +1,11 @@
 #include "trainer/data/loader.h"
 
 #include <ATen/ATen.h>
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/errors.h"
 #include "trainer/data/synthetic.h"

@@ -1,10 +1,10 @@
 #include "trainer/data/sampler.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 

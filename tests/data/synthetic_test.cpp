@@ -1,10 +1,10 @@
 #include "trainer/data/synthetic.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "tests/data/scratch_files.h"
 

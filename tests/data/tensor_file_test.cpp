@@ -2,10 +2,10 @@
 // and every malformed one refused with one line naming the file.
 #include "trainer/data/tensor_file.h"
 
-#include <cstdint>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>

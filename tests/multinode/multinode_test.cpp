@@ -5,9 +5,9 @@
 // data.balance auto moving samples between hosts), a resume agrees without a shared
 // filesystem, strangers on the store port are refused, and a pulled cable, a killed launcher
 // or a frozen rank stops every launcher, naming whom it lost.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "tests/multinode/netns.h"

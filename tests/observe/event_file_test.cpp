@@ -2,11 +2,11 @@
 // framing, a written file's records laid end to end, and a disk that is full (/dev/full),
 // which must leave the writer quiet rather than end the run. The file's contents are read
 // back by tests/observe/check_tfevents.py in the whole-run test (tests/train/observe_run_test).
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>

@@ -2,10 +2,10 @@
 // steps, the clock estimate recovers a known skew through a file store and a tcp store, the
 // straggler rule names a rank that is late and only then, trace.json loads in Python and reads
 // back, and explain's sentences carry the figures they rest on.
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <memory>

@@ -1,12 +1,12 @@
 // Strangers on the tcp store port and on a ring port — a huge length prefix, a connection
 // that stops halfway (silent, or with its sending side shut), many idle connections — are
 // dropped without an answer, and the store and the ring keep working for the run.
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 

@@ -2,10 +2,10 @@
 // and hand-made hostile inputs) through the fuzz targets' bodies in the normal build.
 // An input must be accepted or refused with a UsageError; where INPUT.expect exists, the
 // outcome ("accepted", or the UsageError's message) must contain its first line.
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <iterator>

@@ -2,10 +2,10 @@
 // one reader partrain has for each: the manifest (latest.json) and a checkpoint's meta.
 #include "trainer/loop/checkpoint_format.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 

@@ -4,10 +4,10 @@
 // data_parallel_test.cpp and on CUDA devices by tests/gpu.
 #pragma once
 
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "trainer/parallel/data_parallel.h"

@@ -3,10 +3,10 @@
 // with momentum, Nesterov and weight decay, stepped side by side with the optimizer LibTorch
 // builds, which makes its state inside the first step. Plain SGD keeps none; a frozen parameter
 // gets none.
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "trainer/optim/optimizer.h"

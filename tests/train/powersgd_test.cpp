@@ -5,10 +5,10 @@
 // bit for bit; its checkpoint state resumes a run exactly; and it leaves vectors and small
 // matrices uncompressed.
 #include <ATen/core/ivalue.h>
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>

@@ -4,11 +4,11 @@
 // it, keep their parameters and halve the scale, then train on together. And the BatchNorm
 // statistics the ranks share before evaluation: rank 0's with even shares, the ranks' mean
 // weighed by their shares with uneven ones.
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "comm_backends/communicator.h"

@@ -6,11 +6,11 @@
 // buckets are ordered against the compute stream by events and the host backends stage
 // through pinned memory. Also, with a communicator that fails or hangs: the error names the
 // bucket (and keeps the dead peer's rank), and the wait after backward ends at its bound.
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <mutex>
 #include <thread>

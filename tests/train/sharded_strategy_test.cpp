@@ -5,10 +5,10 @@
 // split parameters between ranks and need padding — end with the same parameters to float
 // tolerance, the same on every rank. And a sharded strategy's checkpoint state read back at
 // another world size, sharded or not, gives the same optimizer state.
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <map>

@@ -5,11 +5,11 @@
 // gradients, and every bad module is refused with a UsageError naming what is wrong.
 #include "trainer/model/torchscript_model.h"
 
-#include <cstdint>
 #include <gtest/gtest.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 

@@ -1,9 +1,9 @@
 // The file store under the spellings a Windows user writes: drive letters, backslashes,
 // file:///C:/... urls. The same directory reached through different spellings must be one
 // store. On Linux only the url forms that exist there are checked.
-#include <cstdint>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 

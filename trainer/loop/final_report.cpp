@@ -1,10 +1,10 @@
 #include "trainer/loop/final_report.h"
 
 #include <ATen/ATen.h>
-#include <cstdint>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <string>

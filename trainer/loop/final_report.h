@@ -4,8 +4,8 @@
 #pragma once
 
 #include <c10/core/Device.h>
-#include <cstdint>
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 

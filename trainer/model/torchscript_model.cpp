@@ -21,11 +21,11 @@
 // would leave the mirror holding a stale tensor; the probe batch catches that before training.
 #include "trainer/model/torchscript_model.h"
 
-#include <cstdint>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/nn/module.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <sstream>

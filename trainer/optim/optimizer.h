@@ -5,8 +5,8 @@
 #pragma once
 
 #include <ATen/Tensor.h>
-#include <cstdint>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>

@@ -21,12 +21,12 @@
 // and grad mode and the other thread-local settings stay the caller's.
 #include "trainer/parallel/data_parallel.h"
 
-#include <cstdint>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 

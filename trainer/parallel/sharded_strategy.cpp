@@ -23,12 +23,12 @@
 #include "trainer/parallel/sharded_strategy.h"
 
 #include <ATen/ATen.h>
-#include <cstdint>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "comm_backends/communicator.h"
 #include "common/errors.h"

@@ -1,9 +1,9 @@
 #include "trainer/parallel/tensor_buffer.h"
 
 #include <ATen/ATen.h>
-#include <cstdint>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/cuda_stream.h"
