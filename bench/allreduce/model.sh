@@ -58,15 +58,14 @@ for ((R=1; R<=ROUNDS; R++)); do
 done
 [[ ${REPORT_ONLY:-0} == 1 ]] || note_load_after
 
-python3 - "$OUT" "$WORLDS" "$ROUNDS" "$FIT_WORLDS" "$(nproc)" <<'PY'
-import json, math, sys
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}" \
+  python3 - "$OUT" "$WORLDS" "$ROUNDS" "$FIT_WORLDS" "$(nproc)" <<'PY'
+import json, sys
+from cost_model import allreduce_terms, least_squares, size_name
 out, worlds, rounds = sys.argv[1], [int(w) for w in sys.argv[2].split()], int(sys.argv[3])
 fit_worlds = {int(w) for w in sys.argv[4].split()}
 cores = int(sys.argv[5])
 print(open(f"{out}/machine.txt").read().strip())
-
-def size_name(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 
 best = {}  # (world, contender, bytes) -> row with median_us, busbw, algorithm, terms
 def keep(w, name, row):
@@ -117,32 +116,13 @@ def features(terms, w):
     s = share(w)
     return [s * terms["messages"], s * terms["bytes_moved"],
             s * terms["messages"] if w > cores else 0.0]
-def solve(rows):
-    # The 3x3 normal equations of the weighted least squares, by Gaussian elimination.
-    n = 3
-    m = [[0.0] * (n + 1) for _ in range(n)]
-    for x, t in rows:
-        xr = [v / t for v in x]
-        for i in range(n):
-            m[i][n] += xr[i]
-            for j in range(n):
-                m[i][j] += xr[i] * xr[j]
-    if all(m[i][2] == 0 for i in range(n)):  # no shared cores among the fit worlds
-        m[2][2] = 1.0
-    for i in range(n):
-        p = max(range(i, n), key=lambda k: abs(m[k][i]))
-        m[i], m[p] = m[p], m[i]
-        for k in range(n):
-            if k != i:
-                f = m[k][i] / m[i][i]
-                m[k] = [a - f * b for a, b in zip(m[k], m[i])]
-    return [m[i][n] / m[i][i] for i in range(n)]
 algorithms = ["ring", "recursive_doubling", "rabenseifner"]
 fits = {}
 for a in algorithms:
-    rows = [(features(r["terms"], r["_w"]), r["median_us"] * 1e-6)
+    # kappa is 0 where no fit world shares cores.
+    rows = [(features(r["terms"], r["_w"]), r["median_us"] * 1e-6, r["median_us"] * 1e-6)
             for (w, n, b), r in best.items() if n == a and w in fit_worlds]
-    fits[a] = solve(rows)
+    fits[a] = least_squares(rows, 3)
 
 def predict(a, terms, w):
     return sum(c * x for c, x in zip(fits[a], features(terms, w)))
@@ -173,16 +153,6 @@ for a in algorithms:
         cells.append(f"{100 * sum(es) / len(es):.0f} %" if es else "-")
     print(f"| {a} | " + " | ".join(cells) + " |")
 
-# The counts of cost_terms() for an allreduce, for the projection.
-def terms(a, n, w):
-    l = int(math.floor(math.log2(w)))
-    p, fold = 2 ** l, 0 if w == 2 ** l else 1
-    if a == "ring":
-        return {"messages": 2 * (w - 1), "bytes_moved": 2 * (w - 1) / w * n}
-    if a == "recursive_doubling":
-        return {"messages": l + 2 * fold, "bytes_moved": (l + 2 * fold) * n}
-    return {"messages": 2 * l + 2 * fold, "bytes_moved": 2 * (p - 1) / p * n + 2 * fold * n}
-
 print("\n## Projection to many ranks (ms per allreduce; the fastest marked *)\n")
 print("Assumes one rank per host, each with its own link of the fitted alpha and beta (no "
       "shared switch, no contention, no core shared), W a power of two, and the reductions "
@@ -193,7 +163,8 @@ print("|--:|" + "--:|" * (len(proj_sizes) * len(algorithms)))
 for w in [64, 128, 256, 512, 1024]:
     cells = []
     for n in proj_sizes:
-        t = {a: fits[a][0] * terms(a, n, w)["messages"] + fits[a][1] * terms(a, n, w)["bytes_moved"]
+        t = {a: fits[a][0] * allreduce_terms(a, n, w)["messages"]
+             + fits[a][1] * allreduce_terms(a, n, w)["bytes_moved"]
              for a in algorithms}
         fastest = min(t, key=t.get)
         cells += [f"{1e3 * t[a]:.2f}{'*' if a == fastest else ''}" for a in algorithms]

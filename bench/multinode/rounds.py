@@ -16,6 +16,10 @@ counts for the other alone.
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allreduce"))
+from cost_model import allreduce_terms, least_squares, size_name  # noqa: E402
 
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20}
 LINE_BYTES_PER_S = {"10gbit": 1.25e9, "1gbit": 0.125e9, "100mbit": 12.5e6}
@@ -31,10 +35,6 @@ def rows(path):
         backend, _, algorithm = cells[2].partition(" (")
         yield (cells[0], cells[1], backend, algorithm.rstrip(")"), int(value) * SIZES[unit],
                float(cells[5]) / 1e3)
-
-
-def size_name(n):
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def compare(paths):
@@ -59,26 +59,9 @@ def compare(paths):
               f"{statistics.median(peer) / statistics.median(ours):.2f} | {wins}/{len(both)} |")
 
 
-def least_squares(columns, target):
-    """Solves the normal equations of a small least-squares problem (no numpy here)."""
-    k = len(columns)
-    a = [[sum(x * y for x, y in zip(columns[i], columns[j])) for j in range(k)] for i in range(k)]
-    b = [sum(x * y for x, y in zip(columns[i], target)) for i in range(k)]
-    for i in range(k):  # Gauss-Jordan, k is 1 or 2
-        pivot = a[i][i]
-        a[i] = [v / pivot for v in a[i]]
-        b[i] /= pivot
-        for j in range(k):
-            if j != i:
-                f = a[j][i]
-                a[j] = [vj - f * vi for vj, vi in zip(a[j], a[i])]
-                b[j] -= f * b[i]
-    return b
-
-
 def model(paths):
-    # One rank per host, W a power of two: messages in a row and buffers that leave each host
-    # per direction (cost_terms() and host_traffic() of algorithm_choice.cpp for this layout).
+    # One rank per host: every byte through a rank's link leaves its host, so cost_terms()'s
+    # bytes moved are the bytes that leave a host per direction (host_traffic() agrees).
     runs = defaultdict(list)
     world = None
     for path in paths:
@@ -90,17 +73,16 @@ def model(paths):
             runs[(link, algorithm, n)].append(s)
     if world is None:
         sys.exit("rounds.py model: no asio-ring rows with one rank per host")
-    log2w = world.bit_length() - 1
-    terms = {"ring": (2 * (world - 1), 2 * (world - 1) / world),
-             "recursive_doubling": (log2w, log2w),
-             "rabenseifner": (2 * log2w, 2 * (world - 1) / world)}
+    def counts(algorithm, n):  # (messages, bytes that leave a host)
+        c = allreduce_terms(algorithm, n, world)
+        return c["messages"], c["bytes_moved"]
+
     for link in sorted({k[0] for k in runs}, key=lambda r: -LINE_BYTES_PER_S[r]):
         points = sorted((a, n, statistics.mean(v)) for (r, a, n), v in runs.items() if r == link)
-        m = [terms[a][0] / t for a, n, t in points]
-        b = [terms[a][1] * n / t for a, n, t in points]
-        alpha, beta = least_squares([m, b], [1.0] * len(points))
+        alpha, beta = least_squares([(counts(a, n), t, t) for a, n, t in points], 2)
         line_beta = 1 / LINE_BYTES_PER_S[link]
-        (alpha_line,) = least_squares([m], [1 - x * line_beta for x in b])
+        (alpha_line,) = least_squares(
+            [(counts(a, n)[:1], t - counts(a, n)[1] * line_beta, t) for a, n, t in points], 1)
         print(f"\n{link}, {world} hosts x 1 rank: shared alpha {alpha * 1e6:.1f} us, beta "
               f"{beta * 1e9:.3f} ns/B ({1 / beta / 1e9:.3f} GB/s); with beta the line rate "
               f"({line_beta * 1e9:.2f} ns/B) alpha {alpha_line * 1e6:.1f} us\n")
@@ -108,8 +90,9 @@ def model(paths):
         print("|---|---|--:|--:|--:|--:|--:|")
         errors, errors_line = [], []
         for a, n, t in points:
-            fit = alpha * terms[a][0] + beta * terms[a][1] * n
-            line = alpha_line * terms[a][0] + line_beta * terms[a][1] * n
+            messages, leaving = counts(a, n)
+            fit = alpha * messages + beta * leaving
+            line = alpha_line * messages + line_beta * leaving
             errors.append(abs(fit - t) / t)
             errors_line.append(abs(line - t) / t)
             print(f"| {a} | {size_name(n)} | {t * 1e3:.3f} | {fit * 1e3:.3f} | {(fit - t) / t:+.0%} | "
