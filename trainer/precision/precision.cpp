@@ -78,12 +78,11 @@ AutocastScope::AutocastScope(Precision precision, const c10::Device& device) {
   const c10::ScalarType dtype =
       precision == Precision::kBf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
   active_ = true;
-  cuda_ = device.is_cuda();
-  const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  was_enabled_ = autocast_enabled(type);
-  previous_dtype_ = autocast_dtype(type);
-  set_autocast_dtype(type, dtype);
-  set_autocast_enabled(type, true);
+  type_ = device.is_cuda() ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
+  was_enabled_ = autocast_enabled(type_);
+  previous_dtype_ = autocast_dtype(type_);
+  set_autocast_dtype(type_, dtype);
+  set_autocast_enabled(type_, true);
   at::autocast::increment_nesting();
 }
 
@@ -91,9 +90,8 @@ AutocastScope::~AutocastScope() {
   if (!active_) return;
   // The casts of the weights are cached for the scope; the next scope sees updated weights.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  const c10::DeviceType type = cuda_ ? c10::DeviceType::CUDA : c10::DeviceType::CPU;
-  set_autocast_enabled(type, was_enabled_);
-  set_autocast_dtype(type, previous_dtype_);
+  set_autocast_enabled(type_, was_enabled_);
+  set_autocast_dtype(type_, previous_dtype_);
 }
 
 PrecisionPlugin PrecisionPlugin::for_training(Precision precision, const c10::Device& device) {

@@ -37,7 +37,7 @@ class AutocastScope {
 
  private:
   bool active_ = false;
-  bool cuda_ = false;
+  c10::DeviceType type_ = c10::DeviceType::CPU;  // whose autocast state it set
   bool was_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::Float;
 };
