@@ -9,9 +9,11 @@
 // world, with this run's token, not yet connected — and answers kPeerAccept; anything else
 // (garbage, a wrong token, a stray rank, a connection that says nothing) is closed, at once or
 // when its handshake's bound (the collective timeout) passes. The listener closes once every
-// lower rank has connected: none can come after. Connecting to a higher rank waits only for
-// that rank's listener thread, never for the rank itself; messages to and from a lower rank
-// wait, without holding the thread, until its connection is in. So a rank that waits for a
+// lower rank has connected: none can come after. A connection that passed its handshake
+// leaves the listener's io_context (hand_over()), so its messages never wake that thread.
+// Connecting to a higher rank waits only for that rank's listener thread, never for the rank
+// itself; messages to and from a lower rank wait, without holding the thread, until its
+// connection is in. So a rank that waits for a
 // connection still moves its other messages, and no order of first messages can deadlock.
 //
 // Messages. The data path is one thread and non-blocking sockets: start() moves what the
@@ -41,6 +43,8 @@
 #include <winsock2.h>
 #else
 #include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
 #endif
 
 #include "comm_backends/net/timed_io.h"
@@ -121,7 +125,8 @@ std::string describe_frame(const std::uint8_t* header) {
 // ---- connections ------------------------------------------------------------------------
 
 struct PeerTransport::Link {
-  std::unique_ptr<asio::io_context> io;  // a connecting side's own; declared first: outlives
+  std::unique_ptr<asio::io_context> io;  // the link's own (none where an accepted socket
+                                         // stayed in the listener's); declared first: outlives
   std::unique_ptr<tcp::socket> socket;   // the socket
   std::uint64_t sent_in = 0;             // the collective whose frame header went out last
   std::uint64_t received_in = 0;         // the collective whose frame header came in last
@@ -133,6 +138,13 @@ struct PeerTransport::Link {
 // its handshake proves it is a lower rank of this run.
 class PeerTransport::Listener {
  public:
+  // A connection whose handshake passed, with the io_context its socket belongs to (null
+  // where it stayed in the listener's).
+  struct Accepted {
+    std::unique_ptr<asio::io_context> io;  // declared first: outlives the socket
+    std::unique_ptr<tcp::socket> socket;
+  };
+
   Listener(int rank, int world, const PeerTransportOptions& options)
       : acceptor_(io_),
         rank_(rank),
@@ -159,7 +171,13 @@ class PeerTransport::Listener {
                    ec.message());
     port_ = acceptor_.local_endpoint().port();
     accept_next();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+#if defined(__linux__)
+      // Named for `top -H` and for the test that counts this thread's wake-ups.
+      pthread_setname_np(pthread_self(), "partrain-listen");
+#endif
+      io_.run();
+    });
   }
 
   ~Listener() {
@@ -169,8 +187,9 @@ class PeerTransport::Listener {
 
   int port() const { return port_; }
 
-  // The connection of lower rank `peer` once its handshake passed, else nullptr; never waits.
-  std::unique_ptr<tcp::socket> take(int peer) {
+  // The connection of lower rank `peer` once its handshake passed (its socket null until
+  // then); never waits.
+  Accepted take(int peer) {
     std::lock_guard<std::mutex> lock(mutex_);
     return std::move(accepted_[peer]);
   }
@@ -224,7 +243,7 @@ class PeerTransport::Listener {
   void answer(const std::shared_ptr<Candidate>& c) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (accepted_[c->rank] != nullptr || taken_[c->rank]) return refuse_locked(c);
+      if (accepted_[c->rank].socket != nullptr || taken_[c->rank]) return refuse_locked(c);
     }
     asio::async_write(c->socket, asio::buffer(kPeerAccept, 8),
                       [this, c](const error_code& ec, std::size_t) {
@@ -233,14 +252,50 @@ class PeerTransport::Listener {
                         c->timer.cancel();
                         forget(c);
                         std::lock_guard<std::mutex> lock(mutex_);
-                        if (accepted_[c->rank] != nullptr || taken_[c->rank]) {
+                        if (accepted_[c->rank].socket != nullptr || taken_[c->rank]) {
                           return refuse_locked(c);
                         }
-                        accepted_[c->rank] = std::make_unique<tcp::socket>(std::move(c->socket));
+                        Accepted moved = hand_over(c->socket);
+                        if (moved.socket == nullptr) {
+                          ++refused_;
+                          return;
+                        }
+                        accepted_[c->rank] = std::move(moved);
                         taken_[c->rank] = true;
                         // Every lower rank is in: nobody else may connect.
                         if (++connected_ == rank_) close_all();
                       });
+  }
+
+  // Past its handshake a connection leaves this io_context for one of its own that no thread
+  // runs, as a connecting side's has. Left here, every message that arrived on it would wake
+  // this thread (epoll reports each edge on a registered socket while the listener waits for
+  // other lower ranks): a context switch per message, on a host whose cores are all busy
+  // with ranks. Where a socket cannot leave its context (Windows before 8.1) it stays: there
+  // the blocking-free calls of the data path post nothing to wake anyone.
+  static Accepted hand_over(tcp::socket& socket) {
+    Accepted moved;
+    error_code ec;
+    const auto protocol = socket.local_endpoint(ec).protocol();
+    if (!ec) {
+      auto handle = socket.release(ec);
+      if (!ec) {
+        moved.io = std::make_unique<asio::io_context>();
+        moved.socket = std::make_unique<tcp::socket>(*moved.io);
+        moved.socket->assign(protocol, handle, ec);
+        if (ec) {  // the new context would not take it: the connection is refused
+#if defined(_WIN32)
+          ::closesocket(handle);
+#else
+          ::close(handle);
+#endif
+          moved.socket.reset();
+        }
+        return moved;
+      }
+    }
+    moved.socket = std::make_unique<tcp::socket>(std::move(socket));
+    return moved;
   }
 
   void forget(const std::shared_ptr<Candidate>& c) {
@@ -285,7 +340,7 @@ class PeerTransport::Listener {
   std::vector<std::shared_ptr<Candidate>> candidates_;  // the io thread's alone
   int connected_ = 0;                                   // the io thread's alone
   mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<tcp::socket>> accepted_;  // by lower rank, until taken
+  std::vector<Accepted> accepted_;  // by lower rank, until taken
   std::vector<bool> taken_ = std::vector<bool>(accepted_.size(), false);
   int refused_ = 0;
   std::thread thread_;
@@ -307,7 +362,7 @@ PeerTransport::PeerTransport(Store& store, int rank, int size, const PeerTranspo
 }
 
 PeerTransport::~PeerTransport() {
-  // The sockets the listener accepted belong to its io_context: they close before it goes.
+  // A socket the listener accepted may still belong to its io_context: it closes first.
   links_.clear();
   listener_.reset();
 }
@@ -333,8 +388,10 @@ PeerTransport::Link& PeerTransport::link(int peer) {
 // Whether a lower rank's connection has come (taking it from the listener if it has).
 bool PeerTransport::ready(int peer, Link& l) {
   if (l.socket != nullptr) return true;
-  l.socket = listener_->take(peer);
-  if (l.socket == nullptr) return false;
+  Listener::Accepted accepted = listener_->take(peer);
+  if (accepted.socket == nullptr) return false;
+  l.io = std::move(accepted.io);
+  l.socket = std::move(accepted.socket);
   net::tune_socket(*l.socket, options_.socket_buffer_bytes);
   opened(peer, l);
   return true;
