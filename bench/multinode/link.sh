@@ -26,7 +26,9 @@
 # (bench/peers/collectives/mpi_bench.cc, its tuned decision rules), started by mpirun in host 0
 # with a launch agent that enters each host's namespace; unbound, since every namespace host
 # would bind its first rank to the same core, and yielding while it waits, as mpirun does when
-# it knows it oversubscribes (the namespace hosts share this machine's cores).
+# it knows it oversubscribes (the namespace hosts share this machine's cores). Its daemons
+# report straight to mpirun (routed direct): through its default tree, whose hosts here all
+# share one hostname, about one run in eight failed with an ORTE routing error.
 # Env: PARTRAIN (the executable; default build/partrain), ITERS (timed allreduces a size; default
 # by size, 200 up to 64 KiB down to 8 at 64 MiB, after 3 untimed: the count and warm-up Open
 # MPI's bench takes, so that both medians come from as many runs), ALGORITHM (comm.algorithm for the
@@ -150,7 +152,7 @@ AGENT
   fi
   if ! ip netns exec "${hosts[0]}" timeout 600 mpirun --allow-run-as-root --hostfile "$work/hostfile" \
       -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
-      --mca plm_rsh_agent "$work/agent" \
+      --mca plm_rsh_agent "$work/agent" --mca routed direct \
       --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
       --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" > "$work/mpi.txt" 2>&1; then
     echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
