@@ -19,10 +19,11 @@
 // Messages. The data path is one thread and non-blocking sockets: start() moves what the
 // kernel takes at once; progress() tries every started message (the first of each peer and
 // direction: a stream keeps messages in order), and when none moved, tries again for a short
-// bounded spin (options.spin, when the host has a core for each rank; the core is yielded
-// between tries) and then sleeps in poll() until a socket is ready or the deadline passes. No
-// hand-off between threads, no wake-up of another thread, one system call per message in the common
-// case: what a message costs is the kernel's copy and, when the peer is not there yet, one poll.
+// bounded spin (options.spin; the core is yielded between tries, so that a rank waiting for
+// this core runs at once) and then sleeps in poll() until a socket is ready or the deadline
+// passes. No hand-off between threads, no wake-up of another thread, one system call per
+// message in the common case: what a message costs is the kernel's copy and, when the peer is
+// not there yet, one poll.
 //
 // Frame headers. The first message to each peer in a collective starts with a 32-byte frame
 // header (the CollectiveCall in little-endian: magic, kind, dtype, wire, op, root, sequence,
