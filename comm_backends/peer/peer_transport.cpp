@@ -13,8 +13,8 @@
 // leaves the listener's io_context (hand_over()), so its messages never wake that thread.
 // Connecting to a higher rank waits only for that rank's listener thread, never for the rank
 // itself; messages to and from a lower rank wait, without holding the thread, until its
-// connection is in. So a rank that waits for a
-// connection still moves its other messages, and no order of first messages can deadlock.
+// connection is in. So a rank that waits for a connection still moves its other messages, and
+// no order of first messages can deadlock.
 //
 // Messages. The data path is one thread and non-blocking sockets: start() moves what the
 // kernel takes at once; progress() tries every started message (the first of each peer and
