@@ -275,27 +275,28 @@ class PeerTransport::Listener {
   // with ranks. Where a socket cannot leave its context (Windows before 8.1) it stays: there
   // the blocking-free calls of the data path post nothing to wake anyone.
   static Accepted hand_over(tcp::socket& socket) {
-    Accepted moved;
+    const auto stays = [&socket] {
+      Accepted kept;
+      kept.socket = std::make_unique<tcp::socket>(std::move(socket));
+      return kept;
+    };
     error_code ec;
     const auto protocol = socket.local_endpoint(ec).protocol();
-    if (!ec) {
-      auto handle = socket.release(ec);
-      if (!ec) {
-        moved.io = std::make_unique<asio::io_context>();
-        moved.socket = std::make_unique<tcp::socket>(*moved.io);
-        moved.socket->assign(protocol, handle, ec);
-        if (ec) {  // the new context would not take it: the connection is refused
+    if (ec) return stays();
+    auto handle = socket.release(ec);
+    if (ec) return stays();
+    Accepted moved;
+    moved.io = std::make_unique<asio::io_context>();
+    moved.socket = std::make_unique<tcp::socket>(*moved.io);
+    moved.socket->assign(protocol, handle, ec);
+    if (ec) {  // the new context would not take it: the connection is refused
 #if defined(_WIN32)
-          ::closesocket(handle);
+      ::closesocket(handle);
 #else
-          ::close(handle);
+      ::close(handle);
 #endif
-          moved.socket.reset();
-        }
-        return moved;
-      }
+      moved.socket.reset();
     }
-    moved.socket = std::make_unique<tcp::socket>(std::move(socket));
     return moved;
   }
 
