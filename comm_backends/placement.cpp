@@ -17,6 +17,13 @@ std::size_t HostLayout::largest_host() const {
   return largest;
 }
 
+bool HostLayout::shares_cores() const {
+  for (std::size_t h = 0; h < host_sizes.size() && h < host_cpus.size(); ++h) {
+    if (host_cpus[h] > 0 && host_sizes[h] > host_cpus[h]) return true;
+  }
+  return false;
+}
+
 int HostLayout::host_of(int rank) const {
   PARTRAIN_CHECK(rank >= 0 && rank < ranks(), UsageError, "rank ", rank, " is outside a layout of ",
                  ranks(), " ranks");
@@ -48,6 +55,7 @@ void HostLayout::append(int host, int count, const std::string& identity) {
   if (host == static_cast<int>(identities.size())) {
     identities.push_back(identity);
     host_sizes.push_back(0);
+    host_cpus.push_back(0);
   }
   host_sizes[static_cast<std::size_t>(host)] += count;
   if (!runs.empty() && runs.back().host == host) {
@@ -67,6 +75,47 @@ HostLayout group_by_host(const std::vector<std::string>& identities) {
   return layout;
 }
 
+int distinct_cpus(const std::vector<std::string>& lists) {
+  // CPU ids as cpu_affinity() can write them: below 65536.
+  constexpr std::size_t kCpuLimit = 65536;
+  std::vector<bool> seen;
+  for (const std::string& list : lists) {
+    std::size_t at = 0;
+    // A CPU id at `at`, or kCpuLimit where there is none or it is too large.
+    const auto number = [&] {
+      const std::size_t from = at;
+      std::size_t value = 0;
+      while (at < list.size() && list[at] >= '0' && list[at] <= '9' && at - from < 6) {
+        value = value * 10 + static_cast<std::size_t>(list[at++] - '0');
+      }
+      return at == from ? kCpuLimit : value;
+    };
+    if (list.empty()) return 0;
+    // One range ("3" or "0-7") per turn; each turn consumes at least one character.
+    while (at < list.size()) {
+      const std::size_t first = number();
+      const std::size_t last = at < list.size() && list[at] == '-' ? (++at, number()) : first;
+      if (first > last || last >= kCpuLimit || (at < list.size() && list[at++] != ',')) return 0;
+      if (seen.size() <= last) seen.resize(last + 1);
+      for (std::size_t cpu = first; cpu <= last; ++cpu) seen[cpu] = true;
+    }
+  }
+  return static_cast<int>(std::count(seen.begin(), seen.end(), true));
+}
+
+HostLayout group_by_host(const std::vector<RankSite>& sites) {
+  std::vector<std::string> identities;
+  identities.reserve(sites.size());
+  for (const RankSite& site : sites) identities.push_back(site.host);
+  HostLayout layout = group_by_host(identities);
+  std::vector<std::vector<std::string>> lists(layout.host_count());
+  for (std::size_t r = 0; r < sites.size(); ++r) {
+    lists[static_cast<std::size_t>(layout.host_of(static_cast<int>(r)))].push_back(sites[r].cpus);
+  }
+  for (std::size_t h = 0; h < lists.size(); ++h) layout.host_cpus[h] = distinct_cpus(lists[h]);
+  return layout;
+}
+
 namespace {
 
 void put32(std::vector<std::uint8_t>& out, std::size_t value) {
@@ -75,13 +124,21 @@ void put32(std::vector<std::uint8_t>& out, std::size_t value) {
   put_le<std::uint32_t>(out.data() + at, static_cast<std::uint32_t>(value));
 }
 
-// Host identities as both published values hold them: a count, then (length, bytes) each.
+void put_text(std::vector<std::uint8_t>& out, const std::string& text) {
+  put32(out, text.size());
+  out.insert(out.end(), text.begin(), text.end());
+}
+
+// Host identities as the layout holds them: a count, then (length, bytes) each.
 void put_identities(std::vector<std::uint8_t>& out, const std::vector<std::string>& identities) {
   put32(out, identities.size());
-  for (const auto& identity : identities) {
-    put32(out, identity.size());
-    out.insert(out.end(), identity.begin(), identity.end());
-  }
+  for (const auto& identity : identities) put_text(out, identity);
+}
+
+// A rank's site as its own value and a group's value hold it: the host, then the CPUs.
+void put_site(std::vector<std::uint8_t>& out, const RankSite& site) {
+  put_text(out, site.host);
+  put_text(out, site.cpus);
 }
 
 // Reads a published value field by field; `what` names it in the CommError of a value that
@@ -120,6 +177,9 @@ class Reader {
 std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
   std::vector<std::uint8_t> out;
   put_identities(out, layout.identities);
+  for (std::size_t h = 0; h < layout.identities.size(); ++h) {
+    put32(out, h < layout.host_cpus.size() ? static_cast<std::size_t>(layout.host_cpus[h]) : 0);
+  }
   // The runs themselves: small whatever the world (one for a world on one host).
   put32(out, layout.runs.size());
   for (const HostLayout::Run& run : layout.runs) {
@@ -133,6 +193,8 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
   Reader in(bytes, "the published layout");
   std::vector<std::string> hosts(in.u32());
   for (auto& identity : hosts) identity = in.text();
+  std::vector<std::uint32_t> cpus(hosts.size());
+  for (auto& count : cpus) count = in.u32();
   // The runs as they are (nothing a rank): every rank of a large job decodes this at once.
   // Hosts are renumbered in the order of their lowest rank, as group_by_host() numbers them,
   // whatever order the value lists them in.
@@ -148,6 +210,7 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
     int& index = renumbered[host];
     if (index < 0) index = static_cast<int>(layout.host_count());
     layout.append(index, static_cast<int>(length), hosts[host]);
+    layout.host_cpus[static_cast<std::size_t>(index)] = static_cast<int>(cpus[host]);
   }
   PARTRAIN_CHECK(layout.ranks() == ranks && in.done(), CommError,
                  "host layout: the published layout holds ", layout.ranks(), " ranks, not ", ranks);
@@ -202,30 +265,39 @@ std::vector<std::vector<std::uint8_t>> get_all(Store& store, const std::string& 
   }
 }
 
-// Appends the identities of a group's value, which must hold `count` ranks, to `out`.
+RankSite read_site(Reader& in) {
+  RankSite site;
+  site.host = in.text();
+  site.cpus = in.text();
+  return site;
+}
+
+// Appends the sites of a group's value, which must hold `count` ranks, to `out`.
 void decode_group(const std::vector<std::uint8_t>& bytes, std::size_t count,
-                  std::vector<std::string>& out) {
+                  std::vector<RankSite>& out) {
   Reader in(bytes, "a group's value");
   PARTRAIN_CHECK(in.u32() == count, CommError, "host layout: a group's value holds another ",
                  "number of ranks than ", count);
-  for (std::size_t i = 0; i < count; ++i) out.push_back(in.text());
+  for (std::size_t i = 0; i < count; ++i) out.push_back(read_site(in));
   PARTRAIN_CHECK(in.done(), CommError, "host layout: a group's value runs on");
 }
 
-// The hosts of ranks first..last-1 as their leader (`first`) gathers them: its own, then
+// The sites of ranks first..last-1 as their leader (`first`) gathers them: its own, then
 // each other's from the store.
-std::vector<std::string> gather_group(Store& store, const std::string& prefix, int first, int last,
-                                      const std::string& mine) {
+std::vector<RankSite> gather_group(Store& store, const std::string& prefix, int first, int last,
+                                   const RankSite& mine) {
   std::vector<std::string> keys;
   for (int r = first + 1; r < last; ++r) keys.push_back(host_key(prefix, r));
-  std::vector<std::string> identities;
-  identities.reserve(static_cast<std::size_t>(last - first));
-  identities.push_back(mine);
-  if (keys.empty()) return identities;
+  std::vector<RankSite> sites;
+  sites.reserve(static_cast<std::size_t>(last - first));
+  sites.push_back(mine);
+  if (keys.empty()) return sites;
   for (const auto& theirs : get_all(store, prefix, keys, first + 1, last, "")) {
-    identities.emplace_back(theirs.begin(), theirs.end());
+    Reader in(theirs, "a rank's value");
+    sites.push_back(read_site(in));
+    PARTRAIN_CHECK(in.done(), CommError, "host layout: a rank's value runs on");
   }
-  return identities;
+  return sites;
 }
 
 int default_fan_in(int size) {
@@ -242,16 +314,19 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
                  " is outside a world of ", size);
   PARTRAIN_CHECK(fan_in >= 0 && fan_in != 1, UsageError, "host layout: a fan-in of ", fan_in);
   if (fan_in == 0) fan_in = default_fan_in(size);
-  const std::string mine = host_identity();
-  if (size == 1) return group_by_host({mine});
-  store.set(host_key(prefix, rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  const RankSite mine{host_identity(), cpu_affinity()};
+  if (size == 1) return group_by_host(std::vector<RankSite>{mine});
+  std::vector<std::uint8_t> own;
+  put_site(own, mine);
+  store.set(host_key(prefix, rank), own);
   const std::string layout_key = prefix + "layout";
   if (rank % fan_in == 0) {
-    std::vector<std::string> identities =
+    std::vector<RankSite> sites =
         gather_group(store, prefix, rank, std::min(size, rank + fan_in), mine);
     if (rank != 0) {
       std::vector<std::uint8_t> value;
-      put_identities(value, identities);
+      put32(value, sites.size());
+      for (const RankSite& p : sites) put_site(value, p);
       store.set(group_key(prefix, rank), value);
     } else {
       // Rank 0 holds its own group's hosts; the other leaders' groups come as one value each.
@@ -261,17 +336,16 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
         keys.push_back(group_key(prefix, leader));
         leaders += (leaders.empty() ? "" : ", ") + std::to_string(leader);
       }
-      identities.reserve(static_cast<std::size_t>(size));
+      sites.reserve(static_cast<std::size_t>(size));
       if (!keys.empty()) {
         const auto groups = get_all(store, prefix, keys, 0, size, leaders);
         for (std::size_t g = 0; g < groups.size(); ++g) {
           const int leader = static_cast<int>(g + 1) * fan_in;
           decode_group(groups[g],
-                       static_cast<std::size_t>(std::min(size, leader + fan_in) - leader),
-                       identities);
+                       static_cast<std::size_t>(std::min(size, leader + fan_in) - leader), sites);
         }
       }
-      HostLayout layout = group_by_host(identities);
+      HostLayout layout = group_by_host(sites);
       store.set(layout_key, encode_host_layout(layout));
       return layout;
     }
@@ -283,7 +357,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
     throw layout_wait_failed(store, prefix, 0, size, "rank 0 never published the layout", e);
   }
   HostLayout layout = decode_host_layout(published, size);
-  PARTRAIN_CHECK(layout.identities[static_cast<std::size_t>(layout.host_of(rank))] == mine,
+  PARTRAIN_CHECK(layout.identities[static_cast<std::size_t>(layout.host_of(rank))] == mine.host,
                  CommError, "host layout: rank 0 placed rank ", rank,
                  " on another host than its own");
   return layout;
@@ -291,7 +365,8 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
 
 HostLayout layout_on_this_host(int ranks) {
   PARTRAIN_CHECK(ranks >= 1, UsageError, "a layout of ", ranks, " ranks");
-  return group_by_host(std::vector<std::string>(ranks, host_identity()));
+  return group_by_host(std::vector<RankSite>(static_cast<std::size_t>(ranks),
+                                             RankSite{host_identity(), cpu_affinity()}));
 }
 
 RankHosts::RankHosts(HostLayout layout) : ranks_(layout.ranks()), layout_(std::move(layout)) {}

@@ -32,6 +32,9 @@ struct HostLayout {
   std::vector<Run> runs;
   std::vector<std::string> identities;  // host -> its host_identity() (shm/host_identity.h)
   std::vector<int> host_sizes;          // host -> the number of its ranks
+  // host -> how many distinct CPUs its ranks may run on, all together (the union of their
+  // cpu_affinity()); 0 where not known.
+  std::vector<int> host_cpus;
 
   int ranks() const { return runs.empty() ? 0 : runs.back().first + runs.back().count; }
   std::size_t host_count() const { return identities.size(); }
@@ -39,23 +42,37 @@ struct HostLayout {
   std::vector<int> members(int host) const;  // its ranks, ascending
   std::vector<int> host_of_each() const;     // rank -> host, for all ranks
   std::size_t largest_host() const;          // the number of ranks on the fullest host
+  // Whether some host runs more ranks than the CPUs they may run on, so that its ranks take
+  // turns on a core (what algorithm_choice.h's choice asks).
+  bool shares_cores() const;
   // Adds `count` ranks after the last, on host `host` (an existing index, or the next one
   // with `identity`).
   void append(int host, int count, const std::string& identity);
   bool operator==(const HostLayout&) const = default;
 };
 
-// Ranks grouped by host, from each rank's host_identity() in rank order.
-HostLayout group_by_host(const std::vector<std::string>& identities);
+// Where one rank runs: its host_identity() and the CPUs it may run on (cpu_affinity(); empty:
+// not known).
+struct RankSite {
+  std::string host;
+  std::string cpus;
+};
 
-// Publishes this rank's host_identity() under prefix + rank and learns every rank's host
-// from one value, prefix + "layout", that rank 0 publishes. The hosts are gathered in two
-// levels: every `fan_in`-th rank collects its group's hosts into one value and rank 0
-// collects those, each with one Store::get_many, so the longest chain is rank 0's four
-// requests on the tcp store (its own key, its group, the groups, the layout; a store without
-// a get many of its own asks key by key: about 2*fan_in + 2*W/fan_in). About 2W + 2W/fan_in
-// store requests for a world of W, where each rank reading every other's would be W*W. Waits
-// up to the store's timeout
+// Ranks grouped by host, from each rank's host_identity() in rank order (host_cpus not known),
+// or from each rank's site.
+HostLayout group_by_host(const std::vector<std::string>& identities);
+HostLayout group_by_host(const std::vector<RankSite>& sites);
+// The number of distinct CPUs in lists such as cpu_affinity() writes ("0-3,8"), together; 0 if
+// any list is empty or not such a list.
+int distinct_cpus(const std::vector<std::string>& lists);
+
+// Publishes this rank's site (host_identity() and cpu_affinity()) under prefix + rank and
+// learns every rank's host from one value, prefix + "layout", that rank 0 publishes. The hosts are
+// gathered in two levels: every `fan_in`-th rank collects its group's hosts into one value and rank
+// 0 collects those, each with one Store::get_many, so the longest chain is rank 0's four requests
+// on the tcp store (its own key, its group, the groups, the layout; a store without a get many of
+// its own asks key by key: about 2*fan_in + 2*W/fan_in). About 2W + 2W/fan_in store requests for a
+// world of W, where each rank reading every other's would be W*W. Waits up to the store's timeout
 // (a CommError names the ranks that never published their host). A rank's answer never changes, so
 // repeating the exchange under one prefix is harmless. One rank alone asks nothing of the store.
 // `fan_in` 0 picks the default (kLayoutFanInMin, or sqrt(W) where that is larger); every rank must
@@ -69,7 +86,8 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout);
 HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks);
 inline constexpr const char* kHostLayoutPrefix = "comm/hosts/";  // the prefix partrain uses
 
-// `ranks` ranks all on this host, known without asking anyone (a probe of this machine).
+// `ranks` ranks all on this host, as this process's CPUs, known without asking anyone (a probe
+// of this machine).
 HostLayout layout_on_this_host(int ranks);
 
 // The hosts of a group's ranks: given, or learned through the store the first time they are

@@ -33,6 +33,19 @@
 // PeerCollectives learns the layout once, at its first allreduce (choice_depends_on_hosts()):
 // even a small one can depend on it, since at two hosts of 512 ranks recursive doubling's step
 // between the hosts sends 512 whole buffers across each link.
+//
+// Where a host runs more ranks than the CPUs they may run on (HostLayout::shares_cores(): the
+// ranks' affinities, exchanged with the layout), an automatic allreduce chooses between
+// recursive doubling and Rabenseifner only. Each of the ring's 2(W-1) steps waits for the left
+// neighbour's, and a rank that shares a core is not running when its neighbour's data arrives:
+// measured with four and eight ranks on two cores, Rabenseifner forced was 1.2-2.1x faster
+// than the ring forced at 1 and 4 MiB and level with it (within the spread between rounds) at
+// 16 and 64 MiB, and the ring was never ahead by more than that spread (BENCHMARKS.md,
+// "Collectives for many ranks"). No alpha or beta expresses this: the fitted per-message cost
+// of a rank that shares a core (model.sh's kappa, 5-10 us) explains a tenth of the gap, which
+// grows with the message up to 4 MiB and is gone at 16. So it is a rule, taken from those
+// runs, rather than a term of the model. Every rank applies it alike, since every rank holds
+// the same layout.
 
 #include <algorithm>
 #include <cmath>
@@ -240,7 +253,9 @@ Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
   Algorithm best = Algorithm::ring;
   double best_seconds = 0;
   bool first = true;
+  const bool no_ring = reduces && traffic != nullptr && traffic->shared_cores;
   for (Algorithm a : algorithms_for(kind)) {
+    if (no_ring && a == Algorithm::ring) continue;
     const double s = predicted_seconds(kind, a, bytes, world, model, chunk_bytes, traffic);
     if (first || s < best_seconds) {
       best = a;

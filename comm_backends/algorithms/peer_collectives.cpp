@@ -14,7 +14,9 @@ PeerCollectives::PeerCollectives(PeerTransport& transport, const PeerCollectives
 
 Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) {
   if (!traffic_ && options_.hosts && choice_depends_on_hosts(kind, size(), options_.algorithm)) {
-    traffic_ = host_traffic(options_.hosts->layout().host_of_each());
+    const HostLayout& layout = options_.hosts->layout();
+    traffic_ = host_traffic(layout.host_of_each());
+    traffic_->shared_cores = layout.shares_cores();
   }
   return choose_algorithm(kind, bytes, size(), options_.algorithm, options_.model,
                           options_.chunk_bytes, traffic_ ? &*traffic_ : nullptr);

@@ -1,11 +1,19 @@
 #include "comm_backends/shm/host_identity.h"
 
 #include <boost/asio/ip/host_name.hpp>
+#include <cerrno>
 #include <fstream>
 #include <initializer_list>
 #include <system_error>
+#include <vector>
 
-#if !defined(_WIN32)
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+#else
+#include <sched.h>
 #include <sys/stat.h>
 #endif
 
@@ -34,7 +42,55 @@ std::string namespace_of(const char* name, std::initializer_list<const char*> pa
 }
 #endif
 
+// "0-3,8" for the CPUs whose entries in `allowed` are set.
+std::string as_ranges(const std::vector<bool>& allowed) {
+  std::string out;
+  const std::size_t n = allowed.size();
+  for (std::size_t cpu = 0; cpu < n; ++cpu) {
+    if (!allowed[cpu]) continue;
+    std::size_t last = cpu;
+    while (last + 1 < n && allowed[last + 1]) ++last;
+    if (!out.empty()) out += ',';
+    out += std::to_string(cpu);
+    if (last > cpu) out += '-' + std::to_string(last);
+    cpu = last;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string cpu_affinity() {
+#if defined(_WIN32)
+  // The process's processor group only: a process runs in one group unless it asks for more.
+  DWORD_PTR process = 0, system = 0;
+  if (GetProcessAffinityMask(GetCurrentProcess(), &process, &system) == 0) return {};
+  std::vector<bool> allowed(sizeof(DWORD_PTR) * 8);
+  for (std::size_t cpu = 0; cpu < allowed.size(); ++cpu) {
+    allowed[cpu] = ((process >> cpu) & 1) != 0;
+  }
+  return as_ranges(allowed);
+#else
+  // The kernel refuses (EINVAL) a set smaller than its own CPU count: try larger ones, up to
+  // 65536 CPUs (seven tries).
+  for (int cpus = 1024; cpus <= 65536; cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) return {};
+    const std::size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    const int rc = ::sched_getaffinity(0, size, set);
+    std::vector<bool> allowed;
+    if (rc == 0) {
+      allowed.resize(static_cast<std::size_t>(cpus));
+      for (int cpu = 0; cpu < cpus; ++cpu) allowed[cpu] = CPU_ISSET_S(cpu, size, set) != 0;
+    }
+    CPU_FREE(set);
+    if (rc == 0) return as_ranges(allowed);
+    if (errno != EINVAL) return {};
+  }
+  return {};
+#endif
+}
 
 std::string host_identity() {
   boost::system::error_code ec;

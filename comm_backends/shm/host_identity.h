@@ -1,6 +1,6 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
-// host and may map the same shared memory — and steady_clock_identity(). Ranks compare it through
-// the store (exchange_host_layout(), placement.h).
+// host and may map the same shared memory — cpu_affinity() and steady_clock_identity(). Ranks
+// compare it through the store (exchange_host_layout(), placement.h).
 #pragma once
 
 #include <string>
@@ -12,6 +12,11 @@ namespace partrain::comm {
 // even though they could share memory. The namespace is the calling thread's, the one its
 // sockets use (a thread may have entered another one than its process started in).
 std::string host_identity();
+
+// The CPUs the calling thread may run on, as ranges in ascending order ("0-3,8"): what ranks of
+// one host compare to tell whether they share cores (HostLayout::host_cpus, placement.h). Empty
+// where the system does not say.
+std::string cpu_affinity();
 
 // A text that two processes share when their steady clocks read the same: on Linux the
 // kernel's boot id and the time namespace (CLOCK_MONOTONIC is one clock for a whole boot,

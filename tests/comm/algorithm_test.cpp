@@ -256,21 +256,42 @@ TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
   EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 4 << 10, 1024, AlgorithmRequest::automatic,
                              model, 256 << 10, &big_hosts),
             Algorithm::rabenseifner);
+  // Ranks that take turns on a core: the ring is left out of an automatic allreduce, at any
+  // size, and nothing else changes.
+  HostTraffic crowded;
+  crowded.shared_cores = true;
+  EXPECT_EQ(pick(64 << 20, &crowded), Algorithm::rabenseifner);
+  EXPECT_EQ(pick(1 << 20, &crowded), Algorithm::rabenseifner);
+  EXPECT_EQ(pick(4 << 10, &crowded), Algorithm::recursive_doubling);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::reduce_scatter, 64 << 20, 4,
+                             AlgorithmRequest::automatic, model, 256 << 10, &crowded),
+            Algorithm::ring);
+  EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 64 << 20, 4, AlgorithmRequest::ring, model,
+                             256 << 10, &crowded),
+            Algorithm::ring);
   EXPECT_TRUE(choice_depends_on_hosts(CollectiveKind::allreduce, 4, AlgorithmRequest::automatic));
   EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::barrier, 4, AlgorithmRequest::automatic));
   EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::allreduce, 4, AlgorithmRequest::ring));
   EXPECT_FALSE(choice_depends_on_hosts(CollectiveKind::allreduce, 2, AlgorithmRequest::automatic));
 }
 
-// asio-ring learns where its ranks run at its first allreduce: over
-// two hosts of two ranks a 1 MiB allreduce takes Rabenseifner (on one host, the ring), with the
-// exact sum and the same bits on every rank.
+// asio-ring learns where its ranks run at its first allreduce: over two hosts of two ranks a
+// 1 MiB allreduce takes Rabenseifner, on one host the ring, and on one host whose four ranks
+// share two CPUs Rabenseifner again; with the exact sum and the same bits on every rank.
 TEST(AlgorithmChoice, AsioRingChoosesByWhereItsRanksRun) {
   constexpr int kWorld = 4;
   constexpr std::size_t kCount = (1 << 20) / sizeof(float);
-  for (const bool two_hosts : {true, false}) {
-    const HostLayout layout = group_by_host(two_hosts ? std::vector<std::string>{"a", "a", "b", "b"}
-                                                      : std::vector<std::string>(kWorld, "a"));
+  struct Case {
+    HostLayout layout;
+    const char* algorithm;
+  };
+  const Case cases[] = {
+      {group_by_host({"a", "a", "b", "b"}), "rabenseifner"},
+      {group_by_host(std::vector<std::string>(kWorld, "a")), "ring"},
+      {group_by_host(std::vector<RankSite>(kWorld, RankSite{"a", "0-1"})), "rabenseifner"},
+  };
+  for (const Case& c : cases) {
+    const HostLayout& layout = c.layout;
     testing::ScratchDir dir;
     std::vector<std::vector<float>> results(kWorld);
     std::vector<std::string> algorithms(kWorld);
@@ -289,7 +310,7 @@ TEST(AlgorithmChoice, AsioRingChoosesByWhereItsRanksRun) {
       results[rank] = std::move(data);
     });
     for (int rank = 0; rank < kWorld; ++rank) {
-      EXPECT_EQ(algorithms[rank], two_hosts ? "rabenseifner" : "ring") << rank;
+      EXPECT_EQ(algorithms[rank], c.algorithm) << rank;
       EXPECT_EQ(results[rank], results[0]) << "ranks 0 and " << rank << " differ";
     }
     for (std::size_t i = 0; i < kCount; ++i) {

@@ -74,6 +74,8 @@ TEST(Rendezvous, TheLayoutGatheredInGroupsIsTheSame) {
     ASSERT_EQ(layout.host_count(), 1u);
     EXPECT_EQ(layout.host_sizes[0], kWorld);
     EXPECT_EQ(layout.identities[0], host_identity());
+    // Every rank's CPUs came through the groups' values: the union of the same set.
+    EXPECT_EQ(layout.host_cpus[0], distinct_cpus({cpu_affinity()}));
   });
   // W sets and W-1 reads of the layout; a get many by each of the three leaders, two group
   // sets, rank 0's get many of the two groups; the layout's set: 2W + 7.
@@ -146,6 +148,32 @@ TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
   const HostLayout decoded = decode_host_layout(encode_host_layout(large), 10000);
   EXPECT_EQ(decoded.runs.size(), 1u);
   EXPECT_EQ(decoded.host_of(9999), 0);
+}
+
+// A host's CPUs are the union of its ranks' affinities: four ranks bound one core each do not
+// share, four that may each run on both of two cores do; the count travels in the value.
+TEST(Rendezvous, AHostsCpusAreTheUnionOfItsRanksAffinities) {
+  EXPECT_EQ(distinct_cpus({"0-3,8"}), 5);
+  EXPECT_EQ(distinct_cpus({"0-1", "1-2", "7"}), 4);
+  EXPECT_EQ(distinct_cpus({"0"}), 1);
+  for (const char* bad : {"", "x", "3-1", "1-", "-1", "0,,1", "0;1", "70000", "1234567"}) {
+    EXPECT_EQ(distinct_cpus({"0-1", bad}), 0) << bad;  // not known
+  }
+  const std::vector<RankSite> bound = {{"a", "0"}, {"a", "1"}, {"a", "2"}, {"a", "3"}};
+  const HostLayout apart = group_by_host(bound);
+  EXPECT_EQ(apart.host_cpus, (std::vector<int>{4}));
+  EXPECT_FALSE(apart.shares_cores());
+  const std::vector<RankSite> crowded = {{"a", "0-1"}, {"b", "0-7"}, {"a", "0-1"}, {"a", "0,1"}};
+  const HostLayout turns = group_by_host(crowded);
+  EXPECT_EQ(turns.host_cpus, (std::vector<int>{2, 8}));
+  EXPECT_TRUE(turns.shares_cores());  // three ranks on a's two CPUs
+  EXPECT_EQ(decode_host_layout(encode_host_layout(turns), 4), turns);
+  // Not known (identities alone, or a rank that could not say): never taken for sharing.
+  EXPECT_FALSE(group_by_host({"a", "a", "a"}).shares_cores());
+  EXPECT_FALSE(group_by_host(std::vector<RankSite>{{"a", "0"}, {"a", ""}}).shares_cores());
+#if defined(__linux__)
+  EXPECT_GT(distinct_cpus({cpu_affinity()}), 0) << cpu_affinity();
+#endif
 }
 
 }  // namespace
