@@ -35,17 +35,19 @@
 // between the hosts sends 512 whole buffers across each link.
 //
 // Where a host runs more ranks than the CPUs they may run on (HostLayout::shares_cores(): the
-// ranks' affinities, exchanged with the layout), an automatic allreduce chooses between
-// recursive doubling and Rabenseifner only. Each of the ring's 2(W-1) steps waits for the left
-// neighbour's, and a rank that shares a core is not running when its neighbour's data arrives:
-// measured with four and eight ranks on two cores, Rabenseifner forced was 1.2-2.1x faster
-// than the ring forced at 1 and 4 MiB and level with it (within the spread between rounds) at
-// 16 and 64 MiB, and the ring was never ahead by more than that spread (BENCHMARKS.md,
-// "Collectives for many ranks"). No alpha or beta expresses this: the fitted per-message cost
-// of a rank that shares a core (model.sh's kappa, 5-10 us) explains a tenth of the gap, which
-// grows with the message up to 4 MiB and is gone at 16. So it is a rule, taken from those
-// runs, rather than a term of the model. Every rank applies it alike, since every rank holds
-// the same layout.
+// ranks' affinities, exchanged with the layout), an automatic allreduce below
+// kSharedCoresRingFrom chooses between recursive doubling and Rabenseifner only. Each of the
+// ring's 2(W-1) steps waits for the left neighbour's, and a rank that shares a core is often
+// not running when its neighbour's data arrives. Measured with 4, 6 and 8 ranks on two cores,
+// five rounds interleaved (BENCHMARKS.md, "Collectives for many ranks"): Rabenseifner forced
+// took 1.03-2.5x less time than the ring forced from 64 KiB to 4 MiB; at 16 and 64 MiB the
+// two were within 0.86-1.11x of each other, the ring ahead at 4 and 6 ranks (Rabenseifner
+// reduces each block after it arrived, and at 6 ranks folds the whole buffer first). No alpha
+// or beta expresses the gap: the fitted per-message cost of a rank that shares a core
+// (model.sh's kappa, 7-8 us) explains a tenth of it, and it grows with the message up to a
+// few MiB and then fades. So it is a rule with a size taken from those runs (between the 4 and
+// 16 MiB measured), not a term of the model; from that size the model chooses as on any host.
+// Every rank applies it alike, since every rank holds the same layout.
 
 #include <algorithm>
 #include <cmath>
@@ -56,6 +58,10 @@
 namespace partrain::comm {
 
 namespace {
+
+// Note [Choosing an algorithm]: from this size an allreduce may take the ring where ranks
+// share cores.
+constexpr std::size_t kSharedCoresRingFrom = 8 << 20;
 
 struct RequestName {
   AlgorithmRequest request;
@@ -253,7 +259,8 @@ Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
   Algorithm best = Algorithm::ring;
   double best_seconds = 0;
   bool first = true;
-  const bool no_ring = reduces && traffic != nullptr && traffic->shared_cores;
+  const bool no_ring =
+      reduces && traffic != nullptr && traffic->shared_cores && bytes < kSharedCoresRingFrom;
   for (Algorithm a : algorithms_for(kind)) {
     if (no_ring && a == Algorithm::ring) continue;
     const double s = predicted_seconds(kind, a, bytes, world, model, chunk_bytes, traffic);

@@ -38,8 +38,8 @@ CostModel loopback_model();
 // How much of an allreduce's buffer each algorithm sends out of the busiest host, in buffers,
 // for ranks on hosts as `host_of` (rank -> host) places them: what the link between hosts
 // carries. Nothing on one host. And whether ranks take turns on a core somewhere
-// (HostLayout::shares_cores(), which the caller fills in): then an automatic allreduce leaves
-// the ring out (Note [Choosing an algorithm]).
+// (HostLayout::shares_cores(), which the caller fills in): then an automatic allreduce below
+// 8 MiB leaves the ring out (Note [Choosing an algorithm]).
 struct HostTraffic {
   bool between_hosts = false;  // two hosts or more
   bool shared_cores = false;
@@ -70,14 +70,14 @@ CostTerms cost_terms(CollectiveKind kind, Algorithm algorithm, std::size_t bytes
                      std::size_t chunk_bytes, const HostTraffic* traffic = nullptr);
 
 // The forced family's algorithm for this collective, else the model's fastest (for an
-// allreduce where traffic says ranks share cores, the fastest but the ring).
+// allreduce below 8 MiB where traffic says ranks share cores, the fastest but the ring).
 Algorithm choose_algorithm(CollectiveKind kind, std::size_t bytes, int world,
                            AlgorithmRequest request, const CostModel& model,
                            std::size_t chunk_bytes, const HostTraffic* traffic = nullptr);
 // Whether choose_algorithm()'s answer for this call may depend on where the ranks run: an
 // automatic allreduce at three ranks or more, of any size (over two hosts of many ranks each,
 // recursive doubling sends every rank's whole buffer across at its step between the hosts; on a
-// host whose ranks share cores, the ring is left out).
+// host whose ranks share cores, the ring is left out below 8 MiB).
 // The same on every rank for the same call.
 bool choice_depends_on_hosts(CollectiveKind kind, int world, AlgorithmRequest request);
 

@@ -256,12 +256,14 @@ TEST(AlgorithmChoice, HostTrafficCountsWhatLeavesTheBusiestHost) {
   EXPECT_EQ(choose_algorithm(CollectiveKind::allreduce, 4 << 10, 1024, AlgorithmRequest::automatic,
                              model, 256 << 10, &big_hosts),
             Algorithm::rabenseifner);
-  // Ranks that take turns on a core: the ring is left out of an automatic allreduce, at any
-  // size, and nothing else changes.
+  // Ranks that take turns on a core: the ring is left out of an automatic allreduce below
+  // 8 MiB, and nothing else changes.
   HostTraffic crowded;
   crowded.shared_cores = true;
-  EXPECT_EQ(pick(64 << 20, &crowded), Algorithm::rabenseifner);
   EXPECT_EQ(pick(1 << 20, &crowded), Algorithm::rabenseifner);
+  EXPECT_EQ(pick((8 << 20) - 4, &crowded), Algorithm::rabenseifner);
+  EXPECT_EQ(pick(8 << 20, &crowded), Algorithm::ring);
+  EXPECT_EQ(pick(64 << 20, &crowded), Algorithm::ring);
   EXPECT_EQ(pick(4 << 10, &crowded), Algorithm::recursive_doubling);
   EXPECT_EQ(choose_algorithm(CollectiveKind::reduce_scatter, 64 << 20, 4,
                              AlgorithmRequest::automatic, model, 256 << 10, &crowded),

@@ -127,9 +127,9 @@ TEST(Shm, AllreduceHasTheRingsBitsForEveryDtypeOpAndWire) {
 
 TEST(Shm, LargeAllreduceRunsInPiecesWithTheSameBits) {
   // 3 slots' worth of f32 and a ragged end: pieces cut across the ring's segments. That large,
-  // asio-ring's auto takes the ring where each rank has a core of its own, and Rabenseifner
-  // where three ranks share fewer cores (Note [Choosing an algorithm]): the ring is forced, so
-  // that the test asks the same of every machine.
+  // asio-ring's auto takes the ring where each rank has a core of its own, and (below 8 MiB)
+  // Rabenseifner where three ranks share fewer cores (Note [Choosing an algorithm]): the ring
+  // is forced, so that the test asks the same of every machine.
   const std::size_t count = 3 * kShmSlotBytes / 4 + 12345;
   for (DType wire : {DType::f32, DType::bf16}) {
     const auto ring =
