@@ -197,8 +197,18 @@ std::int64_t count_wrong(const void* data, std::size_t bytes, std::size_t elemen
 
 struct RankResults {
   json results = json::array();
+  json placement;  // placement_json()
   bool all_right = true;
 };
+
+// Where the ranks ran, as the layout exchange saw it: what an automatic choice went by (a host
+// whose ranks share cores keeps small and medium allreduces off the ring, algorithm_choice.h).
+json placement_json(const comm::HostLayout& layout) {
+  return {{"hosts", layout.host_count()},
+          {"host_ranks", layout.host_sizes},
+          {"host_cpus", layout.host_cpus},
+          {"shares_cores", layout.shares_cores()}};
+}
 
 // Reduces a few host values over `comm`, through device memory where the backend needs it.
 void reduce_host_values(comm::Communicator& comm, comm::DeviceKind kind, int device, void* values,
@@ -344,12 +354,16 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
   group_options.timeout = timeout;
   group_options.host = args.host;
   const auto group = comm::open_rank_group(group_options);
+  RankResults out;
+  // Learned first, by every rank: the communicators below copy what the group knows instead of
+  // asking again, and the collectives after it keep rank 0 (and its store) up until every rank
+  // has it.
+  out.placement = placement_json(group->layout());
 
   std::vector<std::size_t> sizes;
   for (const auto& s : split(args.sizes)) sizes.push_back(parse_size(s));
   const std::size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   const int devices = cuda_devices();
-  RankResults out;
 
   for (const auto& backend : split(args.backends)) {
     // NCCL reduces device memory only: its ranks get a device each, the others host memory.
@@ -421,12 +435,29 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
 
 // ---- reporting ------------------------------------------------------------------------------
 
-void print_table(const json& results, const BenchArgs& args, int world, const std::string& where) {
+void print_table(const json& results, const BenchArgs& args, int world, const std::string& where,
+                 const json& placement) {
   std::printf(
       "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, "
       "algorithm=%s, %d processes, %s\n",
       args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
       args.algorithm.c_str(), world, where.c_str());
+  if (placement.is_object()) {
+    // "# hosts: 1, ranks 4 on 2 CPUs (ranks share cores: ...)"
+    std::string hosts;
+    const auto& ranks = placement["host_ranks"];
+    const auto& cpus = placement["host_cpus"];
+    for (std::size_t h = 0; h < ranks.size() && h < 8; ++h) {
+      const int n = cpus[h].get<int>();
+      hosts += (h == 0 ? "" : "; ") + std::to_string(ranks[h].get<int>()) + " ranks on " +
+               (n > 0 ? std::to_string(n) : std::string("?")) + " CPUs";
+    }
+    if (ranks.size() > 8) hosts += "; ...";
+    std::printf("# hosts: %zu (%s)%s\n", placement["hosts"].get<std::size_t>(), hosts.c_str(),
+                placement["shares_cores"].get<bool>()
+                    ? ": ranks share cores, so an automatic allreduce below 8 MiB skips the ring"
+                    : "");
+  }
   std::printf("%-12s %-18s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "algorithm", "bytes",
               "size", "iters", "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {
@@ -503,8 +534,9 @@ void print_fits(const json& fits) {
 }
 
 // The table, the fits, the --json report, and exit code 1 when any element was wrong.
-int report(const json& results, const BenchArgs& args, int world, const std::string& where) {
-  print_table(results, args, world, where);
+int report(const json& results, const json& placement, const BenchArgs& args, int world,
+           const std::string& where) {
+  print_table(results, args, world, where, placement);
   const json fits = fit_models(results);
   print_fits(fits);
   bool all_right = true;
@@ -513,7 +545,8 @@ int report(const json& results, const BenchArgs& args, int world, const std::str
     const json report = {{"schema", "partrain.bench/1"}, {"collective", args.collective},
                          {"algorithm", args.algorithm},  {"world", world},
                          {"dtype", args.dtype},          {"wire_dtype", args.wire_dtype},
-                         {"results", results},           {"fits", fits}};
+                         {"results", results},           {"fits", fits},
+                         {"placement", placement}};
     write_file_atomically(args.json_path, report.dump(2) + "\n");
   }
   PARTRAIN_CHECK(all_right, Error, "bench: some results were wrong (see the wrong column)");
@@ -574,10 +607,12 @@ int run_as_rank(const BenchArgs& args, const EngineRank& me) {
   if (me.rank != 0) return mine.all_right ? 0 : 1;  // rank 0 says why
   const char* results_file = std::getenv(kResultsVariable);
   if (me.engine == Engine::partrain && results_file != nullptr && *results_file != '\0') {
-    write_file_atomically(results_file, mine.results.dump());
+    write_file_atomically(results_file,
+                          json{{"results", mine.results}, {"placement", mine.placement}}.dump());
     return 0;  // the process that started us checks and reports
   }
-  return report(mine.results, args, me.world_size, "started by " + engine_name(me.engine));
+  return report(mine.results, mine.placement, args, me.world_size,
+                "started by " + engine_name(me.engine));
 }
 
 int start_ranks(const BenchArgs& args) {
@@ -623,9 +658,9 @@ int start_ranks(const BenchArgs& args) {
   }
   std::ifstream in(results_path);
   PARTRAIN_CHECK(in.good(), Error, "bench: rank 0 wrote no results");
-  const json results = json::parse(in);
+  const json written = json::parse(in);
   const std::string where = args.nnodes == 1 ? "one host" : std::to_string(args.nnodes) + " hosts";
-  return report(results, args, args.world, where);
+  return report(written.at("results"), written.at("placement"), args, args.world, where);
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ std::string cpu_affinity() {
     const std::size_t size = CPU_ALLOC_SIZE(cpus);
     CPU_ZERO_S(size, set);
     const int rc = ::sched_getaffinity(0, size, set);
+    const int error = errno;
     std::vector<bool> allowed;
     if (rc == 0) {
       allowed.resize(static_cast<std::size_t>(cpus));
@@ -86,7 +87,7 @@ std::string cpu_affinity() {
     }
     CPU_FREE(set);
     if (rc == 0) return as_ranges(allowed);
-    if (errno != EINVAL) return {};
+    if (error != EINVAL) return {};
   }
   return {};
 #endif

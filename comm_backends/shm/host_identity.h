@@ -15,7 +15,8 @@ std::string host_identity();
 
 // The CPUs the calling thread may run on, as ranges in ascending order ("0-3,8"): what ranks of
 // one host compare to tell whether they share cores (HostLayout::host_cpus, placement.h). Empty
-// where the system does not say.
+// where the system does not say. A CPU quota (a cgroup's cpu.max, `docker run --cpus`) limits
+// time, not CPUs, and does not show here.
 std::string cpu_affinity();
 
 // A text that two processes share when their steady clocks read the same: on Linux the

@@ -65,6 +65,13 @@ TEST(BenchCommand, WritesACheckedReport) {
     EXPECT_NEAR(r["busbw_gbps"].get<double>(), r["algbw_gbps"].get<double>() * 4.0 / 3.0, 1e-9);
   }
   EXPECT_EQ(report["results"][1]["bytes"], 100 * 1024);
+  // Where the ranks ran, as the choice saw it: one host, its three ranks and its CPUs.
+  const auto& placement = report["placement"];
+  EXPECT_EQ(placement["hosts"], 1);
+  EXPECT_EQ(placement["host_ranks"], nlohmann::json::array({3}));
+  const int cpus = placement["host_cpus"][0].get<int>();
+  EXPECT_EQ(placement["shares_cores"].get<bool>(), cpus > 0 && cpus < 3) << placement.dump();
+  EXPECT_NE(output.find("# hosts: 1 (3 ranks on "), std::string::npos) << output;
 }
 
 // Each collective is timed and checked; the rows name the algorithm that carried it (forced
