@@ -44,8 +44,8 @@
 // two were within 0.86-1.11x of each other, the ring ahead at 4 and 6 ranks (Rabenseifner
 // reduces each block after it arrived, and at 6 ranks folds the whole buffer first). No alpha
 // or beta expresses the gap: the fitted per-message cost of a rank that shares a core
-// (model.sh's kappa, 7-8 us) explains a tenth of it, and it grows with the message up to a
-// few MiB and then fades. So it is a rule with a size taken from those runs (between the 4 and
+// (model.sh's kappa, 3-18 us per algorithm) explains about a tenth of it at 1 and 4 MiB, and
+// it grows with the message up to a few MiB and then fades. So it is a rule with a size taken from those runs (between the 4 and
 // 16 MiB measured), not a term of the model; from that size the model chooses as on any host.
 // Every rank applies it alike, since every rank holds the same layout.
 
