@@ -442,22 +442,20 @@ void print_table(const json& results, const BenchArgs& args, int world, const st
       "algorithm=%s, %d processes, %s\n",
       args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
       args.algorithm.c_str(), world, where.c_str());
-  if (placement.is_object()) {
-    // "# hosts: 1, ranks 4 on 2 CPUs (ranks share cores: ...)"
-    std::string hosts;
-    const auto& ranks = placement["host_ranks"];
-    const auto& cpus = placement["host_cpus"];
-    for (std::size_t h = 0; h < ranks.size() && h < 8; ++h) {
-      const int n = cpus[h].get<int>();
-      hosts += (h == 0 ? "" : "; ") + std::to_string(ranks[h].get<int>()) + " ranks on " +
-               (n > 0 ? std::to_string(n) : std::string("?")) + " CPUs";
-    }
-    if (ranks.size() > 8) hosts += "; ...";
-    std::printf("# hosts: %zu (%s)%s\n", placement["hosts"].get<std::size_t>(), hosts.c_str(),
-                placement["shares_cores"].get<bool>()
-                    ? ": ranks share cores, so an automatic allreduce below 8 MiB skips the ring"
-                    : "");
+  // "# hosts: 1 (4 ranks on 2 CPUs): ranks share cores, so ...", the first eight hosts.
+  std::string hosts;
+  const auto& ranks = placement["host_ranks"];
+  const auto& cpus = placement["host_cpus"];
+  for (std::size_t h = 0; h < ranks.size() && h < 8; ++h) {
+    const int n = cpus[h].get<int>();
+    hosts += (h == 0 ? "" : "; ") + std::to_string(ranks[h].get<int>()) + " ranks on " +
+             (n > 0 ? std::to_string(n) : std::string("?")) + " CPUs";
   }
+  if (ranks.size() > 8) hosts += "; ...";
+  const std::string shared = ": ranks share cores, so an automatic allreduce below " +
+                             human_size(comm::kSharedCoresRingFrom) + " skips the ring";
+  std::printf("# hosts: %zu (%s)%s\n", placement["hosts"].get<std::size_t>(), hosts.c_str(),
+              placement["shares_cores"].get<bool>() ? shared.c_str() : "");
   std::printf("%-12s %-18s %12s %9s %6s %12s %12s %12s %7s\n", "backend", "algorithm", "bytes",
               "size", "iters", "median_us", "algbw_GB/s", "busbw_GB/s", "wrong");
   for (const auto& r : results) {

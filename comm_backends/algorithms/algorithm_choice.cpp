@@ -45,9 +45,9 @@
 // reduces each block after it arrived, and at 6 ranks folds the whole buffer first). No alpha
 // or beta expresses the gap: the fitted per-message cost of a rank that shares a core
 // (model.sh's kappa, 3-18 us per algorithm) explains about a tenth of it at 1 and 4 MiB, and
-// it grows with the message up to a few MiB and then fades. So it is a rule with a size taken from those runs (between the 4 and
-// 16 MiB measured), not a term of the model; from that size the model chooses as on any host.
-// Every rank applies it alike, since every rank holds the same layout.
+// it grows with the message up to a few MiB and then fades. So it is a rule with a size taken from
+// those runs (between the 4 and 16 MiB measured), not a term of the model; from that size the model
+// chooses as on any host. Every rank applies it alike, since every rank holds the same layout.
 
 #include <algorithm>
 #include <cmath>
@@ -58,10 +58,6 @@
 namespace partrain::comm {
 
 namespace {
-
-// Note [Choosing an algorithm]: from this size an allreduce may take the ring where ranks
-// share cores.
-constexpr std::size_t kSharedCoresRingFrom = 8 << 20;
 
 struct RequestName {
   AlgorithmRequest request;

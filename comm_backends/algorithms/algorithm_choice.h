@@ -48,6 +48,9 @@ struct HostTraffic {
   double rabenseifner = 0;
 };
 HostTraffic host_traffic(const std::vector<int>& host_of);
+// Where ranks share cores, an automatic allreduce may take the ring from this size on (Note
+// [Choosing an algorithm]).
+inline constexpr std::size_t kSharedCoresRingFrom = 8 << 20;
 
 // The algorithms that can carry a collective, in the order the model breaks ties.
 std::vector<Algorithm> algorithms_for(CollectiveKind kind);
