@@ -96,6 +96,19 @@ if want base; then
 fi
 
 # --- the image -------------------------------------------------------------------------
+# Free space on the file system holding a folder, as "12.3 GB".
+free_space() { df --output=avail -B1 "$1" | awk 'NR == 2 {printf "%.1f GB", $1 / 1e9}'; }
+
+# What earlier runs of this check leave behind: untagged images (the image a rebuild replaced,
+# build stages) and the working containers of a build that was killed before it could remove
+# them (podman lists those with --external). The base image and the tagged image stay.
+drop_leftovers() {
+  local ids=()
+  podman image prune -f > /dev/null 2>&1 || true
+  mapfile -t ids < <(podman ps --all --external --filter status=unknown --format '{{.ID}}' 2>/dev/null || true)
+  [ "${#ids[@]}" = 0 ] || podman rm -f "${ids[@]}" > /dev/null 2>&1 || true
+}
+
 if want build; then
   # The image runs scripts/setup.sh on the same Debian compiler as this host, so the objects
   # setup.sh compiled here serve it: the host's ccache folder is mounted into the build's RUN
@@ -109,19 +122,30 @@ if want build; then
   fi
   tests=${PARTRAIN_DOCKER_TESTS:-'-L ^(common|config)$'}
   [ "$tests" = all ] && tests=
-  log "build: podman build -f docker/Dockerfile.cpu -t $image, ccache: $ccache_dir, tests: ${tests:-all} (log: $state/build.log)"
-  if ! podman build --network host --shm-size 1g --build-arg JOBS="${JOBS:-2}" "${ccache_args[@]}" \
-         --build-arg TEST_ARGS="$tests" \
+  # The build stage holds every package of scripts/setup.sh, a few GB. Each step of it kept as a
+  # layer of its own (podman's default, --layers) costs that again while it is committed and
+  # stays on the disk as an untagged image afterwards, for a cache that no later check can use:
+  # the source is copied in before the compile step, so a new commit misses it anyway. So the
+  # steps run in one container, committed once per stage (--layers=false), and a build that
+  # fails takes its container with it (--force-rm). What an earlier check left goes first.
+  drop_leftovers
+  graph_root=$(podman info --format '{{.Store.GraphRoot}}')
+  log "build: podman build -f docker/Dockerfile.cpu -t $image, ccache: $ccache_dir, tests: ${tests:-all}, $(free_space "$graph_root") free in $graph_root (log: $state/build.log)"
+  if ! podman build --layers=false --force-rm --network host --shm-size 1g \
+         --build-arg JOBS="${JOBS:-2}" "${ccache_args[@]}" --build-arg TEST_ARGS="$tests" \
          -f docker/Dockerfile.cpu -t "$image" . > "$state/build.log" 2>&1; then
     tail -40 "$state/build.log" >&2
+    drop_leftovers
+    if grep -q 'no space left on device' "$state/build.log"; then
+      fail "podman build: the disk holding $graph_root is full ($(free_space "$graph_root") free after clearing this check's leftovers; the build needs about 5 GB) (log: $state/build.log)"
+    fi
     fail "podman build (log: $state/build.log)"
   fi
-  # The Dockerfile prints ccache's counts for its compile step; a cached layer prints none.
+  # The Dockerfile prints ccache's counts for its compile step.
   grep -A6 '^ccache in ' "$state/build.log" | grep -E '^ccache in|Hits:|Misses:' | sed 's/^/  /' || true
   grep -E '([0-9]+% tests passed|tests failed out of)' "$state/build.log" | tail -1 | sed 's/^/  /' || true
-  # Each rebuild leaves the previous build's layers untagged; drop those older than a day so
-  # that repeated checks do not fill the disk (recent ones stay as the layer cache).
-  podman image prune -f --filter until=24h > /dev/null || true
+  # The image this build replaced, and the build stage, are untagged now.
+  drop_leftovers
   log "build: done, $(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
 fi
 
