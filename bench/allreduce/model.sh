@@ -4,14 +4,15 @@
 # bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx) and partrain's Gloo backend,
 # one after the other in the same run, per world size; then every algorithm forced in turn
 # (--algorithm ring | recursive_doubling | rabenseifner), whose times fit a latency/bandwidth
-# model: t = s * (alpha * messages + beta * bytes through the busiest rank's link), plus
-# s * kappa * messages where ranks share cores (the counts are cost_terms() of
-# comm_backends/algorithms/algorithm_choice.cpp, in each JSON row's "terms"; s = max(1, W /
-# cores) on one host, whose W ranks share its cores; kappa: the switch to the receiving rank
-# that each message costs once a core holds two ranks). The fit uses the world sizes in
-# FIT_WORLDS; every run is then predicted by it, which gives how far off the model is on runs
-# it was fitted to and on the ones it was not (a larger W). Last, the model projects each
-# algorithm to W = 64 ... 1024 with alpha and beta, one rank per host.
+# model: t = s * (alpha * messages + (beta_cache * f + beta_mem * (1 - f)) * bytes through the
+# busiest rank's link), plus s * kappa * messages where ranks share cores (the counts are
+# cost_terms() of comm_backends/algorithms/algorithm_choice.cpp, in each JSON row's "terms";
+# s = max(1, W / cores) on one host, whose W ranks share its cores; kappa: the switch to the
+# receiving rank that each message costs once a core holds two ranks; f: the share of the
+# ranks' buffers the host's cache holds, Note [The cache term] in cost_model.py). The fit uses
+# the world sizes in FIT_WORLDS; every run is then predicted by it, which gives how far off the
+# model is on runs it was fitted to and on the ones it was not (a larger W), and on another
+# run (CHECK_OUT). Last, the model projects each algorithm to W = 64 ... 1024, one rank per host.
 #
 # Usage: bench/allreduce/model.sh [BUILD_DIR] [SIZES] [WORLDS]
 #   SIZES      default 4K,64K,1M,16M,64M
@@ -19,7 +20,9 @@
 # Env: OUT (default BUILD_DIR/bench-model), ROUNDS (default 2, best median kept),
 #      FIT_WORLDS (default "2 4 8"), LARGE_W_SIZES (default 4K,64K,1M,16M: the sizes for W >= 16,
 #      where 64 MiB by every algorithm takes minutes on a 2-core machine), REPORT_ONLY=1 (prints
-#      the tables and the fit again from the results already in OUT)
+#      the tables and the fit again from the results already in OUT), CACHE_BYTES (the
+#      effective cache C; default: the best fit), CHECK_OUT (another run's OUT, made with the
+#      same WORLDS and ROUNDS: how far this run's fit is off on it)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 if [[ ${REPORT_ONLY:-0} != 1 ]]; then
@@ -60,34 +63,39 @@ done
 
 PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}" \
   python3 - "$OUT" "$WORLDS" "$ROUNDS" "$FIT_WORLDS" "$(nproc)" <<'PY'
-import json, sys
-from cost_model import allreduce_terms, least_squares, size_name
+import json, os, sys
+from cost_model import CACHE_SIZES, allreduce_terms, in_cache, least_squares_nonnegative, size_name
 out, worlds, rounds = sys.argv[1], [int(w) for w in sys.argv[2].split()], int(sys.argv[3])
 fit_worlds = {int(w) for w in sys.argv[4].split()}
 cores = int(sys.argv[5])
 print(open(f"{out}/machine.txt").read().strip())
 
-best = {}  # (world, contender, bytes) -> row with median_us, busbw, algorithm, terms
-def keep(w, name, row):
-    assert row["wrong"] == 0, f"W={w} {name} {row['bytes']}: wrong results"
-    key = (w, name, row["bytes"])
-    row["_w"] = w
-    if key not in best or row["median_us"] < best[key]["median_us"]:
-        best[key] = row
+def load(out):
+    """(world, contender, bytes) -> the row of the round with the least median (median_us,
+    busbw, algorithm, terms) of one run's results."""
+    best = {}
+    def keep(w, name, row):
+        assert row["wrong"] == 0, f"W={w} {name} {row['bytes']}: wrong results"
+        key = (w, name, row["bytes"])
+        row["_w"] = w
+        if key not in best or row["median_us"] < best[key]["median_us"]:
+            best[key] = row
+    for w in worlds:
+        for r in range(1, rounds + 1):
+            for row in json.load(open(f"{out}/auto_w{w}_r{r}.json"))["results"]:
+                keep(w, row["backend"], row)
+            for a in ["ring", "recursive_doubling", "rabenseifner"]:
+                for row in json.load(open(f"{out}/{a}_w{w}_r{r}.json"))["results"]:
+                    keep(w, a, row)
+            for line in open(f"{out}/mpi_w{w}_r{r}.txt"):
+                f = line.split()
+                if line.startswith("#") or len(f) < 8 or not f[0].isdigit():
+                    continue
+                keep(w, "mpi-tcp", {"bytes": int(f[0]), "median_us": float(f[3]),
+                                    "busbw_gbps": float(f[6]), "wrong": 0 if f[7] == "OK" else 1})
+    return best
 
-for w in worlds:
-    for r in range(1, rounds + 1):
-        for row in json.load(open(f"{out}/auto_w{w}_r{r}.json"))["results"]:
-            keep(w, row["backend"], row)
-        for a in ["ring", "recursive_doubling", "rabenseifner"]:
-            for row in json.load(open(f"{out}/{a}_w{w}_r{r}.json"))["results"]:
-                keep(w, a, row)
-        for line in open(f"{out}/mpi_w{w}_r{r}.txt"):
-            f = line.split()
-            if line.startswith("#") or len(f) < 8 or not f[0].isdigit():
-                continue
-            keep(w, "mpi-tcp", {"bytes": int(f[0]), "median_us": float(f[3]),
-                                "busbw_gbps": float(f[6]), "wrong": 0 if f[7] == "OK" else 1})
+best = load(out)
 
 print("\n## partrain (asio-ring, algorithm chosen per call) against Open MPI over TCP and Gloo")
 print(f"median us of one allreduce (best of {rounds} rounds); ratio = Open MPI's time / partrain's "
@@ -104,42 +112,61 @@ for w in worlds:
               f"{(m['median_us'] / p['median_us']) if m else float('nan'):.2f} | "
               f"{(p['busbw_gbps'] / g['busbw_gbps']) if g and g['busbw_gbps'] > 0 else float('nan'):.2f} |")
 
-# alpha, beta, kappa per algorithm: least squares of median seconds on (messages, bytes moved,
-# messages where ranks share cores) over the fit worlds, each point weighted by 1/t so that
-# small and large messages count alike (the error that matters is relative). On one host the
-# W ranks share its cores: a rank runs max(1, W / cores) times slower than on a core of its
-# own, and the counts are scaled by it; past one rank a core, each message also waits for the
-# core of the rank it wakes (kappa), which a rank with a core of its own never does.
+# The model, per algorithm, least squares of median seconds over the fit worlds, each point
+# weighted by 1/t so that small and large messages count alike (the error that matters is
+# relative):
+#   t = s * (alpha * messages + beta_cache * f * bytes + beta_mem * (1 - f) * bytes)
+#       + s * kappa * messages where ranks share cores
+# On one host the W ranks share its cores: a rank runs s = max(1, W / cores) times slower than
+# on a core of its own, and the counts are scaled by it. Past one rank a core, each message
+# also waits for the core of the rank it wakes (kappa), which a rank with a core of its own
+# never does. f = in_cache(W * n, C): the W ranks' buffers against the host's effective cache
+# (Note [The cache term] in cost_model.py); C is the one of CACHE_SIZES whose fit is the least
+# off on the fit worlds, or CACHE_BYTES. A negative coefficient is dropped.
 def share(w):
     return max(1.0, w / cores)
-def features(terms, w):
-    s = share(w)
-    return [s * terms["messages"], s * terms["bytes_moved"],
+def features(terms, w, n, cache):
+    s, f = share(w), in_cache(w * n, cache)
+    return [s * terms["messages"], s * terms["bytes_moved"] * f, s * terms["bytes_moved"] * (1 - f),
             s * terms["messages"] if w > cores else 0.0]
 algorithms = ["ring", "recursive_doubling", "rabenseifner"]
-fits = {}
-for a in algorithms:
-    # kappa is 0 where no fit world shares cores.
-    rows = [(features(r["terms"], r["_w"]), r["median_us"] * 1e-6, r["median_us"] * 1e-6)
-            for (w, n, b), r in best.items() if n == a and w in fit_worlds]
-    fits[a] = least_squares(rows, 3)
 
-def predict(a, terms, w):
-    return sum(c * x for c, x in zip(fits[a], features(terms, w)))
+def fit_all(cache):
+    fits = {}
+    for a in algorithms:
+        rows = [(features(r["terms"], r["_w"], b, cache), r["median_us"] * 1e-6, r["median_us"] * 1e-6)
+                for (w, n, b), r in best.items() if n == a and w in fit_worlds]
+        fits[a] = least_squares_nonnegative(rows, 4)
+    return fits
 
-print(f"\n## The model fitted on W = {sorted(fit_worlds)}\n")
-print("| algorithm | alpha (us per message) | beta (ns per byte) | 1/beta (GB/s) | kappa (us per message, shared cores) | mean abs error, fitted W | max | mean abs error, other W | max |")
+def rel_error(fits, a, r, w, b, cache):
+    t = r["median_us"] * 1e-6
+    return abs(sum(c * x for c, x in zip(fits[a], features(r["terms"], w, b, cache))) - t) / t
+
+def mean_error_fitted(fits, cache):
+    es = [rel_error(fits, n, r, w, b, cache) for (w, n, b), r in best.items()
+          if n in algorithms and w in fit_worlds]
+    return sum(es) / len(es)
+
+if os.environ.get("CACHE_BYTES"):
+    cache = float(os.environ["CACHE_BYTES"])
+    fits = fit_all(cache)
+else:
+    cache, fits = min(((c, fit_all(c)) for c in CACHE_SIZES),
+                      key=lambda cf: mean_error_fitted(cf[1], cf[0]))
+
+print(f"\n## The model fitted on W = {sorted(fit_worlds)}, effective cache C = {size_name(int(cache))}"
+      f"{' (CACHE_BYTES)' if os.environ.get('CACHE_BYTES') else ' (the best fit of 1 MiB ... 256 MiB)'}\n")
+print("| algorithm | alpha (us per message) | beta in cache (ns per byte) | beta from memory (ns per byte) | kappa (us per message, shared cores) | mean abs error, fitted W | max | mean abs error, other W | max |")
 print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 for a in algorithms:
     errs_in, errs_out = [], []
     for (w, n, b), r in best.items():
-        if n != a:
-            continue
-        e = abs(predict(a, r["terms"], w) - r["median_us"] * 1e-6) / (r["median_us"] * 1e-6)
-        (errs_in if w in fit_worlds else errs_out).append(e)
+        if n == a:
+            (errs_in if w in fit_worlds else errs_out).append(rel_error(fits, a, r, w, b, cache))
     fmt = lambda es: (f"{100 * sum(es) / len(es):.0f} % | {100 * max(es):.0f} %" if es else "- | -")
-    alpha, beta, kappa = fits[a]
-    print(f"| {a} | {alpha * 1e6:.1f} | {beta * 1e9:.3f} | {1 / beta / 1e9 if beta > 0 else float('inf'):.2f} | "
+    alpha, beta_c, beta_m, kappa = fits[a]
+    print(f"| {a} | {alpha * 1e6:.1f} | {beta_c * 1e9:.3f} | {beta_m * 1e9:.3f} | "
           f"{kappa * 1e6:.1f} | {fmt(errs_in)} | {fmt(errs_out)} |")
 
 print("\nMean abs error by world size (every size of each algorithm):\n")
@@ -148,23 +175,37 @@ print("|---|" + "--:|" * len(worlds))
 for a in algorithms:
     cells = []
     for w in worlds:
-        es = [abs(predict(a, r["terms"], w) - r["median_us"] * 1e-6) / (r["median_us"] * 1e-6)
-              for (ww, n, b), r in best.items() if n == a and ww == w]
+        es = [rel_error(fits, a, r, ww, b, cache) for (ww, n, b), r in best.items() if n == a and ww == w]
         cells.append(f"{100 * sum(es) / len(es):.0f} %" if es else "-")
     print(f"| {a} | " + " | ".join(cells) + " |")
 
+# Another run (CHECK_OUT, made with the same WORLDS and ROUNDS) predicted by this run's fit.
+if os.environ.get("CHECK_OUT"):
+    other = load(os.environ["CHECK_OUT"])
+    print(f"\nThis fit against the run in {os.environ['CHECK_OUT']}, mean abs error (max):\n")
+    print("| algorithm | " + " | ".join(f"W={w}" for w in worlds) + " | all |")
+    print("|---|" + "--:|" * (len(worlds) + 1))
+    for a in algorithms:
+        cells, every = [], []
+        for w in worlds:
+            es = [rel_error(fits, a, r, ww, b, cache) for (ww, n, b), r in other.items() if n == a and ww == w]
+            every += es
+            cells.append(f"{100 * sum(es) / len(es):.0f} % ({100 * max(es):.0f} %)" if es else "-")
+        print(f"| {a} | " + " | ".join(cells) + f" | {100 * sum(every) / len(every):.0f} % |")
+
 print("\n## Projection to many ranks (ms per allreduce; the fastest marked *)\n")
-print("Assumes one rank per host, each with its own link of the fitted alpha and beta (no "
-      "shared switch, no contention, no core shared), W a power of two, and the reductions "
-      "hidden as on loopback.\n")
+print("Assumes one rank per host, each with its own link of the fitted alpha and betas (no "
+      "shared switch, no contention, no core shared; a host's working set is its one buffer, "
+      "in cache up to C), W a power of two, and the reductions hidden as on loopback.\n")
 proj_sizes = [4 << 10, 1 << 20, 64 << 20]
 print("| W | " + " | ".join(f"{size_name(n)} {a}" for n in proj_sizes for a in algorithms) + " |")
 print("|--:|" + "--:|" * (len(proj_sizes) * len(algorithms)))
 for w in [64, 128, 256, 512, 1024]:
     cells = []
     for n in proj_sizes:
+        f = in_cache(n, cache)
         t = {a: fits[a][0] * allreduce_terms(a, n, w)["messages"]
-             + fits[a][1] * allreduce_terms(a, n, w)["bytes_moved"]
+             + (fits[a][1] * f + fits[a][2] * (1 - f)) * allreduce_terms(a, n, w)["bytes_moved"]
              for a in algorithms}
         fastest = min(t, key=t.get)
         cells += [f"{1e3 * t[a]:.2f}{'*' if a == fastest else ''}" for a in algorithms]

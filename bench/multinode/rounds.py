@@ -7,8 +7,11 @@ run), for BENCHMARKS.md:
   rounds.py model FILE...     with one rank per host and each algorithm forced (ALGORITHM=...):
                               t = alpha x messages + beta x bytes that leave a host, per link,
                               alpha and beta shared by the three algorithms (least squares on
-                              the relative error), and alpha alone with beta the line rate; how
-                              far each is off at every point
+                              the relative error); alpha alone with beta the line rate; and
+                              alpha with a beta for bytes in cache and one for bytes from memory
+                              (Note [The cache term] in bench/allreduce/cost_model.py; the
+                              namespace hosts share one machine, so the footprint is W x n);
+                              how far each is off at every point
 
 Rounds of one run are told apart by their file; a round that lacks a contender (mpirun failed)
 counts for the other alone.
@@ -19,7 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allreduce"))
-from cost_model import allreduce_terms, least_squares, size_name  # noqa: E402
+from cost_model import (CACHE_SIZES, allreduce_terms, in_cache, least_squares,  # noqa: E402
+                        least_squares_nonnegative, size_name)
 
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20}
 LINE_BYTES_PER_S = {"10gbit": 1.25e9, "1gbit": 0.125e9, "100mbit": 12.5e6}
@@ -83,22 +87,39 @@ def model(paths):
         line_beta = 1 / LINE_BYTES_PER_S[link]
         (alpha_line,) = least_squares(
             [(counts(a, n)[:1], t - counts(a, n)[1] * line_beta, t) for a, n, t in points], 1)
+        def cached(a, n, cache):  # (messages, bytes leaving in cache, from memory)
+            messages, leaving = counts(a, n)
+            f = in_cache(world * n, cache)
+            return messages, leaving * f, leaving * (1 - f)
+        def cache_fit(cache):
+            c = least_squares_nonnegative([(cached(a, n, cache), t, t) for a, n, t in points], 3)
+            predict = lambda a, n: sum(x * y for x, y in zip(c, cached(a, n, cache)))
+            return statistics.mean(abs(predict(a, n) - t) / t for a, n, t in points), c, predict
+        cache = min(CACHE_SIZES, key=lambda size: cache_fit(size)[0])
+        _, (alpha_c, beta_in, beta_out), predict_cached = cache_fit(cache)
         print(f"\n{link}, {world} hosts x 1 rank: shared alpha {alpha * 1e6:.1f} us, beta "
               f"{beta * 1e9:.3f} ns/B ({1 / beta / 1e9:.3f} GB/s); with beta the line rate "
-              f"({line_beta * 1e9:.2f} ns/B) alpha {alpha_line * 1e6:.1f} us\n")
-        print("| algorithm | size | measured ms | shared alpha, beta: ms | off | line rate: ms | off |")
-        print("|---|---|--:|--:|--:|--:|--:|")
-        errors, errors_line = [], []
+              f"({line_beta * 1e9:.2f} ns/B) alpha {alpha_line * 1e6:.1f} us; with the cache term "
+              f"(C = {size_name(int(cache))}) alpha {alpha_c * 1e6:.1f} us, beta in cache "
+              f"{beta_in * 1e9:.3f} ns/B, from memory {beta_out * 1e9:.3f} ns/B\n")
+        print("| algorithm | size | measured ms | shared alpha, beta: ms | off | line rate: ms | off | "
+              "cache term: ms | off |")
+        print("|---|---|--:|--:|--:|--:|--:|--:|--:|")
+        errors, errors_line, errors_cached = [], [], []
         for a, n, t in points:
             messages, leaving = counts(a, n)
             fit = alpha * messages + beta * leaving
             line = alpha_line * messages + line_beta * leaving
+            with_cache = predict_cached(a, n)
             errors.append(abs(fit - t) / t)
             errors_line.append(abs(line - t) / t)
+            errors_cached.append(abs(with_cache - t) / t)
             print(f"| {a} | {size_name(n)} | {t * 1e3:.3f} | {fit * 1e3:.3f} | {(fit - t) / t:+.0%} | "
-                  f"{line * 1e3:.3f} | {(line - t) / t:+.0%} |")
+                  f"{line * 1e3:.3f} | {(line - t) / t:+.0%} | {with_cache * 1e3:.3f} | "
+                  f"{(with_cache - t) / t:+.0%} |")
         print(f"\nmean abs error: shared {statistics.mean(errors):.0%} (max {max(errors):.0%}); "
-              f"line rate {statistics.mean(errors_line):.0%} (max {max(errors_line):.0%})")
+              f"line rate {statistics.mean(errors_line):.0%} (max {max(errors_line):.0%}); "
+              f"cache term {statistics.mean(errors_cached):.0%} (max {max(errors_cached):.0%})")
 
 
 if __name__ == "__main__":
