@@ -14,19 +14,25 @@
 //
 // The ring reduces each chunk while the kernel moves the next ones (Note [Ring allreduce]), so
 // its reductions add no time here; the others reduce a whole message after it arrived. A call
-// takes the algorithm with the least predicted time. The constants of
-// loopback_model() were fitted to `partrain bench allreduce --algorithm A` runs of every
-// algorithm at W = 2, 4, 8 on one host over loopback TCP (bench/allreduce/model.sh prints the
-// fit and how far it is off; BENCHMARKS.md, "Collectives for many ranks").
+// takes the algorithm with the least predicted time. beta and gamma of loopback_model() were
+// fitted to `partrain bench allreduce --algorithm A` runs of every algorithm at W = 2, 4, 8 on
+// one host over loopback TCP (bench/allreduce/model.sh prints the fit and how far it is off;
+// BENCHMARKS.md, "Collectives for many ranks"). alpha was fitted too, at 15 us, while a
+// listener thread still woke for every message; without those wake-ups the per-message cost
+// fell, and with 15 us a 64 KiB allreduce at W=4 stayed with recursive doubling where
+// Rabenseifner took 1.26x less time. alpha is now 8 us: over two runs of every algorithm forced
+// at W = 2 ... 16, 4 KiB ... 64 MiB (bench/allreduce/choice.py), every alpha from 2 to 13 us
+// made the choice take the fastest algorithm or one within 5 % of it at every point, and the
+// fits of the two machines measured put alpha / beta at 15-27 KB, 6-11 us with this beta.
 //
 // Where the ranks run on several hosts, what crosses the links between them counts as well:
 // an allreduce's bytes out of the busiest host (HostTraffic, counted by walking each
 // algorithm's exchanges over the layout) times beta_link, on top of beta (a byte to another
 // host goes through loopback-like processing and then a slower wire). Between two hosts of two
 // ranks the ring sends 1.5 buffers out of each host, recursive doubling 2 and Rabenseifner,
-// nearest partner first (Note [Nearest partner first]), 1, so allreduces from about 24 KiB
+// nearest partner first (Note [Nearest partner first]), 1, so allreduces from about 13 KiB
 // over such hosts go to Rabenseifner; with one rank per host it moves the crossover from
-// recursive doubling to the bandwidth algorithms down (at 4 ranks from about 65 KiB to 34).
+// recursive doubling to the bandwidth algorithms down (at 4 ranks from about 35 KiB to 18).
 // beta_link is assumed, not fitted: 0.8 ns per byte is a 10 Gbit/s link, so that over a faster
 // link the choice still leans to fewer bytes between hosts, never to more (the 1 Gbit/s link of
 // bench/multinode/link.sh costs 8 ns; the model does not know a link's speed).
@@ -107,7 +113,7 @@ std::string_view algorithm_request_name(AlgorithmRequest request) {
   return "auto";
 }
 
-CostModel loopback_model() { return CostModel{15e-6, 0.4e-9, 0.2e-9, 0.8e-9}; }
+CostModel loopback_model() { return CostModel{8e-6, 0.4e-9, 0.2e-9, 0.8e-9}; }
 
 HostTraffic host_traffic(const std::vector<int>& host_of) {
   HostTraffic traffic;
