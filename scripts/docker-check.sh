@@ -101,11 +101,13 @@ free_space() { df --output=avail -B1 "$1" | awk 'NR == 2 {printf "%.1f GB", $1 /
 
 # What earlier runs of this check leave behind: untagged images (the image a rebuild replaced,
 # build stages) and the working containers of a build that was killed before it could remove
-# them (podman lists those with --external). The base image and the tagged image stay.
+# them (podman lists those with --external, in status "unknown"; only those made from this
+# check's base image go). The base image and the tagged image stay.
 drop_leftovers() {
   local ids=()
   podman image prune -f > /dev/null 2>&1 || true
-  mapfile -t ids < <(podman ps --all --external --filter status=unknown --format '{{.ID}}' 2>/dev/null || true)
+  mapfile -t ids < <(podman ps --all --external --filter status=unknown \
+    --format '{{.ID}} {{.Image}}' 2>/dev/null | awk -v base="$base_image" '$2 == base {print $1}' || true)
   [ "${#ids[@]}" = 0 ] || podman rm -f "${ids[@]}" > /dev/null 2>&1 || true
 }
 
