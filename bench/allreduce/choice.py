@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+from cost_model import size_name
+
 ALGORITHMS = ["recursive_doubling", "rabenseifner", "ring"]  # the order ties go in
 SHARED_CORES_RING_FROM = 8 << 20  # kSharedCoresRingFrom (algorithm_choice.h)
 
@@ -67,8 +69,7 @@ def main():
                 fastest = min(point, key=lambda a: point[a]["median_us"])
                 ratio = point[took]["median_us"] / point[fastest]["median_us"]
                 if ratio > 1.05:
-                    size = f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
-                    misses.append(f"{Path(out).name} W={world} {size}: {took} {ratio:.2f}x "
+                    misses.append(f"{Path(out).name} W={world} {size_name(n)}: {took} {ratio:.2f}x "
                                   f"({fastest} fastest)")
         print(f"| {alpha_us:g} | {points} | {'; '.join(misses) or 'none'} |")
 
