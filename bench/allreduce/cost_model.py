@@ -8,11 +8,17 @@ Note [The cache term]
 The time a byte costs is not one constant: measured on one host, a ring allreduce at W=2 took
 0.19 ns a byte moved at 1 MiB and 0.57 at 64 MiB, and over namespace hosts at 10 Gbit/s the
 same growth showed. Buffers that the machine's caches hold are copied and reduced at cache
-speed, larger ones at memory speed. So the model splits the bytes: a share f of them costs
-beta_cache, the rest beta_mem, where f = min(1, C / footprint), the footprint being every
-buffer the machine holds at once (W x n for W ranks on one machine; n for one rank per host)
-and C one effective cache size per machine, found by the fit (CACHE_SIZES, the C whose fit is
-least off) since what a guest sees of its host's caches (lscpu) says little about its share."""
+speed, larger ones at memory speed. So the model splits the bytes by where they come from:
+with effective cache sizes C1 < C2 < ... (one per level), the share min(1, C1 / footprint)
+costs beta_1, the share that the next level holds beyond that, min(1, C2 / footprint) minus
+the first, costs beta_2, and so on; the rest costs beta_mem. The footprint is every buffer the
+machine holds at once (W x n for W ranks on one machine; n for one rank per host), and the
+sizes are found by the fit (CACHE_SIZES, the sizes whose fit is least off) since what a guest
+sees of its host's caches (lscpu) says little about its share. One level was the first form;
+on a 2-core machine with 2 MiB of L2 a core and a shared L3, the ring's time per byte had two
+steps, not one (model.sh prints it by footprint; three runs: 0.17-0.18 ns at 2 MiB, 0.29-0.40
+from 4 to 32 MiB, 0.53-0.61 from 64 MiB), and model.sh fits two levels by default. Over
+namespace hosts rounds.py keeps one: its four sizes cannot carry two sizes and a beta each."""
 import math
 
 
@@ -39,6 +45,18 @@ CACHE_SIZES = [float(1 << k) * (1 << 20) for k in range(9)]
 def in_cache(footprint, cache):
     """The share of a working set of footprint bytes that a cache of cache bytes holds."""
     return min(1.0, cache / footprint) if footprint > 0 else 1.0
+
+
+def cache_levels(footprint, caches):
+    """The shares of a working set of footprint bytes that each cache of caches (ascending
+    sizes) holds beyond the ones before it, then the share that none holds (from memory);
+    they sum to 1."""
+    shares, held = [], 0.0
+    for cache in caches:
+        now = in_cache(footprint, cache)
+        shares.append(now - held)
+        held = now
+    return shares + [1.0 - held]
 
 
 def least_squares(rows, k):
