@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm_backends/buffer.h"
@@ -98,22 +99,38 @@ void fold_in_reduce(PeerTransport& t, const Fold& fold, const Reduction& r, std:
                     std::size_t count, Scratch& s);
 void fold_out_result(PeerTransport& t, const Fold& fold, const Reduction& r, std::uint8_t* work,
                      std::size_t count, Scratch& s);
+// A buffer as pipelined_exchange cuts it: pieces of whole units (wire elements).
+struct Piecewise {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  std::size_t unit = 1;
+};
+// Sends `out` to `peer` while receiving `in`, each cut into pieces of at most piece_bytes, one
+// piece each way in flight, and calls arrived(offset, bytes) for each range of `in` as soon as
+// it is in (and, if overwrites_out, the same range of `out` has left, so that the caller may
+// write there): the reduction of what came overlaps the kernel's moving of what comes next,
+// and the bytes in flight stay in cache. The ranges come in order and cover `in` once.
+void pipelined_exchange(PeerTransport& t, int peer, const Piecewise& out, const Piecewise& in,
+                        std::size_t piece_bytes, bool overwrites_out,
+                        const std::function<void(std::size_t, std::size_t)>& arrived);
 // Rounds final values to the wire type on a narrow wire, after avg's division.
 void finish_values(const Reduction& r, std::uint8_t* work, std::size_t count, Scratch& s);
+// piece_bytes, here and below: the pieces each exchange is cut into (pipelined_exchange).
 void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                                  std::size_t count, Scratch& s);
-void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bounds& blocks);
+                                  std::size_t count, std::size_t piece_bytes, Scratch& s);
+void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bounds& blocks,
+                                  std::size_t piece_bytes);
 // The power-of-two core, among the fold's new ranks: the new rank at position x (`order`)
 // holds block x of `blocks` (pow2 + 1 bounds, in bytes) and ends with all of them.
 void doubling_allgather_core(PeerTransport& t, const Fold& fold, Positions order,
-                             std::uint8_t* data, const Bounds& blocks);
+                             std::uint8_t* data, const Bounds& blocks, std::size_t piece_bytes);
 
 // ---- rabenseifner.cpp ----
 void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                            std::size_t count, Scratch& s);
+                            std::size_t count, std::size_t piece_bytes, Scratch& s);
 // Like ring_reduce_scatter.
 void recursive_halving_reduce_scatter(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                                      const Bounds& blocks, Scratch& s);
+                                      const Bounds& blocks, std::size_t piece_bytes, Scratch& s);
 
 // ---- binomial_tree.cpp ----
 void binomial_tree_broadcast(PeerTransport& t, std::uint8_t* data, std::size_t bytes, int root);

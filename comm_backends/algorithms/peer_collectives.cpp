@@ -12,14 +12,24 @@ PeerCollectives::PeerCollectives(PeerTransport& transport, const PeerCollectives
   options_.chunk_bytes = std::max<std::size_t>(options_.chunk_bytes, 64);
 }
 
+void PeerCollectives::learn_hosts() {
+  if (traffic_ || !options_.hosts) return;
+  const HostLayout& layout = options_.hosts->layout();
+  traffic_ = host_traffic(layout.host_of_each());
+  traffic_->shared_cores = layout.shares_cores();
+}
+
+std::size_t PeerCollectives::piece_bytes(std::size_t bytes) {
+  if (bytes <= options_.chunk_bytes) return options_.chunk_bytes;  // one piece either way
+  learn_hosts();
+  return traffic_ && traffic_->shared_cores ? bytes : options_.chunk_bytes;
+}
+
 Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) {
-  if (!traffic_ && options_.hosts && choice_depends_on_hosts(kind, size(), options_.algorithm)) {
-    const HostLayout& layout = options_.hosts->layout();
-    traffic_ = host_traffic(layout.host_of_each());
-    traffic_->shared_cores = layout.shares_cores();
-  }
+  const bool by_hosts = choice_depends_on_hosts(kind, size(), options_.algorithm);
+  if (by_hosts) learn_hosts();
   return choose_algorithm(kind, bytes, size(), options_.algorithm, options_.model,
-                          options_.chunk_bytes, traffic_ ? &*traffic_ : nullptr);
+                          options_.chunk_bytes, by_hosts && traffic_ ? &*traffic_ : nullptr);
 }
 
 CollectiveCall PeerCollectives::next_call(CollectiveKind kind, Algorithm algorithm) {
@@ -68,13 +78,15 @@ void PeerCollectives::reduce_all(CollectiveKind kind, void* data, std::size_t co
   if (!moves) return;
   std::uint8_t* work =
       r.work == dtype ? static_cast<std::uint8_t*>(data) : work_copy(data, count, dtype, r.work);
+  const std::size_t pieces =
+      a == Algorithm::ring ? options_.chunk_bytes : piece_bytes(count * r.wire_elem());
   transport_.begin(call);
   switch (a) {
     case Algorithm::recursive_doubling:
-      recursive_doubling_allreduce(transport_, r, work, count, scratch_);
+      recursive_doubling_allreduce(transport_, r, work, count, pieces, scratch_);
       break;
     case Algorithm::rabenseifner:
-      rabenseifner_allreduce(transport_, r, work, count, scratch_);
+      rabenseifner_allreduce(transport_, r, work, count, pieces, scratch_);
       break;
     default:
       ring_allreduce(transport_, r, work, count, options_.chunk_bytes, scratch_);
@@ -107,9 +119,11 @@ void PeerCollectives::reduce_scatter(const void* in, void* out, std::size_t coun
   // The algorithms reduce in place: they get a copy, so that `in` stays as it was.
   std::uint8_t* work = work_copy(in, total, dtype, r.work);
   const Bounds blocks = equal_bounds(total, world);
+  const std::size_t pieces =
+      a == Algorithm::recursive_halving ? piece_bytes(total * r.wire_elem()) : options_.chunk_bytes;
   transport_.begin(call);
   if (a == Algorithm::recursive_halving) {
-    recursive_halving_reduce_scatter(transport_, r, work, blocks, scratch_);
+    recursive_halving_reduce_scatter(transport_, r, work, blocks, pieces, scratch_);
   } else {
     ring_reduce_scatter(transport_, r, work, blocks, options_.chunk_bytes, scratch_);
   }
@@ -131,9 +145,11 @@ void PeerCollectives::allgather(const void* in, void* out, std::size_t bytes_per
   if (bytes_per_rank > 0 && mine != in) std::memmove(mine, in, bytes_per_rank);
   if (!moves) return;
   const Bounds blocks = scaled(equal_bounds(world, world), bytes_per_rank);
+  const std::size_t pieces =
+      a == Algorithm::recursive_doubling ? piece_bytes(total) : options_.chunk_bytes;
   transport_.begin(call);
   if (a == Algorithm::recursive_doubling) {
-    recursive_doubling_allgather(transport_, target, blocks);
+    recursive_doubling_allgather(transport_, target, blocks, pieces);
   } else {
     ring_allgather(transport_, target, blocks, options_.chunk_bytes);
   }

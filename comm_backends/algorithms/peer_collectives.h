@@ -18,7 +18,8 @@ namespace partrain::comm {
 inline constexpr std::size_t kDefaultRingChunkBytes = 256 << 10;
 
 struct PeerCollectivesOptions {
-  std::size_t chunk_bytes = kDefaultRingChunkBytes;  // the ring's pipeline chunk
+  // The ring's pipeline chunk, and the pieces the other algorithms' exchanges are cut into.
+  std::size_t chunk_bytes = kDefaultRingChunkBytes;
   AlgorithmRequest algorithm = AlgorithmRequest::automatic;
   CostModel model = loopback_model();
   // Where the ranks run, learned (and waited for) at the first call whose choice depends on
@@ -56,6 +57,13 @@ class PeerCollectives {
                   DType wire);
   Reduction reduction(DType dtype, ReduceOp op, DType& wire) const;
   std::uint8_t* work_copy(const void* data, std::size_t count, DType dtype, DType work);
+  // The hosts' layout and its traffic, learned once (a store exchange every rank makes at the
+  // same call).
+  void learn_hosts();
+  // The pieces an exchange of `bytes` by recursive doubling, halving or Rabenseifner is cut
+  // into (Note [Pipelined exchange] in recursive_doubling.cpp): the chunk, unless ranks share
+  // cores; an exchange larger than one chunk learns the hosts to know.
+  std::size_t piece_bytes(std::size_t bytes);
 
   PeerTransport& transport_;
   PeerCollectivesOptions options_;

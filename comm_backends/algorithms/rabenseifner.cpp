@@ -35,7 +35,7 @@ namespace {
 // Halving among the fold's new ranks over `blocks` (pow2 + 1 bounds, in elements), with the
 // new ranks at positions `order` (Note [Nearest partner first]).
 void halving_core(PeerTransport& t, const Fold& fold, Positions order, const Reduction& r,
-                  std::uint8_t* work, const Bounds& blocks, Scratch& s) {
+                  std::uint8_t* work, const Bounds& blocks, std::size_t piece_bytes, Scratch& s) {
   const int x = fold.position(fold.new_rank, order);
   const std::size_t count = blocks.back();
   const std::size_t we = r.work_elem(), wi = r.wire_elem();
@@ -53,24 +53,25 @@ void halving_core(PeerTransport& t, const Fold& fold, Positions order, const Red
     const bool upper = (x & mask) != 0;
     const std::size_t keep = upper ? mid : lo, keep_n = upper ? hi - mid : mid - lo;
     const std::size_t give = upper ? lo : mid, give_n = upper ? mid - lo : hi - mid;
-    PeerTransport::Transfer send, recv;
-    send.peer = recv.peer = fold.last_of(fold.position(partner, order));
-    send.outgoing = true;
+    void* out;
+    void* in;
     if (r.narrow()) {
       std::uint16_t* words = s.words.data() + give;
       narrow_to_wire(reinterpret_cast<const float*>(work) + give, words, r.wire, give_n);
-      send.data = words;
-      recv.data = s.theirs.data();
+      out = words;
+      in = s.theirs.data();
     } else {
-      send.data = work + give * we;
-      recv.data = s.stage.data();
+      out = work + give * we;
+      in = s.stage.data();
     }
-    send.bytes = give_n * wi;
-    recv.bytes = keep_n * wi;
-    t.start(send);
-    t.start(recv);
-    t.wait(send, recv);
-    reduce_into(work + keep * we, r.work, recv.data, r.wire, keep_n, r.op);
+    // The half kept is reduced piece by piece as it arrives; the half given is not written.
+    pipelined_exchange(t, fold.last_of(fold.position(partner, order)), {out, give_n * wi, wi},
+                       {in, keep_n * wi, wi}, piece_bytes, false,
+                       [&](std::size_t at, std::size_t bytes) {
+                         const std::size_t first = at / wi;
+                         reduce_into(work + (keep + first) * we, r.work,
+                                     static_cast<std::uint8_t*>(in) + at, r.wire, bytes / wi, r.op);
+                       });
     if (mask == 1) finish_values(r, work + keep * we, keep_n, s);
   }
   if (fold.pow2 == 1) finish_values(r, work, count, s);
@@ -79,12 +80,12 @@ void halving_core(PeerTransport& t, const Fold& fold, Positions order, const Red
 }  // namespace
 
 void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                            std::size_t count, Scratch& s) {
+                            std::size_t count, std::size_t piece_bytes, Scratch& s) {
   const Fold fold(t.rank(), t.size());
   fold_in_reduce(t, fold, r, work, count, s);
   if (fold.new_rank >= 0) {
     const Bounds blocks = equal_bounds(count, fold.pow2);
-    halving_core(t, fold, Positions::nearest_first, r, work, blocks, s);
+    halving_core(t, fold, Positions::nearest_first, r, work, blocks, piece_bytes, s);
     const int at = fold.position(fold.new_rank, Positions::nearest_first);
     if (r.narrow()) {
       // The final values travel as wire words; this rank's own are already wire values.
@@ -93,23 +94,24 @@ void rabenseifner_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* 
       narrow_to_wire(reinterpret_cast<const float*>(work) + mine, s.words.data() + mine, r.wire, n);
       doubling_allgather_core(t, fold, Positions::nearest_first,
                               reinterpret_cast<std::uint8_t*>(s.words.data()),
-                              scaled(blocks, r.wire_elem()));
+                              scaled(blocks, r.wire_elem()), piece_bytes);
       widen_from_wire(s.words.data(), reinterpret_cast<float*>(work), r.wire, count);
     } else {
       doubling_allgather_core(t, fold, Positions::nearest_first, work,
-                              scaled(blocks, r.work_elem()));
+                              scaled(blocks, r.work_elem()), piece_bytes);
     }
   }
   fold_out_result(t, fold, r, work, count, s);
 }
 
 void recursive_halving_reduce_scatter(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                                      const Bounds& blocks, Scratch& s) {
+                                      const Bounds& blocks, std::size_t piece_bytes, Scratch& s) {
   const Fold fold(t.rank(), t.size());
   const std::size_t count = blocks.back();
   fold_in_reduce(t, fold, r, work, count, s);
   if (fold.new_rank >= 0) {
-    halving_core(t, fold, Positions::in_rank_order, r, work, fold.fold_bounds(blocks), s);
+    halving_core(t, fold, Positions::in_rank_order, r, work, fold.fold_bounds(blocks), piece_bytes,
+                 s);
   }
   // The odd rank of a pair holds both ranks' blocks: the even one's goes back to it.
   const int rank = t.rank();

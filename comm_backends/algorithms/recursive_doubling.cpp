@@ -10,8 +10,24 @@
 //
 // A world that is not a power of two folds first (Fold): two more messages for the ranks that
 // pair up, as MPICH does it.
+//
+// Note [Pipelined exchange]
+// Each exchange of recursive doubling, and of Rabenseifner's halving and doubling
+// (rabenseifner.cpp), goes through pipelined_exchange(): both directions cut into pieces of the
+// ring's chunk, one piece each way in flight, and each piece that has arrived is reduced while
+// the kernel moves the next. Sent whole, a 2 MiB message took one 0.7 ms send() on loopback
+// (strace), and the receiver reduced nothing until its last byte was in; in pieces the bytes
+// in flight stay in cache and the reduction overlaps the copy. Forced at W=2, a rank to a core,
+// medians of six rounds (BENCHMARKS.md, "Pipelined exchanges"): recursive doubling 1.65x
+// faster at 1 MiB and 1.17x at 4 MiB, Rabenseifner 1.78x at 4 MiB, both level at 16 MiB.
+// Where ranks share cores the pieces did not pay: at 8 ranks on two cores recursive doubling
+// took 1.18x longer at 1 MiB and Rabenseifner 1.03-1.06x longer from 1 to 16 MiB. So
+// PeerCollectives cuts exchanges into pieces unless HostLayout::shares_cores(), and learns the
+// layout at its first exchange larger than one chunk to know (peer_collectives.cpp).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 
 #include "comm_backends/algorithms/algorithms.h"
 #include "comm_backends/reduction.h"
@@ -76,17 +92,67 @@ void* incoming(const Reduction& r, std::size_t count, Scratch& s) {
   return s.stage.data();
 }
 
-void exchange(PeerTransport& t, int peer, void* out, void* in, std::size_t bytes) {
-  PeerTransport::Transfer send, recv;
-  send.peer = recv.peer = peer;
-  send.outgoing = true;
-  send.data = out;
-  recv.data = in;
-  send.bytes = recv.bytes = bytes;
-  t.start(send);
-  t.start(recv);
-  t.wait(send, recv);
+}  // namespace
+
+void pipelined_exchange(PeerTransport& t, int peer, const Piecewise& out, const Piecewise& in,
+                        std::size_t piece_bytes, bool overwrites_out,
+                        const std::function<void(std::size_t, std::size_t)>& arrived) {
+  // One piece each way in flight: the kernel moves the next ones while `arrived` reduces.
+  // Each direction starts at least one message, even of no bytes: the first message to a peer
+  // in a collective carries the frame header both ways.
+  auto piece = [&](const Piecewise& w, std::size_t from) {
+    return std::min(w.bytes - from, std::max(piece_bytes / w.unit, std::size_t{1}) * w.unit);
+  };
+  struct Direction {
+    PeerTransport::Transfer transfer;
+    const Piecewise* buffer = nullptr;
+    std::size_t posted = 0;  // bytes handed to the transport so far
+    std::size_t done = 0;    // of them, bytes that have moved
+    bool started = false, in_flight = false;
+  };
+  Direction send, recv;
+  send.transfer.peer = recv.transfer.peer = peer;
+  send.transfer.outgoing = true;
+  send.buffer = &out;
+  recv.buffer = &in;
+  auto post = [&](Direction& d) {
+    if (d.in_flight || (d.started && d.posted == d.buffer->bytes)) return;
+    d.transfer.data = static_cast<std::uint8_t*>(d.buffer->data) + d.posted;
+    d.transfer.bytes = piece(*d.buffer, d.posted);
+    d.posted += d.transfer.bytes;
+    d.started = d.in_flight = true;
+    t.start(d.transfer);
+  };
+  // Accounts for a piece that has moved (perhaps whole in start()) and posts the next.
+  auto finish = [&](Direction& d) {
+    if (!d.in_flight || !d.transfer.done()) return false;
+    d.done = d.posted;
+    d.in_flight = false;
+    post(d);
+    return true;
+  };
+  std::size_t handed = 0;
+  post(send);
+  post(recv);
+  // Bounded by the transport's deadline: progress() throws once it passes.
+  for (;;) {
+    for (bool moved = true; moved;) {
+      moved = finish(send);
+      moved = finish(recv) || moved;
+    }
+    // Hand over what has arrived (and, where `out` is overwritten, has also left).
+    const std::size_t ready = overwrites_out ? std::min(recv.done, send.done) : recv.done;
+    if (ready > handed) {
+      arrived(handed, ready - handed);
+      handed = ready;
+    }
+    if (!send.in_flight && !recv.in_flight) break;
+    t.progress();
+  }
+  if (handed < in.bytes) arrived(handed, in.bytes - handed);
 }
+
+namespace {
 
 void transfer(PeerTransport& t, int peer, bool outgoing, void* data, std::size_t bytes) {
   PeerTransport::Transfer one;
@@ -134,7 +200,7 @@ void finish_values(const Reduction& r, std::uint8_t* work, std::size_t count, Sc
 }
 
 void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uint8_t* work,
-                                  std::size_t count, Scratch& s) {
+                                  std::size_t count, std::size_t piece_bytes, Scratch& s) {
   const Fold fold(t.rank(), t.size());
   fold_in_reduce(t, fold, r, work, count, s);
   if (fold.new_rank >= 0) {
@@ -142,20 +208,27 @@ void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uin
       const int partner = fold.new_rank ^ mask;
       void* out = outgoing(r, work, count, s);
       void* in = incoming(r, count, s);
-      exchange(t, fold.last_of(partner), out, in, count * r.wire_elem());
       // The lower rank's values first, on both ranks: the same bits whatever the op.
       const bool lower = fold.new_rank < partner;
-      if (r.narrow()) {
-        const auto* low = static_cast<const std::uint16_t*>(lower ? out : in);
-        const auto* high = static_cast<const std::uint16_t*>(lower ? in : out);
-        widen_from_wire(low, reinterpret_cast<float*>(work), r.wire, count);
-        reduce_into(work, r.work, high, r.wire, count, r.op);
-      } else if (lower) {
-        reduce_into(work, r.work, in, r.work, count, r.op);
-      } else {
-        reduce_into(in, r.work, work, r.work, count, r.op);
-        std::memcpy(work, in, count * r.work_elem());
-      }
+      const std::size_t wi = r.wire_elem(), we = r.work_elem();
+      pipelined_exchange(
+          t, fold.last_of(partner), {out, count * wi, wi}, {in, count * wi, wi}, piece_bytes,
+          !r.narrow(), [&](std::size_t at, std::size_t bytes) {
+            const std::size_t first = at / wi, n = bytes / wi;
+            std::uint8_t* mine = work + first * we;
+            if (r.narrow()) {
+              const auto* low = static_cast<const std::uint16_t*>(lower ? out : in) + first;
+              const auto* high = static_cast<const std::uint16_t*>(lower ? in : out) + first;
+              widen_from_wire(low, reinterpret_cast<float*>(mine), r.wire, n);
+              reduce_into(mine, r.work, high, r.wire, n, r.op);
+            } else if (lower) {
+              reduce_into(mine, r.work, static_cast<std::uint8_t*>(in) + at, r.work, n, r.op);
+            } else {
+              std::uint8_t* theirs = static_cast<std::uint8_t*>(in) + at;
+              reduce_into(theirs, r.work, mine, r.work, n, r.op);
+              std::memcpy(mine, theirs, bytes);
+            }
+          });
     }
     finish_values(r, work, count, s);
   }
@@ -163,25 +236,21 @@ void recursive_doubling_allreduce(PeerTransport& t, const Reduction& r, std::uin
 }
 
 void doubling_allgather_core(PeerTransport& t, const Fold& fold, Positions order,
-                             std::uint8_t* data, const Bounds& blocks) {
+                             std::uint8_t* data, const Bounds& blocks, std::size_t piece_bytes) {
   const int x = fold.position(fold.new_rank, order);
   for (int mask = 1; mask < fold.pow2; mask <<= 1) {
     const int partner = x ^ mask;
     const int mine = x & ~(mask - 1), theirs = partner & ~(mask - 1);
-    PeerTransport::Transfer send, recv;
-    send.peer = recv.peer = fold.last_of(fold.position(partner, order));
-    send.outgoing = true;
-    send.data = data + blocks[mine];
-    send.bytes = blocks[mine + mask] - blocks[mine];
-    recv.data = data + blocks[theirs];
-    recv.bytes = blocks[theirs + mask] - blocks[theirs];
-    t.start(send);
-    t.start(recv);
-    t.wait(send, recv);
+    const std::size_t sent = blocks[mine + mask] - blocks[mine];
+    const std::size_t taken = blocks[theirs + mask] - blocks[theirs];
+    pipelined_exchange(t, fold.last_of(fold.position(partner, order)),
+                       {data + blocks[mine], sent, 1}, {data + blocks[theirs], taken, 1},
+                       piece_bytes, false, [](std::size_t, std::size_t) {});
   }
 }
 
-void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bounds& blocks) {
+void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bounds& blocks,
+                                  std::size_t piece_bytes) {
   const Fold fold(t.rank(), t.size());
   const int rank = t.rank();
   if (fold.hands_over()) {
@@ -190,7 +259,8 @@ void recursive_doubling_allgather(PeerTransport& t, std::uint8_t* data, const Bo
     transfer(t, rank - 1, false, data + blocks[rank - 1], blocks[rank] - blocks[rank - 1]);
   }
   if (fold.new_rank >= 0)
-    doubling_allgather_core(t, fold, Positions::in_rank_order, data, fold.fold_bounds(blocks));
+    doubling_allgather_core(t, fold, Positions::in_rank_order, data, fold.fold_bounds(blocks),
+                            piece_bytes);
   if (fold.takes_over()) {
     transfer(t, rank - 1, true, data, blocks.back());
   } else if (fold.hands_over()) {
