@@ -92,9 +92,9 @@ HostLayout layout_on_this_host(int ranks);
 
 // The hosts of a group's ranks: given, or learned through the store the first time they are
 // asked for (exchange_host_layout()) and kept. Only what needs them asks (auto on the host
-// backends, shm, hierarchical; asio-ring's choice at three ranks or more and its first exchange
-// larger than a chunk), so the ranks of nccl or gloo never wait on each other for them. Not for
-// several threads at once.
+// backends, shm, hierarchical; asio-ring's choice at three ranks or more and its first call of
+// more than a chunk by recursive doubling, halving or Rabenseifner), so the ranks of nccl or
+// gloo never wait on each other for them. Not for several threads at once.
 class RankHosts {
  public:
   explicit RankHosts(HostLayout layout);

@@ -36,7 +36,8 @@
 // beta_link is assumed, not fitted: 0.8 ns per byte is a 10 Gbit/s link, so that over a faster
 // link the choice still leans to fewer bytes between hosts, never to more (the 1 Gbit/s link of
 // bench/multinode/link.sh costs 8 ns; the model does not know a link's speed).
-// PeerCollectives learns the layout once, at its first allreduce (choice_depends_on_hosts()):
+// PeerCollectives learns the layout once, by its first automatic allreduce at three ranks or
+// more (choice_depends_on_hosts()) if nothing asked before:
 // even a small one can depend on it, since at two hosts of 512 ranks recursive doubling's step
 // between the hosts sends 512 whole buffers across each link.
 //

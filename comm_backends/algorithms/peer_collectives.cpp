@@ -21,8 +21,15 @@ void PeerCollectives::learn_hosts() {
 
 std::size_t PeerCollectives::piece_bytes(std::size_t bytes) {
   if (bytes <= options_.chunk_bytes) return options_.chunk_bytes;  // one piece either way
+  if (options_.whole_exchanges) return bytes;
   learn_hosts();
   return traffic_ && traffic_->shared_cores ? bytes : options_.chunk_bytes;
+}
+
+std::size_t PeerCollectives::pieces_for(Algorithm a, std::size_t bytes) {
+  const bool exchanges = a == Algorithm::recursive_doubling || a == Algorithm::rabenseifner ||
+                         a == Algorithm::recursive_halving;
+  return exchanges ? piece_bytes(bytes) : options_.chunk_bytes;
 }
 
 Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) {
@@ -70,6 +77,8 @@ void PeerCollectives::reduce_all(CollectiveKind kind, void* data, std::size_t co
   const Reduction r = reduction(dtype, op, wire);
   const bool moves = size() > 1 && count > 0;
   const Algorithm a = moves ? algorithm_for(kind, count * r.wire_elem()) : Algorithm::none;
+  // Both may learn the hosts (a store exchange): before the call is counted.
+  const std::size_t pieces = moves ? pieces_for(a, count * r.wire_elem()) : 0;
   CollectiveCall call = next_call(kind, a);
   call.elements = count;
   call.dtype = static_cast<std::uint8_t>(dtype);
@@ -78,8 +87,6 @@ void PeerCollectives::reduce_all(CollectiveKind kind, void* data, std::size_t co
   if (!moves) return;
   std::uint8_t* work =
       r.work == dtype ? static_cast<std::uint8_t*>(data) : work_copy(data, count, dtype, r.work);
-  const std::size_t pieces =
-      a == Algorithm::ring ? options_.chunk_bytes : piece_bytes(count * r.wire_elem());
   transport_.begin(call);
   switch (a) {
     case Algorithm::recursive_doubling:
@@ -106,6 +113,7 @@ void PeerCollectives::reduce_scatter(const void* in, void* out, std::size_t coun
   const bool moves = world > 1 && count > 0;
   const Algorithm a = moves ? algorithm_for(CollectiveKind::reduce_scatter, total * r.wire_elem())
                             : Algorithm::none;
+  const std::size_t pieces = moves ? pieces_for(a, total * r.wire_elem()) : 0;
   CollectiveCall call = next_call(CollectiveKind::reduce_scatter, a);
   call.elements = count;
   call.dtype = static_cast<std::uint8_t>(dtype);
@@ -119,8 +127,6 @@ void PeerCollectives::reduce_scatter(const void* in, void* out, std::size_t coun
   // The algorithms reduce in place: they get a copy, so that `in` stays as it was.
   std::uint8_t* work = work_copy(in, total, dtype, r.work);
   const Bounds blocks = equal_bounds(total, world);
-  const std::size_t pieces =
-      a == Algorithm::recursive_halving ? piece_bytes(total * r.wire_elem()) : options_.chunk_bytes;
   transport_.begin(call);
   if (a == Algorithm::recursive_halving) {
     recursive_halving_reduce_scatter(transport_, r, work, blocks, pieces, scratch_);
@@ -138,6 +144,7 @@ void PeerCollectives::allgather(const void* in, void* out, std::size_t bytes_per
   const bool moves = world > 1 && bytes_per_rank > 0;
   const std::size_t total = bytes_per_rank * static_cast<std::size_t>(world);
   const Algorithm a = moves ? algorithm_for(CollectiveKind::allgather, total) : Algorithm::none;
+  const std::size_t pieces = moves ? pieces_for(a, total) : 0;
   CollectiveCall call = next_call(CollectiveKind::allgather, a);
   call.bytes = bytes_per_rank;
   auto* target = static_cast<std::uint8_t*>(out);
@@ -145,8 +152,6 @@ void PeerCollectives::allgather(const void* in, void* out, std::size_t bytes_per
   if (bytes_per_rank > 0 && mine != in) std::memmove(mine, in, bytes_per_rank);
   if (!moves) return;
   const Bounds blocks = scaled(equal_bounds(world, world), bytes_per_rank);
-  const std::size_t pieces =
-      a == Algorithm::recursive_doubling ? piece_bytes(total) : options_.chunk_bytes;
   transport_.begin(call);
   if (a == Algorithm::recursive_doubling) {
     recursive_doubling_allgather(transport_, target, blocks, pieces);

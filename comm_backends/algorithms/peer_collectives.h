@@ -22,9 +22,14 @@ struct PeerCollectivesOptions {
   std::size_t chunk_bytes = kDefaultRingChunkBytes;
   AlgorithmRequest algorithm = AlgorithmRequest::automatic;
   CostModel model = loopback_model();
-  // Where the ranks run, learned (and waited for) at the first call whose choice depends on
-  // it (choice_depends_on_hosts(): the first allreduce); none: as if on one host.
+  // Where the ranks run, learned (and waited for) at the first call that needs it: the first
+  // whose choice depends on it (choice_depends_on_hosts(): the first automatic allreduce at
+  // three ranks or more), or the first of more than one chunk by recursive doubling, halving or
+  // Rabenseifner (piece_bytes()); none: as if on one host.
   std::optional<RankHosts> hosts;
+  // Exchanges go whole whatever `hosts` says: set where the ranks share cores and `hosts` does
+  // not know it (the hierarchical backend's leaders).
+  bool whole_exchanges = false;
 };
 
 class PeerCollectives {
@@ -60,10 +65,12 @@ class PeerCollectives {
   // The hosts' layout and its traffic, learned once (a store exchange every rank makes at the
   // same call).
   void learn_hosts();
-  // The pieces an exchange of `bytes` by recursive doubling, halving or Rabenseifner is cut
-  // into (Note [Pipelined exchange] in recursive_doubling.cpp): the chunk, unless ranks share
-  // cores; an exchange larger than one chunk learns the hosts to know.
+  // The pieces the exchanges of a call of `bytes` by recursive doubling, halving or
+  // Rabenseifner are cut into (Note [Pipelined exchange] in recursive_doubling.cpp): the chunk,
+  // unless ranks share cores; a call of more than one chunk learns the hosts to know.
   std::size_t piece_bytes(std::size_t bytes);
+  // The ring's chunk for the ring, piece_bytes() for the others.
+  std::size_t pieces_for(Algorithm a, std::size_t bytes);
 
   PeerTransport& transport_;
   PeerCollectivesOptions options_;

@@ -19,11 +19,11 @@
 // (strace), and the receiver reduced nothing until its last byte was in; in pieces the bytes
 // in flight stay in cache and the reduction overlaps the copy. Forced at W=2, a rank to a core,
 // medians of six rounds (BENCHMARKS.md, "Pipelined exchanges"): recursive doubling 1.65x
-// faster at 1 MiB and 1.17x at 4 MiB, Rabenseifner 1.78x at 4 MiB, both level at 16 MiB.
+// faster at 1 MiB and 1.17x at 4 MiB, Rabenseifner 1.78x at 4 MiB and level at 16 MiB.
 // Where ranks share cores the pieces did not pay: at 8 ranks on two cores recursive doubling
 // took 1.18x longer at 1 MiB and Rabenseifner 1.03-1.06x longer from 1 to 16 MiB. So
 // PeerCollectives cuts exchanges into pieces unless HostLayout::shares_cores(), and learns the
-// layout at its first exchange larger than one chunk to know (peer_collectives.cpp).
+// layout at its first such call of more than one chunk to know (peer_collectives.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

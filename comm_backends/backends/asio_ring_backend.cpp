@@ -32,8 +32,9 @@ PeerCollectivesOptions collectives_options(const BackendArgs& args) {
   if (args.options.ring_chunk_bytes > 0) o.chunk_bytes = args.options.ring_chunk_bytes;
   o.algorithm = parse_algorithm_request(args.options.algorithm);
   // A copy: what the group already knows, or how to learn it through the store that the
-  // transport relies on too; the first allreduce at three ranks or more asks (every rank is
-  // there anyway).
+  // transport relies on too; the first call that needs it asks (every rank is there anyway):
+  // an automatic allreduce at three ranks or more, or a call of more than one chunk by
+  // recursive doubling, halving or Rabenseifner (PeerCollectivesOptions::hosts).
   o.hosts = args.placement.hosts;
   return o;
 }

@@ -118,6 +118,9 @@ class HierarchicalCommunicator : public Communicator {
       std::vector<std::string> one_each;
       for (std::size_t h = 0; h < hosts_.size(); ++h) one_each.push_back(std::to_string(h));
       collectives.hosts = RankHosts(group_by_host(one_each));
+      // That layout knows no cores: where this group's ranks share them, exchanges go whole
+      // (Note [Pipelined exchange]).
+      collectives.whole_exchanges = layout_.shares_cores();
       between_hosts_ = std::make_unique<PeerCollectives>(*transport_, collectives);
     }
   }
