@@ -22,7 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allreduce"))
-from cost_model import (CACHE_SIZES, allreduce_terms, in_cache, least_squares,  # noqa: E402
+from cost_model import (CACHE_SIZES, allreduce_terms, cache_levels, least_squares,  # noqa: E402
                         least_squares_nonnegative, size_name)
 
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20}
@@ -89,8 +89,7 @@ def model(paths):
             [(counts(a, n)[:1], t - counts(a, n)[1] * line_beta, t) for a, n, t in points], 1)
         def cached(a, n, cache):  # (messages, bytes leaving in cache, from memory)
             messages, leaving = counts(a, n)
-            f = in_cache(world * n, cache)
-            return messages, leaving * f, leaving * (1 - f)
+            return (messages, *(leaving * f for f in cache_levels(world * n, [cache])))
         def cache_fit(cache):
             c = least_squares_nonnegative([(cached(a, n, cache), t, t) for a, n, t in points], 3)
             predict = lambda a, n: sum(x * y for x, y in zip(c, cached(a, n, cache)))

@@ -19,17 +19,14 @@ void PeerCollectives::learn_hosts() {
   traffic_->shared_cores = layout.shares_cores();
 }
 
-std::size_t PeerCollectives::piece_bytes(std::size_t bytes) {
-  if (bytes <= options_.chunk_bytes) return options_.chunk_bytes;  // one piece either way
-  if (options_.whole_exchanges) return bytes;
-  learn_hosts();
-  return traffic_ && traffic_->shared_cores ? bytes : options_.chunk_bytes;
-}
-
 std::size_t PeerCollectives::pieces_for(Algorithm a, std::size_t bytes) {
   const bool exchanges = a == Algorithm::recursive_doubling || a == Algorithm::rabenseifner ||
                          a == Algorithm::recursive_halving;
-  return exchanges ? piece_bytes(bytes) : options_.chunk_bytes;
+  // The ring, or one piece either way.
+  if (!exchanges || bytes <= options_.chunk_bytes) return options_.chunk_bytes;
+  if (options_.whole_exchanges) return bytes;
+  learn_hosts();
+  return traffic_ && traffic_->shared_cores ? bytes : options_.chunk_bytes;
 }
 
 Algorithm PeerCollectives::algorithm_for(CollectiveKind kind, std::size_t bytes) {

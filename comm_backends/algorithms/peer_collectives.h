@@ -25,7 +25,7 @@ struct PeerCollectivesOptions {
   // Where the ranks run, learned (and waited for) at the first call that needs it: the first
   // whose choice depends on it (choice_depends_on_hosts(): the first automatic allreduce at
   // three ranks or more), or the first of more than one chunk by recursive doubling, halving or
-  // Rabenseifner (piece_bytes()); none: as if on one host.
+  // Rabenseifner (pieces_for()); none: as if on one host.
   std::optional<RankHosts> hosts;
   // Exchanges go whole whatever `hosts` says: set where the ranks share cores and `hosts` does
   // not know it (the hierarchical backend's leaders).
@@ -65,11 +65,10 @@ class PeerCollectives {
   // The hosts' layout and its traffic, learned once (a store exchange every rank makes at the
   // same call).
   void learn_hosts();
-  // The pieces the exchanges of a call of `bytes` by recursive doubling, halving or
-  // Rabenseifner are cut into (Note [Pipelined exchange] in recursive_doubling.cpp): the chunk,
-  // unless ranks share cores; a call of more than one chunk learns the hosts to know.
-  std::size_t piece_bytes(std::size_t bytes);
-  // The ring's chunk for the ring, piece_bytes() for the others.
+  // What a call of `bytes` by algorithm `a` moves its data in: the ring its chunks; recursive
+  // doubling, halving and Rabenseifner pieces of their exchanges (Note [Pipelined exchange] in
+  // recursive_doubling.cpp), of the chunk unless ranks share cores, where they go whole; such a
+  // call of more than one chunk learns the hosts to know.
   std::size_t pieces_for(Algorithm a, std::size_t bytes);
 
   PeerTransport& transport_;

@@ -140,8 +140,10 @@ void pipelined_exchange(PeerTransport& t, int peer, const Piecewise& out, const 
       moved = finish(send);
       moved = finish(recv) || moved;
     }
-    // Hand over what has arrived (and, where `out` is overwritten, has also left).
-    const std::size_t ready = overwrites_out ? std::min(recv.done, send.done) : recv.done;
+    // Hand over what has arrived (and, where `out` is overwritten and not all of it has left,
+    // has also left).
+    const bool wait_for_send = overwrites_out && send.done < out.bytes;
+    const std::size_t ready = wait_for_send ? std::min(recv.done, send.done) : recv.done;
     if (ready > handed) {
       arrived(handed, ready - handed);
       handed = ready;
@@ -149,7 +151,6 @@ void pipelined_exchange(PeerTransport& t, int peer, const Piecewise& out, const 
     if (!send.in_flight && !recv.in_flight) break;
     t.progress();
   }
-  if (handed < in.bytes) arrived(handed, in.bytes - handed);
 }
 
 namespace {
