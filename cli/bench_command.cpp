@@ -62,6 +62,7 @@ struct BenchArgs {
   std::string backends = "asio-ring";
   std::string collective = "allreduce";  // allreduce | reduce_scatter | allgather | broadcast
   std::string algorithm = "auto";        // comm.algorithm for asio-ring and hierarchical
+  std::string tcp_congestion = "auto";   // comm.tcp_congestion for asio-ring and hierarchical
   int world = 0;                         // 0: not given
   std::string sizes = "4K,64K,1M,16M";
   std::string dtype = "f32";
@@ -376,6 +377,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     options.backend = backend;
     options.wire_dtype = wire;
     options.algorithm = args.algorithm;
+    options.tcp_congestion = args.tcp_congestion;
     options.device = memory_kind;
     options.device_index = device;
     auto comm = group->make_communicator(options);
@@ -439,9 +441,9 @@ void print_table(const json& results, const BenchArgs& args, int world, const st
                  const json& placement) {
   std::printf(
       "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, "
-      "algorithm=%s, %d processes, %s\n",
+      "algorithm=%s, tcp congestion=%s, %d processes, %s\n",
       args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
-      args.algorithm.c_str(), world, where.c_str());
+      args.algorithm.c_str(), args.tcp_congestion.c_str(), world, where.c_str());
   // "# hosts: 1 (4 ranks on 2 CPUs): ranks share cores, so ...", the first eight hosts.
   std::string hosts;
   const auto& ranks = placement["host_ranks"];
@@ -540,10 +542,15 @@ int report(const json& results, const json& placement, const BenchArgs& args, in
   bool all_right = true;
   for (const auto& r : results) all_right &= r["wrong"].get<std::int64_t>() == 0;
   if (!args.json_path.empty()) {
-    const json report = {{"schema", "partrain.bench/1"}, {"collective", args.collective},
-                         {"algorithm", args.algorithm},  {"world", world},
-                         {"dtype", args.dtype},          {"wire_dtype", args.wire_dtype},
-                         {"results", results},           {"fits", fits},
+    const json report = {{"schema", "partrain.bench/1"},
+                         {"collective", args.collective},
+                         {"algorithm", args.algorithm},
+                         {"tcp_congestion", args.tcp_congestion},
+                         {"world", world},
+                         {"dtype", args.dtype},
+                         {"wire_dtype", args.wire_dtype},
+                         {"results", results},
+                         {"fits", fits},
                          {"placement", placement}};
     write_file_atomically(args.json_path, report.dump(2) + "\n");
   }
@@ -559,6 +566,8 @@ void check_args(const BenchArgs& args, int world) {
   comm::parse_dtype(args.wire_dtype);
   const comm::CollectiveKind kind = parse_collective(args.collective);
   comm::parse_algorithm_request(args.algorithm);
+  const std::string congestion = comm::tcp_congestion_problem(args.tcp_congestion);
+  PARTRAIN_CHECK(congestion.empty(), UsageError, "bench: --tcp-congestion ", congestion);
   PARTRAIN_CHECK(args.timeout_s > 0, UsageError, "bench: --timeout-s must be positive");
   PARTRAIN_CHECK(args.warmup >= 0 && args.iters >= 0, UsageError,
                  "bench: --iters and --warmup must be 0 or more");
@@ -638,6 +647,7 @@ int start_ranks(const BenchArgs& args) {
                       "--iters",      std::to_string(args.iters),
                       "--warmup",     std::to_string(args.warmup),
                       "--timeout-s",  std::to_string(args.timeout_s)};
+  plan.worker_args.insert(plan.worker_args.end(), {"--tcp-congestion", args.tcp_congestion});
   // What every node shares, for the run token: the address this host listens on is its own.
   for (const auto& arg : plan.worker_args) plan.run_identity += arg + '\n';
   if (!args.host.empty()) plan.worker_args.insert(plan.worker_args.end(), {"--host", args.host});
@@ -687,6 +697,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--algorithm", args->algorithm,
                         "asio-ring and hierarchical (between hosts): auto (default: by size and "
                         "world) | ring | recursive_doubling | rabenseifner");
+  allreduce->add_option("--tcp-congestion", args->tcp_congestion,
+                        "asio-ring and hierarchical (between hosts): each connection's TCP "
+                        "congestion control: auto (default: cubic, else reno, between ranks of "
+                        "one machine; the system's between machines) | system | a name the "
+                        "kernel has (cubic, reno, bbr)");
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");

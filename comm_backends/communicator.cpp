@@ -5,6 +5,7 @@
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/checked_communicator.h"
+#include "comm_backends/net/timed_io.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 
@@ -52,6 +53,10 @@ void check_options(const CommOptions& options, int rank, int size) {
 }  // namespace
 
 std::optional<std::string> usable_anywhere(const Placement&) { return std::nullopt; }
+
+std::string tcp_congestion_problem(const std::string& request) {
+  return net::congestion_problem(request);
+}
 
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;

@@ -40,6 +40,9 @@ struct CommOptions {
   // asio-ring and hierarchical (across hosts): auto | ring | recursive_doubling | rabenseifner
   // (algorithm_choice.h)
   std::string algorithm = "auto";
+  // asio-ring and hierarchical (across hosts): auto | system | a kernel's name (cubic, reno,
+  // bbr): each connection's TCP congestion control (tcp_congestion_problem()).
+  std::string tcp_congestion = "auto";
 };
 
 // What a backend can do, asked of it rather than told by its name.
@@ -91,6 +94,11 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
 std::string communicator_key_prefix(std::int64_t instance, const std::string& backend);
 
 std::vector<std::string> backend_names();  // every known name, compiled in or not, and auto
+// What is wrong with a CommOptions::tcp_congestion, or "": auto (cubic, else reno, where both
+// ends of a connection run on one machine; the system's between machines: Note [Congestion
+// control on one machine] in net/timed_io.cpp), system, or an algorithm this kernel has
+// (Linux only).
+std::string tcp_congestion_problem(const std::string& request);
 bool backend_compiled_in(const std::string& name);
 // The backend that `requested` stands for with ranks placed so: itself, or for auto the
 // first usable one. UsageError for an unknown name.

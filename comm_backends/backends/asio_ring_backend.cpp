@@ -23,6 +23,7 @@ PeerTransportOptions transport_options(const BackendArgs& args) {
   o.bind_host = args.options.bind_host;
   o.key_prefix = transport_prefix(args.prefix);
   o.timeout = args.options.timeout;
+  o.tcp_congestion = args.options.tcp_congestion;
   o.name = "asio-ring";
   return o;
 }

@@ -106,6 +106,7 @@ class HierarchicalCommunicator : public Communicator {
       peers.bind_host = options.bind_host;
       peers.key_prefix = prefix_ + "leaders/";
       peers.timeout = options.timeout;
+      peers.tcp_congestion = options.tcp_congestion;
       peers.name = "hierarchical";
       across_hosts([&] {
         transport_ =

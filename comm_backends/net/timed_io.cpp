@@ -3,10 +3,54 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
+#include <cctype>
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#endif
+
 #include "common/errors.h"
+
+// Note [Congestion control on one machine]
+// Ranks on one machine talk through the kernel alone: loopback inside a network namespace, a
+// veth pair or a bridge between namespaces and containers. There the CPU that sends a segment
+// also hands it to the receiving socket. A collective's connection carries data both ways at
+// once, and a sender whose congestion window holds data back sends it later from where the
+// peer's acknowledgement is taken in, on the peer's CPU; so segments of one stream are handed
+// in by two CPUs and can arrive out of order. BBR, the default on some kernels, keeps its
+// window near twice its measured bandwidth times its least round trip, a few microseconds
+// here: about 20 segments of 64 KiB, less than a 4 MiB message, so data is held back often.
+// TCP takes the reordering for loss, sends again and cuts the window, which holds back more.
+// Measured on a 2-core guest (kernel 6.18, BBR its default; BENCHMARKS.md, "Congestion control
+// on one machine"), a 4 MiB allreduce at W = 2:
+//   * over loopback, 0.8 ms until the first reordering and mostly 1.4-1.7 ms after it, to the
+//     end of the process, with the ranks pinned to CPUs of their own or not, and 12-131
+//     segments sent again a run;
+//   * between two network namespaces over veth, 1.8-2.4 ms, 18000-26000 segments sent again;
+//   * with cubic or reno, 0.8 ms in every round either way, and nothing sent again.
+//
+// With no link between the ends there is no congestion to control, so `auto` sets cubic
+// (Linux's usual default), or reno where cubic may not be set (without CAP_NET_ADMIN a process
+// may set only what net.ipv4.tcp_allowed_congestion_control lists, which always has reno), on
+// a connection whose ends share one network stack or one kernel (kernel_identity(), which
+// each rank publishes). Between machines the system's choice stays, for reasons of the
+// network that partrain does not know; comm.tcp_congestion names one for every connection.
+//
+// The choice is made before a connection is: an algorithm sets some things up when the
+// connection starts and they stay when another takes over (BBR turns on pacing). Switched
+// after the handshake on one side, the allreduce above took 1.1-1.3 ms over veth. So the
+// connecting side sets it on its socket before connecting, knowing the peer's machine from
+// the store, and under auto a listener takes the choice for one machine (its connections
+// inherit it) and hands a connection from another machine the system's back once accepted.
 
 namespace partrain::comm::net {
 
@@ -75,7 +119,7 @@ IoResult write_all(asio::io_context& io, tcp::socket& socket, const void* data, 
 }
 
 bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::string& host,
-                        int port, Clock::time_point deadline, int buffer_bytes) {
+                        int port, Clock::time_point deadline, const SocketTuning& tuning) {
   tcp::resolver resolver(io);
   boost::system::error_code ec;
   const std::string name = host.size() >= 2 && host.front() == '[' && host.back() == ']'
@@ -88,6 +132,8 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
   // them all, since the peer listens on one of them only.
   std::vector<tcp::endpoint> endpoints;
   for (const auto& entry : results) endpoints.push_back(entry.endpoint());
+  const auto own = asio::ip::make_address(tuning.own_address, ec);
+  const bool own_known = !ec;
   auto pause = std::chrono::milliseconds(1);
   while (Clock::now() < deadline) {
     for (const auto& endpoint : endpoints) {
@@ -96,7 +142,10 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
       if (socket.is_open()) socket.close(ec);
       socket.open(endpoint.protocol(), ec);
       if (ec) continue;  // e.g. no IPv6 on this host: the next address may do
-      if (buffer_bytes > 0) tune_socket(socket, buffer_bytes);
+      if (tuning.buffer_bytes > 0) tune_socket(socket, tuning.buffer_bytes);
+      set_congestion_control(socket.native_handle(), tuning.congestion,
+                             tuning.same_kernel || endpoint.address().is_loopback() ||
+                                 (own_known && endpoint.address() == own));
       socket.async_connect(endpoint, [&](const boost::system::error_code& e) {
         connect_error = e;
         done = true;
@@ -131,6 +180,103 @@ void tune_socket(tcp::socket& socket, int buffer_bytes) {
   if (!ec && receive_size.value() < buffer_bytes) {
     socket.set_option(asio::socket_base::receive_buffer_size(buffer_bytes), ec);
   }
+}
+
+namespace {
+
+#if defined(__linux__)
+std::vector<std::string> available_congestion_controls() {
+  std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+  std::vector<std::string> names;
+  for (std::string name; in >> name;) names.push_back(name);
+  return names;
+}
+
+// 0, or the errno of the refusal.
+int try_congestion_control(NativeSocket socket, const std::string& name) {
+  const int rc = ::setsockopt(socket, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                              static_cast<socklen_t>(name.size()));
+  return rc == 0 ? 0 : errno;
+}
+#endif
+
+}  // namespace
+
+std::string congestion_problem(const std::string& request) {
+  if (request == kCongestionAuto || request == kCongestionSystem) return "";
+  // Kernel names are short (TCP_CA_NAME_MAX is 16 with its terminator) and plain.
+  bool plain = !request.empty() && request.size() < 16;
+  for (const char c : request) {
+    plain = plain && (std::islower(static_cast<unsigned char>(c)) ||
+                      std::isdigit(static_cast<unsigned char>(c)) || c == '_');
+  }
+  if (!plain) {
+    return "'" + request +
+           "' is not auto, system or the name of a TCP congestion control (cubic, reno, bbr, ...)";
+  }
+#if defined(__linux__)
+  const std::vector<std::string> names = available_congestion_controls();
+  // Where /proc does not say, the connection will: set_congestion_control() throws then.
+  if (names.empty() || std::find(names.begin(), names.end(), request) != names.end()) return "";
+  std::string list;
+  for (const auto& name : names) list += (list.empty() ? "" : " ") + name;
+  return "'" + request + "' is not a congestion control this kernel has (" + list + ")";
+#else
+  return "'" + request + "': only Linux lets a connection choose its congestion control (use " +
+         kCongestionAuto + " or " + kCongestionSystem + ")";
+#endif
+}
+
+bool same_stack(const tcp::endpoint& local, const tcp::endpoint& remote) {
+  return local.address().is_loopback() || remote.address().is_loopback() ||
+         local.address() == remote.address();
+}
+
+void set_congestion_control(NativeSocket socket, const std::string& request, bool one_machine) {
+#if defined(__linux__)
+  if (request == kCongestionAuto) {
+    if (!one_machine) return;
+    for (const char* name : {"cubic", "reno"}) {
+      if (try_congestion_control(socket, name) == 0) return;
+    }
+  } else if (request != kCongestionSystem) {
+    const int error = try_congestion_control(socket, request);
+    if (error != 0) {
+      throw CommError("TCP congestion control '" + request +
+                      "' (comm.tcp_congestion) refused: " + std::strerror(error) +
+                      (error == EPERM ? " (without CAP_NET_ADMIN only what "
+                                        "net.ipv4.tcp_allowed_congestion_control lists)"
+                                      : ""));
+    }
+  }
+#else
+  (void)socket;
+  (void)request;
+  (void)one_machine;
+#endif
+}
+
+std::string system_congestion_control() {
+#if defined(__linux__)
+  std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string name;
+  in >> name;
+  return name;
+#else
+  return "";
+#endif
+}
+
+std::string congestion_control_of(NativeSocket socket) {
+#if defined(__linux__)
+  char name[32] = {};
+  socklen_t size = sizeof name;
+  if (::getsockopt(socket, IPPROTO_TCP, TCP_CONGESTION, name, &size) != 0) return "";
+  return std::string(name, ::strnlen(name, std::min<std::size_t>(size, sizeof name)));
+#else
+  (void)socket;
+  return "";
+#endif
 }
 
 std::string join_host_port(const std::string& host, int port) {

@@ -1,5 +1,6 @@
 // defines: Clock, Deadline helpers, run_until(), connect_with_retry(), read_exact(),
-// write_all(), tune_socket() — blocking socket operations on Boost.Asio, each with a bound.
+// write_all(), tune_socket() — blocking socket operations on Boost.Asio, each with a bound —
+// and a data connection's congestion control (congestion_problem(), set_congestion_control()).
 //
 // Asio's synchronous calls cannot time out, so every operation here is asynchronous and the
 // caller's thread drives the io_context until the operation finishes or the deadline passes;
@@ -37,15 +38,55 @@ IoResult read_exact(boost::asio::io_context& io, tcp::socket& socket, void* data
 IoResult write_all(boost::asio::io_context& io, tcp::socket& socket, const void* data,
                    std::size_t bytes, Clock::time_point deadline);
 
+// How connect_with_retry() prepares each socket before it connects.
+struct SocketTuning {
+  int buffer_bytes = 0;  // > 0: tune_socket() first, so that the window scale fits the buffers
+  std::string congestion = "system";  // set_congestion_control()'s request
+  bool same_kernel = false;           // the peer runs on this machine's kernel
+  std::string own_address;            // where this rank listens: a peer there shares its stack
+};
+
 // Connects to host:port, retrying while the peer is not listening yet. Returns false when
 // the deadline passes first; throws UsageError when the host does not resolve.
-// buffer_bytes > 0: tune_socket() before connecting, so the window scale fits the buffers.
 bool connect_with_retry(boost::asio::io_context& io, tcp::socket& socket, const std::string& host,
-                        int port, Clock::time_point deadline, int buffer_bytes = 0);
+                        int port, Clock::time_point deadline, const SocketTuning& tuning = {});
 
 // TCP_NODELAY, and send/receive buffers of at least `buffer_bytes` (never shrunk: a small
 // send buffer makes every write wait for the peer's acknowledgement).
 void tune_socket(tcp::socket& socket, int buffer_bytes);
+
+// Which TCP congestion control a data connection uses (Note [Congestion control on one
+// machine] in timed_io.cpp): "auto" (the default) takes a loss-based one (cubic, else reno)
+// where both ends run on one machine and keeps the system's between machines; "system" keeps
+// the system's everywhere; any other name is that algorithm on every connection (Linux only).
+inline constexpr const char* kCongestionAuto = "auto";
+inline constexpr const char* kCongestionSystem = "system";
+
+// What is wrong with a congestion control request, or "" when it is auto, system, or an
+// algorithm this kernel has (Linux: net.ipv4.tcp_available_congestion_control).
+std::string congestion_problem(const std::string& request);
+
+// Whether a connection's two ends share one network stack, which its packets never leave: an
+// end on a loopback address, or the same address at both ends. Ends in two network namespaces
+// of one kernel (containers) are told apart from two machines by kernel_identity() instead.
+bool same_stack(const tcp::endpoint& local, const tcp::endpoint& remote);
+
+using NativeSocket = tcp::socket::native_handle_type;
+
+// Sets a request congestion_problem() accepts on a socket that is open and not yet connected,
+// or on a listener, whose connections inherit it: a connection keeps what the algorithm it
+// started with set up (BBR turns on pacing), whatever takes over later. one_machine: both ends
+// run on this machine's kernel (same_stack(), or the same kernel_identity()). Auto never fails
+// (where neither cubic nor reno may be set the system's stays); a named algorithm the kernel
+// refuses to this process throws CommError.
+void set_congestion_control(NativeSocket socket, const std::string& request, bool one_machine);
+
+// The system's default congestion control for new connections, in the calling thread's
+// network namespace ("" where the system does not say).
+std::string system_congestion_control();
+
+// The congestion control of a socket ("" where the system does not say).
+std::string congestion_control_of(NativeSocket socket);
 
 // "host:port" <-> parts; IPv6 hosts are bracketed.
 std::string join_host_port(const std::string& host, int port);

@@ -49,6 +49,7 @@
 #endif
 
 #include "comm_backends/net/timed_io.h"
+#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
 #include "common/byte_codec.h"
 #include "common/errors.h"
@@ -70,6 +71,10 @@ bool closed_by_peer(const error_code& ec) {
 }
 
 }  // namespace
+
+std::string peer_machine_key(const std::string& key_prefix, int rank) {
+  return key_prefix + "machine/" + std::to_string(rank);
+}
 
 std::string peer_address_key(const std::string& key_prefix, int rank) {
   return key_prefix + "addr/" + std::to_string(rank);
@@ -129,6 +134,7 @@ struct PeerTransport::Link {
   std::unique_ptr<asio::io_context> io;  // the link's own (none where an accepted socket
                                          // stayed in the listener's); declared first: outlives
   std::unique_ptr<tcp::socket> socket;   // the socket
+  std::string congestion;                // its TCP congestion control, once connected
   std::uint64_t sent_in = 0;             // the collective whose frame header went out last
   std::uint64_t received_in = 0;         // the collective whose frame header came in last
   std::uint64_t busy_round = 0;  // progress(): the round a message of this link was tried in
@@ -165,6 +171,13 @@ class PeerTransport::Listener {
       acceptor_.set_option(asio::socket_base::receive_buffer_size(options.socket_buffer_bytes), ec);
       acceptor_.set_option(asio::socket_base::send_buffer_size(options.socket_buffer_bytes), ec);
       ec.clear();
+      // So does the congestion control, which a connection best starts with (Note
+      // [Congestion control on one machine] in net/timed_io.cpp). Under auto a listener takes
+      // the choice for one machine on any address where the system's can be restored: a
+      // connection from another machine gets the system's back when accepted (ready()).
+      net::set_congestion_control(
+          acceptor_.native_handle(), options.tcp_congestion,
+          address.is_loopback() || !net::system_congestion_control().empty());
     }
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
@@ -354,13 +367,27 @@ PeerTransport::PeerTransport(Store& store, int rank, int size, const PeerTranspo
                  " is outside a world of ", size);
   PARTRAIN_CHECK(options.token.size() <= kPeerMaxTokenBytes, UsageError, options.name,
                  ": run token longer than ", kPeerMaxTokenBytes, " bytes");
+  const std::string congestion = net::congestion_problem(options.tcp_congestion);
+  PARTRAIN_CHECK(congestion.empty(), UsageError, options.name, ": comm.tcp_congestion ",
+                 congestion);
   links_.resize(size);
+  // Before the address: a peer that has the address finds the machine there too.
+  if (options.tcp_congestion == net::kCongestionAuto) {
+    machine_ = options.machine.empty() ? kernel_identity() : options.machine;
+    store.set(peer_machine_key(options.key_prefix, rank),
+              std::vector<std::uint8_t>(machine_.begin(), machine_.end()));
+  }
   if (rank > 0) {
     listener_ = std::make_unique<Listener>(rank, size, options);
     const std::string mine = net::join_host_port(options.bind_host, listener_->port());
     store.set(peer_address_key(options.key_prefix, rank),
               std::vector<std::uint8_t>(mine.begin(), mine.end()));
   }
+}
+
+std::string PeerTransport::congestion_control(int peer) const {
+  if (peer < 0 || peer >= size_ || links_[peer] == nullptr) return "";
+  return links_[peer]->congestion;
 }
 
 PeerTransport::~PeerTransport() {
@@ -395,6 +422,20 @@ bool PeerTransport::ready(int peer, Link& l) {
   l.io = std::move(accepted.io);
   l.socket = std::move(accepted.socket);
   net::tune_socket(*l.socket, options_.socket_buffer_bytes);
+  // Under auto the listener gave its connections the choice for one machine as they were
+  // made; one from another machine gets the system's back. Switching late costs that
+  // connection nothing that stays: only what an algorithm sets up at the start does (Note
+  // [Congestion control on one machine]).
+  error_code local_error, remote_error;
+  const auto local = l.socket->local_endpoint(local_error);
+  const auto remote = l.socket->remote_endpoint(remote_error);
+  if (options_.tcp_congestion == net::kCongestionAuto && !local_error && !remote_error &&
+      !net::same_stack(local, remote) && !on_this_machine(peer)) {
+    const std::string system = net::system_congestion_control();
+    if (!system.empty() && system != net::congestion_control_of(l.socket->native_handle())) {
+      net::set_congestion_control(l.socket->native_handle(), system, false);
+    }
+  }
   opened(peer, l);
   return true;
 }
@@ -404,7 +445,21 @@ void PeerTransport::opened(int peer, Link& l) {
   l.socket->non_blocking(true, ec);
   PARTRAIN_CHECK(!ec, CommError, options_.name, ": cannot make the connection to rank ", peer,
                  " non-blocking: ", ec.message());
+  l.congestion = net::congestion_control_of(l.socket->native_handle());
   ++counters_.connects;
+}
+
+// Whether `peer` published this rank's machine (tcp_congestion auto only). It did so before
+// it connected or published its address, so the store has it.
+bool PeerTransport::on_this_machine(int peer) {
+  if (machine_.empty()) return false;
+  std::vector<std::uint8_t> theirs;
+  try {
+    theirs = store_.get(peer_machine_key(options_.key_prefix, peer));
+  } catch (const CommError& e) {
+    fail_peer(peer, "rank " + std::to_string(peer) + " did not publish its machine: " + e.what());
+  }
+  return std::string(theirs.begin(), theirs.end()) == machine_;
 }
 
 // The connecting half: the peer's address from the store, the handshake, its answer. The
@@ -425,8 +480,12 @@ void PeerTransport::connect_to(int peer, Link& link) {
   link.io = std::make_unique<asio::io_context>();
   asio::io_context& io = *link.io;
   link.socket = std::make_unique<tcp::socket>(io);
-  if (!net::connect_with_retry(io, *link.socket, host, port, deadline_,
-                               options_.socket_buffer_bytes)) {
+  net::SocketTuning tuning;
+  tuning.buffer_bytes = options_.socket_buffer_bytes;
+  tuning.congestion = options_.tcp_congestion;
+  tuning.own_address = options_.bind_host;
+  tuning.same_kernel = options_.tcp_congestion == net::kCongestionAuto && on_this_machine(peer);
+  if (!net::connect_with_retry(io, *link.socket, host, port, deadline_, tuning)) {
     fail_peer(peer, "could not connect to rank " + std::to_string(peer) + " at " + text +
                         " within the timeout");
   }

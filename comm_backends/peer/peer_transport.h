@@ -39,7 +39,16 @@ struct PeerTransportOptions {
   // With more ranks than cores the yield hands the core to a rank that can run, so the spin
   // pays there too (BENCHMARKS.md, "Collectives for many ranks").
   std::chrono::microseconds spin{50};
+  // The TCP congestion control of each connection: auto | system | a name (net::
+  // set_congestion_control(); Note [Congestion control on one machine] in net/timed_io.cpp).
+  std::string tcp_congestion = "auto";
+  // For auto: the machine this rank tells its peers it runs on; empty: kernel_identity()
+  // (tests give ranks of one machine different ones to play two machines).
+  std::string machine;
 };
+
+// The store key under which rank `rank` publishes its machine (for tcp_congestion auto).
+std::string peer_machine_key(const std::string& key_prefix, int rank);
 
 // The store key under which rank `rank` publishes the "host:port" it listens on.
 std::string peer_address_key(const std::string& key_prefix, int rank);
@@ -115,12 +124,16 @@ class PeerTransport {
     std::uint64_t sends = 0, receives = 0, polls = 0, would_block = 0, connects = 0;
   };
   const Counters& counters() const { return counters_; }
+  // The congestion control of the connection to `peer` ("" before it is made, or where the
+  // system does not say).
+  std::string congestion_control(int peer) const;
 
  private:
   struct Link;
   class Listener;
   Link& link(int peer);
   bool ready(int peer, Link& link);
+  bool on_this_machine(int peer);
   void opened(int peer, Link& link);
   void connect_to(int peer, Link& link);
   bool move_bytes(Transfer& transfer, Link& link);
@@ -131,6 +144,7 @@ class PeerTransport {
   int rank_;
   int size_;
   PeerTransportOptions options_;
+  std::string machine_;  // tcp_congestion auto: the machine this rank published
   Store& store_;
   bool broken_ = false;
   CollectiveCall call_{};

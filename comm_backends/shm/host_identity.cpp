@@ -105,6 +105,14 @@ std::string host_identity() {
   return identity;
 }
 
+std::string kernel_identity() {
+#if !defined(_WIN32)
+  return boot_id();
+#else
+  return {};
+#endif
+}
+
 namespace {
 
 std::string read_steady_clock_identity() {

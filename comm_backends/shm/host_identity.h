@@ -1,5 +1,6 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
-// host and may map the same shared memory — cpu_affinity() and steady_clock_identity(). Ranks
+// host and may map the same shared memory — kernel_identity(), cpu_affinity() and
+// steady_clock_identity(). Ranks
 // compare it through the store (exchange_host_layout(), placement.h).
 #pragma once
 
@@ -12,6 +13,11 @@ namespace partrain::comm {
 // even though they could share memory. The namespace is the calling thread's, the one its
 // sockets use (a thread may have entered another one than its process started in).
 std::string host_identity();
+
+// A text that two processes share exactly when they run on one kernel, whatever their
+// namespaces or containers: on Linux the kernel's boot id; empty where the system does not
+// say. Traffic between two such processes never leaves the machine (loopback, veth, bridge).
+std::string kernel_identity();
 
 // The CPUs the calling thread may run on, as ranges in ascending order ("0-3,8"): what ranks of
 // one host compare to tell whether they share cores (HostLayout::host_cpus, placement.h). Empty

@@ -120,7 +120,8 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
        {"--backend asio-ring --world 2 --sizes 6", "--backend mpi --world 2 --sizes 4K",
         "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8",
         "--backend asio-ring --world 2 --collective alltoall",
-        "--backend asio-ring --world 2 --algorithm bcube"}) {
+        "--backend asio-ring --world 2 --algorithm bcube",
+        "--backend asio-ring --world 2 --tcp-congestion 'bbr!'"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

@@ -179,6 +179,11 @@ TEST_F(ConfigTest, BadEnumValue) {
   EXPECT_EQ(error_of("comm: {algorithm: bcube}\n"),
             ":1:19: comm.algorithm: 'bcube' is not one of auto | ring | recursive_doubling | "
             "rabenseifner");
+  EXPECT_EQ(error_of("comm: {tcp_congestion: Cubic}\n"),
+            ":1:24: comm.tcp_congestion: 'Cubic' is not auto, system or the name of a TCP "
+            "congestion control (cubic, reno, bbr, ...)");
+  EXPECT_EQ(load_config(write("name: x\n"), {"comm.tcp_congestion=system"}).comm.tcp_congestion,
+            "system");
   EXPECT_EQ(error_of("data: {dataset: imagenet}\n"),
             ":1:17: data.dataset: 'imagenet' is not one of cifar100 | cifar10 | fashion-mnist | "
             "mnist | image-folder | tensors | synthetic");

@@ -42,6 +42,11 @@ struct CommConfig {
   // hosts) carries each collective; auto chooses per call by size and world
   // (comm_backends/algorithms/algorithm_choice.h).
   std::string algorithm = "auto";
+  // auto | system | a congestion control the kernel has (cubic, reno, bbr): what asio-ring and
+  // hierarchical (across hosts) set on each TCP connection; auto takes cubic (else reno) where
+  // both ends run on one machine (namespaces and containers of one kernel included) and the
+  // system's between machines (comm_backends/net/timed_io.cpp).
+  std::string tcp_congestion = "auto";
   double timeout_s = 300.0;  // 0.1..604800 s: a collective or rendezvous waiting longer fails
   // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.
   std::string interface;

@@ -90,6 +90,7 @@ Json comm_json(const CommConfig& m) {
           {"bucket_mb", m.bucket_mb},
           {"wire_dtype", comm::dtype_name(m.wire_dtype)},
           {"algorithm", m.algorithm},
+          {"tcp_congestion", m.tcp_congestion},
           {"timeout_s", m.timeout_s},
           {"interface", m.interface},
           {"host", m.host},
