@@ -45,6 +45,7 @@
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/open_files.h"
 #include "comm_backends/placement.h"
+#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/store_barrier.h"
@@ -129,7 +130,8 @@ std::unique_ptr<comm::Store> join_as_rank(const RendezvousArgs& args, int rank,
   passed(2);
   const std::string prefix = comm::communicator_key_prefix(instance, "asio-ring");
   // The port is this rank's number: the address is published and read, never dialled.
-  const std::string mine = "127.0.0.1:" + std::to_string(10000 + rank % 50000);
+  const std::string mine = comm::encode_peer_address(
+      {"127.0.0.1:" + std::to_string(10000 + rank % 50000), comm::kernel_identity()});
   store->set(comm::peer_address_key(prefix, rank),
              std::vector<std::uint8_t>(mine.begin(), mine.end()));
   store->get(comm::peer_address_key(prefix, (rank + 1) % world));

@@ -94,10 +94,10 @@ std::unique_ptr<Communicator> make_communicator(const CommOptions& options, Stor
 std::string communicator_key_prefix(std::int64_t instance, const std::string& backend);
 
 std::vector<std::string> backend_names();  // every known name, compiled in or not, and auto
-// What is wrong with a CommOptions::tcp_congestion, or "": auto (cubic, else reno, where both
-// ends of a connection run on one machine; the system's between machines: Note [Congestion
-// control on one machine] in net/timed_io.cpp), system, or an algorithm this kernel has
-// (Linux only).
+// What is wrong with how a CommOptions::tcp_congestion is written, or "": auto (cubic, else
+// reno, where both ends of a connection run on one machine; the system's between machines:
+// Note [Congestion control on one machine] in net/timed_io.cpp), system, or a plain name
+// (Linux only), which the ranks' kernel must have and permit when they connect.
 std::string tcp_congestion_problem(const std::string& request);
 bool backend_compiled_in(const std::string& name);
 // The backend that `requested` stands for with ranks placed so: itself, or for auto the

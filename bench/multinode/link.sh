@@ -34,7 +34,8 @@
 # MPI's bench takes, so that both medians come from as many runs), ALGORITHM (comm.algorithm for the
 # asio-ring and hierarchical allreduce runs: ring, recursive_doubling, rabenseifner; default auto),
 # TCP_CONGESTION (comm.tcp_congestion for asio-ring and hierarchical, runs and training: auto,
-# system, a name; default auto, which takes cubic here, the hosts being namespaces of one kernel),
+# system, a name; default system, what separate machines keep under auto: auto would take
+# cubic here, the hosts being namespaces of one kernel),
 # MPI_ARGS (more mpirun arguments, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
 # coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling), BURST (the token
 # bucket's size, default 256kb: 2 ms of a 1 Gbit/s line, which refills between the timed
@@ -224,7 +225,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
       args=(bench allreduce --backend "$backend" --wire-dtype "$wire" --world "$world" --sizes "$sizes"
             --iters "${ITERS:-0}" --warmup 3 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
-      [[ $backend == gloo || -z ${TCP_CONGESTION:-} ]] || args+=(--tcp-congestion "$TCP_CONGESTION")
+      [[ $backend == gloo ]] || args+=(--tcp-congestion "${TCP_CONGESTION:-system}")
       extra0=(--json "$work/bench.json"); extra1=()
       on_all bench 600
       allreduce_rows "$work/bench.json" "$rate" "$backend" "$wire"
@@ -247,7 +248,7 @@ for rate in $rates; do
     fi
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
           "${compression[@]}" --nnodes "$nhosts" --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
-    [[ -z ${TCP_CONGESTION:-} ]] || args+=(--set "comm.tcp_congestion=$TCP_CONGESTION")
+    args+=(--set "comm.tcp_congestion=${TCP_CONGESTION:-system}")
     extra0=(--output "$work/out0"); extra1=(--output "$work/out%i")
     [ "${BASELINE:-0}" = 1 ] && extra0+=(--with-baseline)
     on_all run 900

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -40,7 +41,8 @@
 //
 // With no link between the ends there is no congestion to control, so `auto` sets cubic
 // (Linux's usual default), or reno where cubic may not be set (without CAP_NET_ADMIN a process
-// may set only what net.ipv4.tcp_allowed_congestion_control lists, which always has reno), on
+// may set only what net.ipv4.tcp_allowed_congestion_control lists, reno unless an
+// administrator took it out), on
 // a connection whose ends share one network stack or one kernel (kernel_identity(), which
 // each rank publishes). Between machines the system's choice stays, for reasons of the
 // network that partrain does not know; comm.tcp_congestion names one for every connection.
@@ -185,18 +187,25 @@ void tune_socket(tcp::socket& socket, int buffer_bytes) {
 namespace {
 
 #if defined(__linux__)
-std::vector<std::string> available_congestion_controls() {
-  std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
-  std::vector<std::string> names;
-  for (std::string name; in >> name;) names.push_back(name);
-  return names;
-}
-
 // 0, or the errno of the refusal.
-int try_congestion_control(NativeSocket socket, const std::string& name) {
+int set_or_errno(NativeSocket socket, const std::string& name) {
   const int rc = ::setsockopt(socket, IPPROTO_TCP, TCP_CONGESTION, name.data(),
                               static_cast<socklen_t>(name.size()));
   return rc == 0 ? 0 : errno;
+}
+
+// Why the kernel refused `name` (errno `error`), in words.
+std::string refusal(const std::string& name, int error) {
+  std::string why = "'" + name + "' refused by this kernel: " + std::strerror(error);
+  if (error == EPERM) {
+    why += " (without CAP_NET_ADMIN only what net.ipv4.tcp_allowed_congestion_control lists)";
+  } else if (error == ENOENT) {
+    std::ifstream in("/proc/sys/net/ipv4/tcp_available_congestion_control");
+    std::string available;
+    std::getline(in, available);
+    if (!available.empty()) why += " (it has: " + available + ")";
+  }
+  return why;
 }
 #endif
 
@@ -215,15 +224,24 @@ std::string congestion_problem(const std::string& request) {
            "' is not auto, system or the name of a TCP congestion control (cubic, reno, bbr, ...)";
   }
 #if defined(__linux__)
-  const std::vector<std::string> names = available_congestion_controls();
-  // Where /proc does not say, the connection will: set_congestion_control() throws then.
-  if (names.empty() || std::find(names.begin(), names.end(), request) != names.end()) return "";
-  std::string list;
-  for (const auto& name : names) list += (list.empty() ? "" : " ") + name;
-  return "'" + request + "' is not a congestion control this kernel has (" + list + ")";
+  return "";
 #else
   return "'" + request + "': only Linux lets a connection choose its congestion control (use " +
          kCongestionAuto + " or " + kCongestionSystem + ")";
+#endif
+}
+
+std::string congestion_refusal(const std::string& request) {
+#if defined(__linux__)
+  if (request == kCongestionAuto || request == kCongestionSystem) return "";
+  const NativeSocket probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (probe < 0) return "";  // the connections will say
+  const int error = set_or_errno(probe, request);
+  ::close(probe);
+  return error == 0 ? "" : refusal(request, error);
+#else
+  (void)request;
+  return "";
 #endif
 }
 
@@ -232,22 +250,26 @@ bool same_stack(const tcp::endpoint& local, const tcp::endpoint& remote) {
          local.address() == remote.address();
 }
 
+bool try_congestion_control(NativeSocket socket, const std::string& name) {
+#if defined(__linux__)
+  return set_or_errno(socket, name) == 0;
+#else
+  (void)socket;
+  (void)name;
+  return false;
+#endif
+}
+
 void set_congestion_control(NativeSocket socket, const std::string& request, bool one_machine) {
 #if defined(__linux__)
   if (request == kCongestionAuto) {
     if (!one_machine) return;
     for (const char* name : {"cubic", "reno"}) {
-      if (try_congestion_control(socket, name) == 0) return;
+      if (try_congestion_control(socket, name)) return;
     }
   } else if (request != kCongestionSystem) {
-    const int error = try_congestion_control(socket, request);
-    if (error != 0) {
-      throw CommError("TCP congestion control '" + request +
-                      "' (comm.tcp_congestion) refused: " + std::strerror(error) +
-                      (error == EPERM ? " (without CAP_NET_ADMIN only what "
-                                        "net.ipv4.tcp_allowed_congestion_control lists)"
-                                      : ""));
-    }
+    const int error = set_or_errno(socket, request);
+    if (error != 0) throw CommError("comm.tcp_congestion " + refusal(request, error));
   }
 #else
   (void)socket;
@@ -258,9 +280,12 @@ void set_congestion_control(NativeSocket socket, const std::string& request, boo
 
 std::string system_congestion_control() {
 #if defined(__linux__)
-  std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
-  std::string name;
-  in >> name;
+  // What a new socket of this thread's network namespace starts with; /proc/sys may be
+  // unreadable (a container) where sockets still answer.
+  const NativeSocket probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (probe < 0) return "";
+  std::string name = congestion_control_of(probe);
+  ::close(probe);
   return name;
 #else
   return "";

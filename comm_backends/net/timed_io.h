@@ -1,6 +1,7 @@
 // defines: Clock, Deadline helpers, run_until(), connect_with_retry(), read_exact(),
 // write_all(), tune_socket() — blocking socket operations on Boost.Asio, each with a bound —
-// and a data connection's congestion control (congestion_problem(), set_congestion_control()).
+// and a data connection's congestion control (congestion_problem(), set_congestion_control(),
+// ...).
 //
 // Asio's synchronous calls cannot time out, so every operation here is asynchronous and the
 // caller's thread drives the io_context until the operation finishes or the deadline passes;
@@ -47,7 +48,8 @@ struct SocketTuning {
 };
 
 // Connects to host:port, retrying while the peer is not listening yet. Returns false when
-// the deadline passes first; throws UsageError when the host does not resolve.
+// the deadline passes first; throws UsageError when the host does not resolve and CommError
+// when the kernel refuses a named congestion control.
 bool connect_with_retry(boost::asio::io_context& io, tcp::socket& socket, const std::string& host,
                         int port, Clock::time_point deadline, const SocketTuning& tuning = {});
 
@@ -62,9 +64,15 @@ void tune_socket(tcp::socket& socket, int buffer_bytes);
 inline constexpr const char* kCongestionAuto = "auto";
 inline constexpr const char* kCongestionSystem = "system";
 
-// What is wrong with a congestion control request, or "" when it is auto, system, or an
-// algorithm this kernel has (Linux: net.ipv4.tcp_available_congestion_control).
+// What is wrong with how a congestion control request is written, or "" for auto, system, or
+// a plain name (Linux only). Whether this kernel has and permits the name is
+// congestion_refusal()'s to say, where the connections will be made.
 std::string congestion_problem(const std::string& request);
+
+// Why this kernel refuses a named request to this process ("" for auto, system, or a name it
+// takes), tried on a socket of its own: a name not loaded (a privileged process loads a module
+// that has it) or not permitted.
+std::string congestion_refusal(const std::string& request);
 
 // Whether a connection's two ends share one network stack, which its packets never leave: an
 // end on a loopback address, or the same address at both ends. Ends in two network namespaces
@@ -80,6 +88,9 @@ using NativeSocket = tcp::socket::native_handle_type;
 // (where neither cubic nor reno may be set the system's stays); a named algorithm the kernel
 // refuses to this process throws CommError.
 void set_congestion_control(NativeSocket socket, const std::string& request, bool one_machine);
+
+// Sets `name` on a socket; false where the kernel refuses (or not on Linux).
+bool try_congestion_control(NativeSocket socket, const std::string& name);
 
 // The system's default congestion control for new connections, in the calling thread's
 // network namespace ("" where the system does not say).

@@ -2,8 +2,10 @@
 
 // Note [Peer transport]
 // Connections. Each rank but 0 listens on an ephemeral port of bind_host and publishes
-// "host:port" under PREFIX/addr/RANK. A pair of ranks shares one TCP connection (full duplex),
-// made the first time either starts a message to the other: the lower rank connects to the
+// "host:port" under PREFIX/addr/RANK, and every rank, rank 0 too, its machine there
+// (PeerAddress), by which each connection's congestion control is chosen (Note [Congestion
+// control on one machine] in net/timed_io.cpp). A pair of ranks shares one TCP connection (full
+// duplex), made the first time either starts a message to the other: the lower rank connects to the
 // higher one and opens with a handshake (kPeerMagic, protocol version, rank, world size, run
 // token); the higher rank's listener thread checks every field — a rank below its own, of this
 // world, with this run's token, not yet connected — and answers kPeerAccept; anything else
@@ -72,8 +74,14 @@ bool closed_by_peer(const error_code& ec) {
 
 }  // namespace
 
-std::string peer_machine_key(const std::string& key_prefix, int rank) {
-  return key_prefix + "machine/" + std::to_string(rank);
+std::string encode_peer_address(const PeerAddress& address) {
+  return address.listen + "\n" + address.machine;
+}
+
+PeerAddress decode_peer_address(const std::string& text) {
+  const auto end = text.find('\n');
+  if (end == std::string::npos) return {text, ""};
+  return {text.substr(0, end), text.substr(end + 1)};
 }
 
 std::string peer_address_key(const std::string& key_prefix, int rank) {
@@ -178,6 +186,7 @@ class PeerTransport::Listener {
       net::set_congestion_control(
           acceptor_.native_handle(), options.tcp_congestion,
           address.is_loopback() || !net::system_congestion_control().empty());
+      congestion_ = net::congestion_control_of(acceptor_.native_handle());
     }
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
@@ -200,6 +209,8 @@ class PeerTransport::Listener {
   }
 
   int port() const { return port_; }
+  // The congestion control its connections start with, unless a route names another.
+  const std::string& congestion() const { return congestion_; }
 
   // The connection of lower rank `peer` once its handshake passed (its socket null until
   // then); never waits.
@@ -352,6 +363,7 @@ class PeerTransport::Listener {
   const std::string token_;
   const std::chrono::milliseconds bound_;
   int port_ = 0;
+  std::string congestion_;
   std::vector<std::shared_ptr<Candidate>> candidates_;  // the io thread's alone
   int connected_ = 0;                                   // the io thread's alone
   mutable std::mutex mutex_;
@@ -367,22 +379,22 @@ PeerTransport::PeerTransport(Store& store, int rank, int size, const PeerTranspo
                  " is outside a world of ", size);
   PARTRAIN_CHECK(options.token.size() <= kPeerMaxTokenBytes, UsageError, options.name,
                  ": run token longer than ", kPeerMaxTokenBytes, " bytes");
-  const std::string congestion = net::congestion_problem(options.tcp_congestion);
+  std::string congestion = net::congestion_problem(options.tcp_congestion);
+  if (congestion.empty()) congestion = net::congestion_refusal(options.tcp_congestion);
   PARTRAIN_CHECK(congestion.empty(), UsageError, options.name, ": comm.tcp_congestion ",
                  congestion);
   links_.resize(size);
-  // Before the address: a peer that has the address finds the machine there too.
-  if (options.tcp_congestion == net::kCongestionAuto) {
-    machine_ = options.machine.empty() ? kernel_identity() : options.machine;
-    store.set(peer_machine_key(options.key_prefix, rank),
-              std::vector<std::uint8_t>(machine_.begin(), machine_.end()));
-  }
+  machine_ = options.machine.empty() ? kernel_identity() : options.machine;
+  // Rank 0 listens for no one but publishes its machine all the same: the ranks it connects
+  // to read it there when they accept (machine_of()).
+  PeerAddress mine{"", machine_};
   if (rank > 0) {
     listener_ = std::make_unique<Listener>(rank, size, options);
-    const std::string mine = net::join_host_port(options.bind_host, listener_->port());
-    store.set(peer_address_key(options.key_prefix, rank),
-              std::vector<std::uint8_t>(mine.begin(), mine.end()));
+    mine.listen = net::join_host_port(options.bind_host, listener_->port());
   }
+  const std::string text = encode_peer_address(mine);
+  store.set(peer_address_key(options.key_prefix, rank),
+            std::vector<std::uint8_t>(text.begin(), text.end()));
 }
 
 std::string PeerTransport::congestion_control(int peer) const {
@@ -423,17 +435,20 @@ bool PeerTransport::ready(int peer, Link& l) {
   l.socket = std::move(accepted.socket);
   net::tune_socket(*l.socket, options_.socket_buffer_bytes);
   // Under auto the listener gave its connections the choice for one machine as they were
-  // made; one from another machine gets the system's back. Switching late costs that
-  // connection nothing that stays: only what an algorithm sets up at the start does (Note
-  // [Congestion control on one machine]).
+  // made; one from another machine gets the system's back, unless a route chose for it.
+  // Switching late costs that connection nothing that stays: only what an algorithm sets up
+  // at the start does (Note [Congestion control on one machine]). Where the kernel refuses,
+  // the listener's choice stays.
   error_code local_error, remote_error;
   const auto local = l.socket->local_endpoint(local_error);
   const auto remote = l.socket->remote_endpoint(remote_error);
   if (options_.tcp_congestion == net::kCongestionAuto && !local_error && !remote_error &&
-      !net::same_stack(local, remote) && !on_this_machine(peer)) {
+      !net::same_stack(local, remote) &&
+      net::congestion_control_of(l.socket->native_handle()) == listener_->congestion() &&
+      (machine_.empty() || machine_of(peer) != machine_)) {
     const std::string system = net::system_congestion_control();
-    if (!system.empty() && system != net::congestion_control_of(l.socket->native_handle())) {
-      net::set_congestion_control(l.socket->native_handle(), system, false);
+    if (!system.empty() && system != listener_->congestion()) {
+      net::try_congestion_control(l.socket->native_handle(), system);
     }
   }
   opened(peer, l);
@@ -449,17 +464,15 @@ void PeerTransport::opened(int peer, Link& l) {
   ++counters_.connects;
 }
 
-// Whether `peer` published this rank's machine (tcp_congestion auto only). It did so before
-// it connected or published its address, so the store has it.
-bool PeerTransport::on_this_machine(int peer) {
-  if (machine_.empty()) return false;
-  std::vector<std::uint8_t> theirs;
+// The machine a lower rank published: it did so before it connected to anyone.
+std::string PeerTransport::machine_of(int peer) {
+  std::vector<std::uint8_t> address;
   try {
-    theirs = store_.get(peer_machine_key(options_.key_prefix, peer));
+    address = store_.get(peer_address_key(options_.key_prefix, peer));
   } catch (const CommError& e) {
-    fail_peer(peer, "rank " + std::to_string(peer) + " did not publish its machine: " + e.what());
+    fail_peer(peer, "rank " + std::to_string(peer) + " did not publish its address: " + e.what());
   }
-  return std::string(theirs.begin(), theirs.end()) == machine_;
+  return decode_peer_address(std::string(address.begin(), address.end())).machine;
 }
 
 // The connecting half: the peer's address from the store, the handshake, its answer. The
@@ -474,7 +487,8 @@ void PeerTransport::connect_to(int peer, Link& link) {
   }
   std::string host;
   int port = 0;
-  const std::string text(address.begin(), address.end());
+  const PeerAddress published = decode_peer_address(std::string(address.begin(), address.end()));
+  const std::string& text = published.listen;
   PARTRAIN_CHECK(net::split_host_port(text, host, port), CommError, options_.name, ": rank ", peer,
                  " published a bad address '", text, "'");
   link.io = std::make_unique<asio::io_context>();
@@ -484,8 +498,14 @@ void PeerTransport::connect_to(int peer, Link& link) {
   tuning.buffer_bytes = options_.socket_buffer_bytes;
   tuning.congestion = options_.tcp_congestion;
   tuning.own_address = options_.bind_host;
-  tuning.same_kernel = options_.tcp_congestion == net::kCongestionAuto && on_this_machine(peer);
-  if (!net::connect_with_retry(io, *link.socket, host, port, deadline_, tuning)) {
+  tuning.same_kernel = !machine_.empty() && published.machine == machine_;
+  bool connected = false;
+  try {
+    connected = net::connect_with_retry(io, *link.socket, host, port, deadline_, tuning);
+  } catch (const CommError& e) {  // a named congestion control refused
+    fail_peer(peer, "cannot connect to rank " + std::to_string(peer) + ": " + e.what());
+  }
+  if (!connected) {
     fail_peer(peer, "could not connect to rank " + std::to_string(peer) + " at " + text +
                         " within the timeout");
   }

@@ -42,15 +42,21 @@ struct PeerTransportOptions {
   // The TCP congestion control of each connection: auto | system | a name (net::
   // set_congestion_control(); Note [Congestion control on one machine] in net/timed_io.cpp).
   std::string tcp_congestion = "auto";
-  // For auto: the machine this rank tells its peers it runs on; empty: kernel_identity()
-  // (tests give ranks of one machine different ones to play two machines).
+  // The machine this rank tells its peers it runs on; empty: kernel_identity() (tests give
+  // ranks of one machine different ones to play two machines).
   std::string machine;
 };
 
-// The store key under which rank `rank` publishes its machine (for tcp_congestion auto).
-std::string peer_machine_key(const std::string& key_prefix, int rank);
+// What a rank publishes under peer_address_key(): where it listens ("host:port"; empty for
+// rank 0, which never listens) and the machine it runs on, as "HOST:PORT\nMACHINE".
+struct PeerAddress {
+  std::string listen;
+  std::string machine;
+};
+std::string encode_peer_address(const PeerAddress& address);
+PeerAddress decode_peer_address(const std::string& text);
 
-// The store key under which rank `rank` publishes the "host:port" it listens on.
+// The store key under which rank `rank` publishes its PeerAddress.
 std::string peer_address_key(const std::string& key_prefix, int rank);
 
 // The handshake a rank sends to a higher rank it connects to (also used by tests that play a
@@ -133,7 +139,7 @@ class PeerTransport {
   class Listener;
   Link& link(int peer);
   bool ready(int peer, Link& link);
-  bool on_this_machine(int peer);
+  std::string machine_of(int peer);
   void opened(int peer, Link& link);
   void connect_to(int peer, Link& link);
   bool move_bytes(Transfer& transfer, Link& link);
@@ -144,7 +150,7 @@ class PeerTransport {
   int rank_;
   int size_;
   PeerTransportOptions options_;
-  std::string machine_;  // tcp_congestion auto: the machine this rank published
+  std::string machine_;  // the machine this rank published
   Store& store_;
   bool broken_ = false;
   CollectiveCall call_{};

@@ -15,6 +15,7 @@
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/timed_io.h"
+#include "comm_backends/peer/peer_transport.h"
 #include "comm_backends/store/store.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/scratch_dir.h"
@@ -39,7 +40,8 @@ class LateRankRing {
       auto store = comm::open_store(dir_.url(), store_options());
       const auto bytes =
           store->get(comm::asio_ring_address_key(comm::communicator_key_prefix(1, "asio-ring"), 1));
-      const std::string address(bytes.begin(), bytes.end());
+      const std::string address =
+          comm::decode_peer_address(std::string(bytes.begin(), bytes.end())).listen;
       if (!comm::net::split_host_port(address, host_, port_)) {
         throw std::runtime_error("rank 1 published a ring address that is not host:port: " +
                                  address);
