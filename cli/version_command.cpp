@@ -1,5 +1,5 @@
 // defines: `partrain version` — LibTorch version, CUDA, the backends (which can run here, and
-// why not the others), the malloc.
+// why not the others), the TCP congestion control they take, the malloc.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -32,6 +32,8 @@ void print_backends() {
     }
   }
   std::cout << "  auto: " << comm::choose_backend("auto", here) << "\n";
+  // asio-ring's and hierarchical's TCP connections (comm.tcp_congestion).
+  std::cout << "tcp congestion control: " << comm::describe_tcp_congestion() << "\n";
 }
 
 }  // namespace

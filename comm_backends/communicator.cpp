@@ -58,6 +58,15 @@ std::string tcp_congestion_problem(const std::string& request) {
   return net::congestion_problem(request);
 }
 
+std::string describe_tcp_congestion() {
+  const std::string system = net::system_congestion_control();
+  const std::string own = net::auto_congestion_control();
+  if (system.empty() || own.empty())
+    return "the system's (this system does not let partrain choose)";
+  return "system default " + system + "; auto: " + own + " between ranks of one machine, " +
+         system + " between machines";
+}
+
 std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const BackendEntry* entry : kBackends) names.push_back(entry->name);

@@ -99,6 +99,9 @@ std::vector<std::string> backend_names();  // every known name, compiled in or n
 // Note [Congestion control on one machine] in net/timed_io.cpp), system, or a plain name
 // (Linux only), which the ranks' kernel must have and permit when they connect.
 std::string tcp_congestion_problem(const std::string& request);
+// In words, what comm.tcp_congestion auto does on this machine: "system default bbr; auto:
+// cubic between ranks of one machine, bbr between machines".
+std::string describe_tcp_congestion();
 bool backend_compiled_in(const std::string& name);
 // The backend that `requested` stands for with ranks placed so: itself, or for auto the
 // first usable one. UsageError for an unknown name.

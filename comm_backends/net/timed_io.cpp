@@ -278,19 +278,29 @@ void set_congestion_control(NativeSocket socket, const std::string& request, boo
 #endif
 }
 
-std::string system_congestion_control() {
+namespace {
+
+// What a new socket of this thread's network namespace has, after auto's choice for one
+// machine when `with_auto`. Sockets answer where /proc/sys may be hidden (a container).
+std::string probe_congestion_control(bool with_auto) {
 #if defined(__linux__)
-  // What a new socket of this thread's network namespace starts with; /proc/sys may be
-  // unreadable (a container) where sockets still answer.
   const NativeSocket probe = ::socket(AF_INET, SOCK_STREAM, 0);
   if (probe < 0) return "";
+  if (with_auto) set_congestion_control(probe, kCongestionAuto, true);
   std::string name = congestion_control_of(probe);
   ::close(probe);
   return name;
 #else
+  (void)with_auto;
   return "";
 #endif
 }
+
+}  // namespace
+
+std::string system_congestion_control() { return probe_congestion_control(false); }
+
+std::string auto_congestion_control() { return probe_congestion_control(true); }
 
 std::string congestion_control_of(NativeSocket socket) {
 #if defined(__linux__)

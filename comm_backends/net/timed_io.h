@@ -96,6 +96,10 @@ bool try_congestion_control(NativeSocket socket, const std::string& name);
 // network namespace ("" where the system does not say).
 std::string system_congestion_control();
 
+// What auto gives a connection between ranks of one machine here, read back from a socket of
+// its own ("" where the system does not say).
+std::string auto_congestion_control();
+
 // The congestion control of a socket ("" where the system does not say).
 std::string congestion_control_of(NativeSocket socket);
 

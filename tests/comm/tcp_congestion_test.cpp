@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -194,6 +195,20 @@ TEST_F(TcpCongestionHosts, OnLoopbackAutoPicksItsOwnSystemKeepsTheDefaultANameGo
   expect_both(automatic, pick_, "auto");
   expect_both(trade("system", one), foreign_, "system");
   expect_both(trade("reno", one), "reno", "reno");
+}
+
+// What `partrain version` prints of it, read inside a host whose default is foreign_.
+TEST_F(TcpCongestionHosts, TheSummarySaysWhatAutoTakesWhere) {
+  std::string summary;
+  std::thread inside([&] {
+    const int fd = ::open(("/var/run/netns/" + hosts_.name(0)).c_str(), O_RDONLY);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) return;
+    ::close(fd);
+    summary = describe_tcp_congestion();
+  });
+  inside.join();
+  EXPECT_EQ(summary, "system default " + foreign_ + "; auto: " + pick_ +
+                         " between ranks of one machine, " + foreign_ + " between machines");
 }
 
 // Between the two namespace hosts auto picks its own when they are one machine, as here
