@@ -42,10 +42,10 @@
 // With no link between the ends there is no congestion to control, so `auto` sets cubic
 // (Linux's usual default), or reno where cubic may not be set (without CAP_NET_ADMIN a process
 // may set only what net.ipv4.tcp_allowed_congestion_control lists, reno unless an
-// administrator took it out), on
-// a connection whose ends share one network stack or one kernel (kernel_identity(), which
-// each rank publishes). Between machines the system's choice stays, for reasons of the
-// network that partrain does not know; comm.tcp_congestion names one for every connection.
+// administrator took it out), on a connection whose ends share one network stack or one
+// kernel (kernel_identity(), which each rank publishes). Between machines the system's choice
+// stays, for reasons of the network that partrain does not know; comm.tcp_congestion names one for
+// every connection.
 //
 // The choice is made before a connection is: an algorithm sets some things up when the
 // connection starts and they stay when another takes over (BBR turns on pacing). Switched

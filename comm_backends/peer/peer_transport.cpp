@@ -4,15 +4,15 @@
 // Connections. Each rank but 0 listens on an ephemeral port of bind_host and publishes
 // "host:port" under PREFIX/addr/RANK, and every rank, rank 0 too, its machine there
 // (PeerAddress), by which each connection's congestion control is chosen (Note [Congestion
-// control on one machine] in net/timed_io.cpp). A pair of ranks shares one TCP connection (full
-// duplex), made the first time either starts a message to the other: the lower rank connects to the
-// higher one and opens with a handshake (kPeerMagic, protocol version, rank, world size, run
-// token); the higher rank's listener thread checks every field — a rank below its own, of this
-// world, with this run's token, not yet connected — and answers kPeerAccept; anything else
-// (garbage, a wrong token, a stray rank, a connection that says nothing) is closed, at once or
-// when its handshake's bound (the collective timeout) passes. The listener closes once every
-// lower rank has connected: none can come after. A connection that passed its handshake
-// leaves the listener's io_context (hand_over()), so its messages never wake that thread.
+// control on one machine] in net/timed_io.cpp). A pair of ranks shares one TCP connection
+// (full duplex), made the first time either starts a message to the other: the lower rank
+// connects to the higher one and opens with a handshake (kPeerMagic, protocol version, rank,
+// world size, run token); the higher rank's listener thread checks every field — a rank below
+// its own, of this world, with this run's token, not yet connected — and answers kPeerAccept;
+// anything else (garbage, a wrong token, a stray rank, a connection that says nothing) is
+// closed, at once or when its handshake's bound (the collective timeout) passes. The listener
+// closes once every lower rank has connected: none can come after. A connection that passed its
+// handshake leaves the listener's io_context (hand_over()), so its messages never wake that thread.
 // Connecting to a higher rank waits only for that rank's listener thread, never for the rank
 // itself; messages to and from a lower rank wait, without holding the thread, until its
 // connection is in. So a rank that waits for a connection still moves its other messages, and
@@ -142,7 +142,6 @@ struct PeerTransport::Link {
   std::unique_ptr<asio::io_context> io;  // the link's own (none where an accepted socket
                                          // stayed in the listener's); declared first: outlives
   std::unique_ptr<tcp::socket> socket;   // the socket
-  std::string congestion;                // its TCP congestion control, once connected
   std::uint64_t sent_in = 0;             // the collective whose frame header went out last
   std::uint64_t received_in = 0;         // the collective whose frame header came in last
   std::uint64_t busy_round = 0;  // progress(): the round a message of this link was tried in
@@ -183,9 +182,9 @@ class PeerTransport::Listener {
       // [Congestion control on one machine] in net/timed_io.cpp). Under auto a listener takes
       // the choice for one machine on any address where the system's can be restored: a
       // connection from another machine gets the system's back when accepted (ready()).
-      net::set_congestion_control(
-          acceptor_.native_handle(), options.tcp_congestion,
-          address.is_loopback() || !net::system_congestion_control().empty());
+      system_congestion_ = net::system_congestion_control();
+      net::set_congestion_control(acceptor_.native_handle(), options.tcp_congestion,
+                                  address.is_loopback() || !system_congestion_.empty());
       congestion_ = net::congestion_control_of(acceptor_.native_handle());
     }
     if (!ec) acceptor_.bind(endpoint, ec);
@@ -209,8 +208,10 @@ class PeerTransport::Listener {
   }
 
   int port() const { return port_; }
-  // The congestion control its connections start with, unless a route names another.
+  // The congestion control its connections start with, unless a route names another, and
+  // the system's default, read once when it opened ("" where the system does not say).
   const std::string& congestion() const { return congestion_; }
+  const std::string& system_congestion() const { return system_congestion_; }
 
   // The connection of lower rank `peer` once its handshake passed (its socket null until
   // then); never waits.
@@ -363,7 +364,7 @@ class PeerTransport::Listener {
   const std::string token_;
   const std::chrono::milliseconds bound_;
   int port_ = 0;
-  std::string congestion_;
+  std::string congestion_, system_congestion_;
   std::vector<std::shared_ptr<Candidate>> candidates_;  // the io thread's alone
   int connected_ = 0;                                   // the io thread's alone
   mutable std::mutex mutex_;
@@ -398,8 +399,10 @@ PeerTransport::PeerTransport(Store& store, int rank, int size, const PeerTranspo
 }
 
 std::string PeerTransport::congestion_control(int peer) const {
-  if (peer < 0 || peer >= size_ || links_[peer] == nullptr) return "";
-  return links_[peer]->congestion;
+  if (peer < 0 || peer >= size_ || links_[peer] == nullptr || links_[peer]->socket == nullptr) {
+    return "";
+  }
+  return net::congestion_control_of(links_[peer]->socket->native_handle());
 }
 
 PeerTransport::~PeerTransport() {
@@ -446,7 +449,7 @@ bool PeerTransport::ready(int peer, Link& l) {
       !net::same_stack(local, remote) &&
       net::congestion_control_of(l.socket->native_handle()) == listener_->congestion() &&
       (machine_.empty() || machine_of(peer) != machine_)) {
-    const std::string system = net::system_congestion_control();
+    const std::string& system = listener_->system_congestion();
     if (!system.empty() && system != listener_->congestion()) {
       net::try_congestion_control(l.socket->native_handle(), system);
     }
@@ -460,7 +463,6 @@ void PeerTransport::opened(int peer, Link& l) {
   l.socket->non_blocking(true, ec);
   PARTRAIN_CHECK(!ec, CommError, options_.name, ": cannot make the connection to rank ", peer,
                  " non-blocking: ", ec.message());
-  l.congestion = net::congestion_control_of(l.socket->native_handle());
   ++counters_.connects;
 }
 

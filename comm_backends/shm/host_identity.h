@@ -1,7 +1,7 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
 // host and may map the same shared memory — kernel_identity(), cpu_affinity() and
-// steady_clock_identity(). Ranks
-// compare it through the store (exchange_host_layout(), placement.h).
+// steady_clock_identity(). Ranks compare them through the store (exchange_host_layout(),
+// placement.h; the peer transport's addresses).
 #pragma once
 
 #include <string>
