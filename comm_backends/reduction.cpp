@@ -75,6 +75,47 @@ void reduce_into(void* acc, DType acc_type, const void* in, DType in_type, std::
 
 namespace {
 
+// No __restrict: out may be a or b.
+template <typename T>
+void reduce_pair_of(T* out, const T* a, const T* b, std::size_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      for (std::size_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+      break;
+    case ReduceOp::min:
+      for (std::size_t i = 0; i < count; ++i) out[i] = std::min(a[i], b[i]);
+      break;
+    case ReduceOp::max:
+      for (std::size_t i = 0; i < count; ++i) out[i] = std::max(a[i], b[i]);
+      break;
+  }
+}
+
+}  // namespace
+
+void reduce_pair(void* out, const void* a, const void* b, DType type, std::size_t count,
+                 ReduceOp op) {
+  switch (type) {
+    case DType::f32:
+      return reduce_pair_of(static_cast<float*>(out), static_cast<const float*>(a),
+                            static_cast<const float*>(b), count, op);
+    case DType::f64:
+      return reduce_pair_of(static_cast<double*>(out), static_cast<const double*>(a),
+                            static_cast<const double*>(b), count, op);
+    case DType::i32:
+      return reduce_pair_of(static_cast<std::int32_t*>(out), static_cast<const std::int32_t*>(a),
+                            static_cast<const std::int32_t*>(b), count, op);
+    case DType::i64:
+      return reduce_pair_of(static_cast<std::int64_t*>(out), static_cast<const std::int64_t*>(a),
+                            static_cast<const std::int64_t*>(b), count, op);
+    default:
+      throw UsageError(detail::concat("reduce_pair: ", dtype_name(type), " is not reduced as is"));
+  }
+}
+
+namespace {
+
 // Blocks small enough to stay in L1 between the passes of reduce_from_wire().
 constexpr std::size_t kWireBlock = 1024;
 

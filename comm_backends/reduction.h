@@ -1,4 +1,4 @@
-// defines: accumulator_type(), reduce_into(), divide_elements(), narrow_to_wire(),
+// defines: accumulator_type(), reduce_into(), reduce_pair(), divide_elements(), narrow_to_wire(),
 // widen_from_wire(), reduce_from_wire() — the elementwise kernels of the CPU collectives.
 //
 // Reductions accumulate in f32 for f32/f16/bf16 data (and in the data's own type for f64,
@@ -20,6 +20,12 @@ DType accumulator_type(DType data);
 // acc[i] = op(acc[i], in[i]); in_type is acc_type or, for an f32 accumulator, f16/bf16.
 // avg reduces as sum; the division happens once, in divide_elements().
 void reduce_into(void* acc, DType acc_type, const void* in, DType in_type, std::size_t count,
+                 ReduceOp op);
+
+// out[i] = op(a[i], b[i]) for one type of f32, f64, i32 or i64, the operands in the order
+// reduce_into() takes them (a: the value a rank holds, b: what it reduces into it), so that a
+// chain of these gives reduce_into()'s bits; out may be a or b.
+void reduce_pair(void* out, const void* a, const void* b, DType type, std::size_t count,
                  ReduceOp op);
 
 // acc[i] /= divisor (integer division for integer types).

@@ -11,8 +11,9 @@
 // counts the syncs it has entered and publishes the count in its control block; a sync ends
 // when every rank's count has reached it.
 //
-//   allreduce piece:  write my data into my slot -> sync -> reduce my share of the piece,
-//                     in place across the slots -> sync -> read the results
+//   allreduce piece:  write my data but my share into my slot -> sync -> reduce my share
+//                     from the others' slots and my own buffer into my slot and my buffer
+//                     -> sync -> read the others' shares from their slots
 //   broadcast piece:  the root writes its slot -> sync -> the others read it
 //   allgather piece:  write my slot -> sync -> read everyone's
 //
@@ -22,11 +23,22 @@
 // Same bits as asio-ring. The ring cuts the buffer into W segments; segment k starts at rank
 // k and travels around the ring, each rank reducing its own values with what arrived
 // (acc = op(own, arrived)), so rank k-1 ends with op(x[k-1], op(..., op(x[k+1], x[k]))).
-// Here the rank whose share holds an element applies exactly that sequence, in place:
-// slot k+j <- op(slot k+j, slot k+j-1) for j = 1 .. W-1, and the result stands in slot k-1.
-// With a reduced-precision wire the ring sends wire words and rounds at every hop; here the
-// words area takes their place: words = narrow(slot k), then reduce_from_wire() into each
-// next slot, the same kernel the ring runs on arrival, so the rounding is the same.
+// Here the rank whose share holds an element applies exactly that sequence, operands in the
+// ring's order: sum <- op(x[k+1], x[k]), then sum <- op(x[k+j], sum) for j = 2 .. W-1
+// (reduce_pair()), into its own slot, where the others read the result, and its own buffer.
+// A rank's own values never pass through its slot: a piece costs each rank one copy of what
+// the others reduce, the sum, and one copy of what the others reduced. The first form copied
+// the whole piece in, reduced in place across the slots and copied the whole piece out (2.5
+// buffers written a rank, now 2); with that and pieces of a slot (2 MiB) rather than 256 KiB,
+// which keeps a piece and the slots it meets in a core's cache, W=2 took 1.5-1.7x as long
+// from 1 MiB (BENCHMARKS.md, "Allreduce through shared memory").
+//
+// That form stays where the values change type on the way: data reduced in a wider type
+// (f16 and bf16 in f32), or a reduced-precision wire. There the ring sends wire words and
+// rounds at every hop, and the words area takes their place: words = narrow(slot k), then
+// reduce_from_wire() into each next slot (slot k+j <- op(slot k+j, slot k+j-1)), the same
+// kernel the ring runs on arrival, so the rounding is the same; the result stands in slot
+// k-1, or in the words.
 //
 // Waits are bounded by the timeout. A rank that never arrives is named; on Linux a rank
 // whose process has exited is named at once, and a rank that fails marks the rank it blames
@@ -61,6 +73,12 @@ constexpr std::uint64_t kRegionMagic = 0x314d485354524150ull;  // "PARTSHM1"
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kPage = 4096;
+// allreduce_direct()'s pieces: small enough that a piece, the slot it goes through and the
+// others' slots it is reduced with stay in a core's second-level cache between the syncs
+// (BENCHMARKS.md, "Allreduce through shared memory"), and what it sums at a time: a block that
+// stays in the first-level cache.
+constexpr std::size_t kDirectPieceBytes = 256 << 10;
+constexpr std::size_t kReduceBlockBytes = 16 << 10;
 
 using Kind = CollectiveKind;
 
@@ -282,6 +300,7 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
   call.words.op = static_cast<std::uint8_t>(op);
   if (count == 0) return sync(call, 0);
   auto* bytes = static_cast<std::uint8_t*>(data);
+  if (!narrow && acc == dtype) return allreduce_direct(call, bytes, count, dtype, op);
   const std::size_t piece_elems = kShmSlotBytes / work_elem;
   for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
     const std::size_t n = std::min(piece_elems, count - p0);
@@ -339,6 +358,51 @@ void ShmCollectives::allreduce(void* data, std::size_t count, DType dtype, Reduc
         }
       }
     });
+  }
+}
+
+void ShmCollectives::allreduce_direct(const Call& call, std::uint8_t* data, std::size_t count,
+                                      DType type, ReduceOp op) {
+  const int W = world_;
+  const std::size_t elem = dtype_size(type);
+  const int divisor = op == ReduceOp::avg ? W : 1;
+  const std::size_t piece_elems = kDirectPieceBytes / elem;
+  const std::size_t block_elems = kReduceBlockBytes / elem;
+  for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
+    const std::size_t n = std::min(piece_elems, count - p0);
+    const int h = half_;
+    half_ ^= 1;
+    // Rank q reduces the elements [share_begin(q), share_begin(q + 1)) of the piece.
+    auto share_begin = [&](int q) { return p0 + n * static_cast<std::size_t>(q) / W; };
+    const std::size_t mine = share_begin(rank_), mine_end = share_begin(rank_ + 1);
+    std::uint8_t* my_slot = slot(h, rank_);
+    // 1. My values that the other ranks reduce: all of the piece but my share.
+    std::memcpy(my_slot, data + p0 * elem, (mine - p0) * elem);
+    std::memcpy(my_slot + (mine_end - p0) * elem, data + mine_end * elem,
+                (p0 + n - mine_end) * elem);
+    sync(call, p0 == 0 ? 0 : 1);
+    // 2. My share, each element's values in the ring's order for its segment, a block at a
+    // time so that the sum stays in cache: into my slot, for the others, and into my buffer.
+    auto value = [&](int q, std::size_t e) -> const std::uint8_t* {
+      return q == rank_ ? data + e * elem : slot(h, q) + (e - p0) * elem;
+    };
+    for_each_segment(count, W, mine, mine_end, [&](int k, std::size_t lo, std::size_t hi) {
+      for (std::size_t b = lo; b < hi; b += block_elems) {
+        const std::size_t len = std::min(block_elems, hi - b);
+        std::uint8_t* sum = my_slot + (b - p0) * elem;
+        reduce_pair(sum, value((k + 1) % W, b), value(k, b), type, len, op);
+        for (int j = 2; j < W; ++j) reduce_pair(sum, value((k + j) % W, b), sum, type, len, op);
+        if (divisor != 1) divide_elements(sum, type, len, divisor);
+        std::memcpy(data + b * elem, sum, len * elem);
+      }
+    });
+    sync(call, 1);
+    // 3. The others' shares, from their slots.
+    for (int q = 0; q < W; ++q) {
+      if (q == rank_) continue;
+      const std::size_t begin = share_begin(q), end = share_begin(q + 1);
+      std::memcpy(data + begin * elem, slot(h, q) + (begin - p0) * elem, (end - begin) * elem);
+    }
   }
 }
 

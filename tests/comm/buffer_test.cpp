@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "comm_backends/reduction.h"
@@ -80,6 +81,30 @@ TEST(Reduction, AccumulatesNarrowInputInF32) {
   divide_elements(a, DType::i64, 2, 2);
   EXPECT_EQ(a[0], 1);
   EXPECT_THROW(reduce_into(a, DType::i64, b, DType::i32, 2, ReduceOp::sum), UsageError);
+}
+
+// The shm backend chains reduce_pair() where the ring chains reduce_into(); the bits must agree
+// where the order of the operands shows (a signed zero or a NaN under min and max), also when the
+// result overwrites the second operand.
+TEST(Reduction, PairHasReduceIntosBits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float held[4] = {-0.0f, nan, 1.5f, 3.0f};
+  const float into[4] = {0.0f, 2.0f, nan, 1.0f};
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max}) {
+    float expected[4], out[4], aliased[4];
+    std::memcpy(expected, held, sizeof held);
+    reduce_into(expected, DType::f32, into, DType::f32, 4, op);
+    reduce_pair(out, held, into, DType::f32, 4, op);
+    std::memcpy(aliased, into, sizeof into);
+    reduce_pair(aliased, held, aliased, DType::f32, 4, op);
+    EXPECT_EQ(std::memcmp(out, expected, sizeof out), 0) << static_cast<int>(op);
+    EXPECT_EQ(std::memcmp(aliased, expected, sizeof out), 0) << static_cast<int>(op);
+  }
+  std::int32_t a[2] = {7, -3}, b[2] = {2, -9}, c[2];
+  reduce_pair(c, a, b, DType::i32, 2, ReduceOp::max);
+  EXPECT_EQ(c[0], 7);
+  EXPECT_EQ(c[1], -3);
+  EXPECT_THROW(reduce_pair(c, a, b, DType::f16, 2, ReduceOp::sum), UsageError);
 }
 
 }  // namespace

@@ -34,6 +34,9 @@ std::vector<std::uint8_t> random_input(DType dtype, std::size_t count, int rank)
   std::uniform_int_distribution<int> exponent(-12, 12);
   std::vector<double> values(count);
   for (auto& v : values) v = std::ldexp(mantissa(random), exponent(random));
+  // Zeros of the rank's own sign here and there: min and max of +0 and -0 give the operand
+  // that comes first, so they show whether values meet in the ring's order.
+  for (std::size_t i = 0; i < count; i += 97) values[i] = rank % 2 == 0 ? 0.0 : -0.0;
   std::vector<std::uint8_t> bytes(count * dtype_size(dtype));
   if (dtype == DType::i32 || dtype == DType::i64) {
     for (std::size_t i = 0; i < count; ++i) {
