@@ -42,6 +42,7 @@
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/algorithms/peer_collectives.h"
 #include "comm_backends/communicator.h"
+#include "comm_backends/placement.h"
 #include "comm_backends/rank_group.h"
 #include "comm_backends/reduction.h"
 #include "common/errors.h"
@@ -63,7 +64,10 @@ struct BenchArgs {
   std::string collective = "allreduce";  // allreduce | reduce_scatter | allgather | broadcast
   std::string algorithm = "auto";        // comm.algorithm for asio-ring and hierarchical
   std::string tcp_congestion = "auto";   // comm.tcp_congestion for asio-ring and hierarchical
-  int world = 0;                         // 0: not given
+  // auto: the ranks this command starts get cores of their own, as launch.bind: auto gives
+  // them (not with nccl, whose buffers are on GPUs); none: the scheduler places them.
+  std::string bind = "auto";
+  int world = 0;  // 0: not given
   std::string sizes = "4K,64K,1M,16M";
   std::string dtype = "f32";
   std::string wire_dtype = "f32";
@@ -629,6 +633,8 @@ int start_ranks(const BenchArgs& args) {
   PARTRAIN_CHECK(args.nnodes >= 1 && args.world % args.nnodes == 0, UsageError, "bench: --world ",
                  args.world, " is not a multiple of --nnodes ", args.nnodes);
   check_args(args, args.world);
+  PARTRAIN_CHECK(args.bind == "auto" || args.bind == "none", UsageError, "bench: --bind '",
+                 args.bind, "' is not one of auto | none");
   const TempDir dir("partrain-bench");
   const fs::path results_path = dir.path() / "results.json";
 
@@ -656,6 +662,11 @@ int start_ranks(const BenchArgs& args) {
   plan.master_addr = args.master_addr;
   plan.master_port = args.master_port;
   plan.extra_env[kResultsVariable] = results_path.string();
+  const auto backends = split(args.backends);
+  if (args.bind == "auto" &&
+      std::find(backends.begin(), backends.end(), "nccl") == backends.end()) {
+    plan.local_cpus = comm::bind_ranks(comm::allowed_cores(), plan.nodes.ranks_on(args.node_rank));
+  }
   // launch() stops every rank it started when one fails, or cannot be started at all.
   const int code = launch(plan);
   if (code != 0) return code;
@@ -667,7 +678,9 @@ int start_ranks(const BenchArgs& args) {
   std::ifstream in(results_path);
   PARTRAIN_CHECK(in.good(), Error, "bench: rank 0 wrote no results");
   const json written = json::parse(in);
-  const std::string where = args.nnodes == 1 ? "one host" : std::to_string(args.nnodes) + " hosts";
+  const std::string where =
+      (args.nnodes == 1 ? "one host" : std::to_string(args.nnodes) + " hosts") +
+      (plan.local_cpus.empty() ? "" : ", each rank on cores of its own");
   return report(written.at("results"), written.at("placement"), args, args.world, where);
 }
 
@@ -702,6 +715,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                         "congestion control: auto (default: cubic, else reno, between ranks of "
                         "one machine; the system's between machines) | system | a name the "
                         "kernel has (cubic, reno, bbr)");
+  allreduce->add_option("--bind", args->bind,
+                        "auto (default: each rank this command starts on cores of its own, "
+                        "where it has at least as many cores as ranks; not with nccl) | none");
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");

@@ -48,6 +48,7 @@
 // clang-format on
 
 #include "cli/platform_process.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 #include "common/hash.h"
 #include "common/stop_request.h"
@@ -172,8 +173,10 @@ class GroupRun {
   GroupRun(const GroupRun&) = delete;
   GroupRun& operator=(const GroupRun&) = delete;
 
-  void spawn(int rank, const std::string& executable, const std::vector<std::string>& args,
-             bp::environment env) {
+  // Returns the CPUs the worker may run on as the system reports them once it started
+  // ("" where it does not say).
+  std::string spawn(int rank, const std::string& executable, const std::vector<std::string>& args,
+                    bp::environment env, const std::vector<int>& cpus) {
     auto worker = std::make_unique<Worker>();
     Worker& w = *worker;
     w.rank = rank;
@@ -183,7 +186,7 @@ class GroupRun {
       platform::set_close_on_exec(p->pipe.native_source());
       platform::set_close_on_exec(p->pipe.native_sink());
     }
-    const platform::WorkerChildSetup setup = w.group.child_setup();
+    const platform::WorkerChildSetup setup = w.group.child_setup(cpus);
     try {
       w.child = bp::child(bp::exe = executable, bp::args = args, env, bp::std_out > w.out->pipe,
                           bp::std_err > w.err->pipe, bp::std_in < bp::null, setup);
@@ -199,6 +202,7 @@ class GroupRun {
       read_more(w, *w.out);
       read_more(w, *w.err);
     });
+    return cpus.empty() ? std::string() : w.group.worker_cpus();
   }
 
   // Waits for the first failure, full success or a stop signal (one newer than
@@ -484,6 +488,15 @@ void check_plan(const LaunchPlan& plan) {
       plan.heartbeat_interval.count() >= 0 && (plan.heartbeat_interval.count() == 0 ||
                                                plan.silence_bound > 2 * plan.heartbeat_interval),
       UsageError, "the silence bound must exceed two heartbeat intervals");
+  PARTRAIN_CHECK(plan.local_cpus.empty() || static_cast<int>(plan.local_cpus.size()) ==
+                                                plan.nodes.ranks_on(plan.node_rank),
+                 UsageError, "CPUs for ", plan.local_cpus.size(), " ranks, but this node runs ",
+                 plan.nodes.ranks_on(plan.node_rank));
+  for (const auto& cpus : plan.local_cpus) {
+    PARTRAIN_CHECK(!cpus.empty() && std::all_of(cpus.begin(), cpus.end(),
+                                                [](int cpu) { return cpu >= 0 && cpu < 65536; }),
+                   UsageError, "a rank's CPUs must be one or more ids in 0..65535");
+  }
 }
 
 std::string env_value(const char* name) {
@@ -651,8 +664,17 @@ int launch(const LaunchPlan& plan) {
       const int first_rank = plan.nodes.first_rank(plan.node_rank);
       for (int local = 0; local < plan.nodes.ranks_on(plan.node_rank); ++local) {
         if (signals.count() != signals_seen) break;
-        group.spawn(first_rank + local, plan.executable, plan.worker_args,
-                    worker_environment(plan, local, token, rendezvous, port, restart));
+        const std::vector<int> no_cpus;
+        const std::vector<int>& cpus = plan.local_cpus.empty() ? no_cpus : plan.local_cpus[local];
+        const std::string runs_on =
+            group.spawn(first_rank + local, plan.executable, plan.worker_args,
+                        worker_environment(plan, local, token, rendezvous, port, restart), cpus);
+        // Silent when the binding took, as on most starts; a rank it missed runs on, unbound.
+        if (!runs_on.empty() && runs_on != cpu_list(cpus)) {
+          sink.launcher_line(detail::concat("rank ", first_rank + local,
+                                            " could not be bound to CPUs ", cpu_list(cpus),
+                                            "; it runs on CPUs ", runs_on));
+        }
       }
       outcome = group.watch(plan, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen);
     }

@@ -39,6 +39,10 @@ struct LaunchPlan {
   // frozen (SIGSTOP, a stalled host): it is killed and counts as failed.
   std::chrono::milliseconds heartbeat_interval{0};
   std::chrono::milliseconds silence_bound{0};
+  // The CPUs each local rank is bound to, in local rank order (comm::bind_ranks(), Note
+  // [Binding ranks to cores] in comm_backends/placement.cpp); empty: none is bound. Applied on
+  // Linux; a rank the system would not bind runs unbound, and the launcher says so.
+  std::vector<std::vector<int>> local_cpus;
   std::map<std::string, std::string> extra_env;  // set in every worker, last (wins)
   std::ostream* out = nullptr;                   // workers' stdout lines go here; null: std::cout
   std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr

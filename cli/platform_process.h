@@ -12,10 +12,12 @@
 // clang-format off
 // Standard headers first: Boost 1.74's Process and Asio headers use these without
 // including them.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #ifdef _WIN32
 // Boost 1.74's Windows handle code (reached through extend.hpp) uses DWORD and
@@ -62,7 +64,7 @@ inline constexpr const char* kForceStopName = "TerminateJobObject";
 using NativeHandle = void*;  // a HANDLE
 #else
 inline constexpr const char* kForceStopName = "SIGKILL";
-using NativeHandle = int;  // a file descriptor
+using NativeHandle = int;                // a file descriptor
 #endif
 
 struct WorkerChildSetup;
@@ -82,10 +84,14 @@ class WorkerGroup {
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  // The Boost.Process initializer for spawning this group's worker.
-  WorkerChildSetup child_setup() const;
+  // The Boost.Process initializer for spawning this group's worker. On Linux a worker given
+  // `cpus` is bound to them from its start (Note [Binding ranks to cores] in
+  // comm_backends/placement.cpp); elsewhere they are not used.
+  WorkerChildSetup child_setup(const std::vector<int>& cpus = {});
   // Tells the group which process it leads, once the spawn succeeded.
   void started(int pid) { pid_ = pid; }
+  // The CPUs the worker may run on, as the system says now ("0-3,8"); empty where it does not.
+  std::string worker_cpus() const;
 
   // The polite stop. POSIX: SIGTERM to the group. Windows: CTRL_BREAK_EVENT to the worker's
   // console process group, which reaches it only when the launcher shares a console with it;
@@ -100,6 +106,8 @@ class WorkerGroup {
   int pid_ = 0;
 #ifdef _WIN32
   void* job_ = nullptr;  // the job object's HANDLE
+#else
+  std::vector<unsigned long> cpu_mask_;  // child_setup()'s cpus as sched_setaffinity() takes them
 #endif
 };
 
@@ -173,14 +181,18 @@ struct WorkerChildSetup : boost::process::extend::handler {
 };
 #else
 // Runs in the child between fork and exec, so only async-signal-safe calls (see the .cpp).
-void prepare_worker_child(int launcher_pid) noexcept;
+// A non-empty cpu_mask (cpu_mask_bytes bytes, made before the fork) binds the worker to it.
+void prepare_worker_child(int launcher_pid, const unsigned long* cpu_mask,
+                          std::size_t cpu_mask_bytes) noexcept;
 
 // Boost.Process initializer that runs prepare_worker_child in each worker.
 struct WorkerChildSetup : boost::process::extend::handler {
   int launcher_pid = 0;
+  const unsigned long* cpu_mask = nullptr;  // the WorkerGroup's, which outlives the spawn
+  std::size_t cpu_mask_bytes = 0;
   template <typename Executor>
   void on_exec_setup(Executor&) const {
-    prepare_worker_child(launcher_pid);
+    prepare_worker_child(launcher_pid, cpu_mask, cpu_mask_bytes);
   }
 };
 #endif

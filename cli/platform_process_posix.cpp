@@ -6,6 +6,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/prctl.h>
 #endif
 
@@ -16,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/cpu_list.h"
 #include "common/errors.h"
 
 namespace partrain::cli::platform {
@@ -97,10 +99,49 @@ void signal_group(int pid, int signal) {
 WorkerGroup::WorkerGroup() = default;
 WorkerGroup::~WorkerGroup() = default;
 
-WorkerChildSetup WorkerGroup::child_setup() const {
+WorkerChildSetup WorkerGroup::child_setup(const std::vector<int>& cpus) {
   WorkerChildSetup setup;
   setup.launcher_pid = current_process_id();
+#if defined(__linux__)
+  // The mask the kernel reads: bit c of word c / bits-per-word for CPU c (what CPU_SET_S sets).
+  constexpr int kBits = static_cast<int>(8 * sizeof(unsigned long));
+  cpu_mask_.clear();
+  for (const int cpu : cpus) {
+    if (cpu < 0) continue;
+    const auto word = static_cast<std::size_t>(cpu / kBits);
+    if (cpu_mask_.size() <= word) cpu_mask_.resize(word + 1, 0);
+    cpu_mask_[word] |= 1UL << (cpu % kBits);
+  }
+  setup.cpu_mask = cpu_mask_.empty() ? nullptr : cpu_mask_.data();
+  setup.cpu_mask_bytes = cpu_mask_.size() * sizeof(unsigned long);
+#else
+  (void)cpus;
+#endif
   return setup;
+}
+
+std::string WorkerGroup::worker_cpus() const {
+#if defined(__linux__)
+  if (pid_ <= 0) return {};
+  std::vector<unsigned long> mask(1024 / (8 * sizeof(unsigned long)));
+  // The kernel refuses (EINVAL) a mask smaller than its own CPU count: larger ones, up to
+  // 65536 CPUs.
+  while (::sched_getaffinity(pid_, mask.size() * sizeof(unsigned long),
+                             reinterpret_cast<cpu_set_t*>(mask.data())) != 0) {
+    if (errno != EINVAL || mask.size() * 8 * sizeof(unsigned long) >= 65536) return {};
+    mask.resize(mask.size() * 2);
+  }
+  std::vector<int> cpus;
+  for (std::size_t word = 0; word < mask.size(); ++word) {
+    for (std::size_t bit = 0; bit < 8 * sizeof(unsigned long); ++bit) {
+      if ((mask[word] >> bit) & 1UL)
+        cpus.push_back(static_cast<int>(word * 8 * sizeof(unsigned long) + bit));
+    }
+  }
+  return cpu_list(cpus);
+#else
+  return {};
+#endif
 }
 
 bool WorkerGroup::request_stop() {
@@ -203,13 +244,23 @@ int StopSignals::last_signal() const { return g_last_signal.load(); }
 // death signal kills each worker. It fires when the thread that forked the worker ends, so
 // launch() spawns from the thread that then waits for the workers. getppid() closes the
 // race where the launcher died between fork and prctl.
-void prepare_worker_child(int launcher_pid) noexcept {
+//
+// A worker given CPUs is bound to them here, before it runs anything of its own, so that every
+// thread it starts inherits the binding. A binding the kernel refuses (a CPU taken away from
+// the launcher meanwhile) leaves the worker unbound; the launcher reads back what it got.
+void prepare_worker_child(int launcher_pid, const unsigned long* cpu_mask,
+                          std::size_t cpu_mask_bytes) noexcept {
   ::setpgid(0, 0);
 #if defined(__linux__)
+  if (cpu_mask != nullptr && cpu_mask_bytes > 0) {
+    ::sched_setaffinity(0, cpu_mask_bytes, reinterpret_cast<const cpu_set_t*>(cpu_mask));
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != static_cast<pid_t>(launcher_pid)) ::kill(::getpid(), SIGKILL);
 #else
   (void)launcher_pid;
+  (void)cpu_mask;
+  (void)cpu_mask_bytes;
 #endif
 }
 

@@ -151,11 +151,15 @@ WorkerGroup::~WorkerGroup() {
   if (job_ != nullptr) ::CloseHandle(static_cast<HANDLE>(job_));
 }
 
-WorkerChildSetup WorkerGroup::child_setup() const {
+// Workers are not bound to CPUs on Windows (Note [Binding ranks to cores] in
+// comm_backends/placement.cpp): `cpus` is not used.
+WorkerChildSetup WorkerGroup::child_setup(const std::vector<int>&) {
   WorkerChildSetup setup;
   setup.job = job_;
   return setup;
 }
+
+std::string WorkerGroup::worker_cpus() const { return {}; }
 
 bool WorkerGroup::request_stop() {
   if (pid_ <= 0) return false;

@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
+#include "comm_backends/placement.h"
 #include "trainer/parity/parity.h"
 #include "common/errors.h"
 #include "common/output_lock.h"
@@ -60,6 +61,7 @@ std::string run_identity(Config config) {
   config.data.root.clear();
   config.data.num_workers = 0;
   config.train.threads = 0;
+  config.launch.bind = CpuBinding::kAuto;  // each node's launcher binds its own ranks
   config.comm.interface.clear();
   config.comm.host.clear();
   nlohmann::ordered_json identity = nlohmann::ordered_json::parse(config_to_json(config));
@@ -256,6 +258,13 @@ LaunchPlan plan_for(const RunOptions& o, const Config& config,
   plan.stop_grace = timeout + kCheckpointAllowance;
   plan.heartbeat_interval = kHeartbeatInterval;
   plan.silence_bound = timeout + kSilenceGrace;
+  // Ranks that train on the CPU get cores of their own; ranks on GPUs are left where the
+  // scheduler puts them (Note [Binding ranks to cores] in comm_backends/placement.cpp).
+  const bool on_cpu = config.device == DeviceChoice::kCpu ||
+                      (config.device == DeviceChoice::kAuto && cuda_device_count() == 0);
+  if (config.launch.bind == CpuBinding::kAuto && on_cpu) {
+    plan.local_cpus = comm::bind_ranks(comm::allowed_cores(), nodes.ranks_on(o.node_rank));
+  }
   return plan;
 }
 

@@ -1,12 +1,14 @@
 #include "comm_backends/placement.h"
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <utility>
 
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
 #include "common/byte_codec.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 
 namespace partrain::comm {
@@ -76,31 +78,14 @@ HostLayout group_by_host(const std::vector<std::string>& identities) {
 }
 
 int distinct_cpus(const std::vector<std::string>& lists) {
-  // CPU ids as cpu_affinity() can write them: below 65536.
-  constexpr std::size_t kCpuLimit = 65536;
-  std::vector<bool> seen;
+  std::vector<int> all;
   for (const std::string& list : lists) {
-    std::size_t at = 0;
-    // A CPU id at `at`, or kCpuLimit where there is none or it is too large.
-    const auto number = [&] {
-      const std::size_t from = at;
-      std::size_t value = 0;
-      while (at < list.size() && list[at] >= '0' && list[at] <= '9' && at - from < 6) {
-        value = value * 10 + static_cast<std::size_t>(list[at++] - '0');
-      }
-      return at == from ? kCpuLimit : value;
-    };
-    if (list.empty()) return 0;
-    // One range ("3" or "0-7") per turn; each turn consumes at least one character.
-    while (at < list.size()) {
-      const std::size_t first = number();
-      const std::size_t last = at < list.size() && list[at] == '-' ? (++at, number()) : first;
-      if (first > last || last >= kCpuLimit || (at < list.size() && list[at++] != ',')) return 0;
-      if (seen.size() <= last) seen.resize(last + 1);
-      for (std::size_t cpu = first; cpu <= last; ++cpu) seen[cpu] = true;
-    }
+    const std::vector<int> cpus = cpus_of(list);
+    if (cpus.empty()) return 0;
+    all.insert(all.end(), cpus.begin(), cpus.end());
   }
-  return static_cast<int>(std::count(seen.begin(), seen.end(), true));
+  std::sort(all.begin(), all.end());
+  return static_cast<int>(std::unique(all.begin(), all.end()) - all.begin());
 }
 
 HostLayout group_by_host(const std::vector<RankSite>& sites) {
@@ -380,6 +365,80 @@ RankHosts::RankHosts(Store& store, std::string prefix, int rank, int ranks)
 const HostLayout& RankHosts::layout() const {
   if (!layout_) layout_ = exchange_host_layout(*store_, prefix_, rank_, ranks_);
   return *layout_;
+}
+
+// Note [Binding ranks to cores]
+// Where `partrain run` or `partrain bench allreduce` starts several ranks on a host and their
+// buffers are in CPU memory, it binds each to cores of its own (launch.bind: auto; the bench's
+// --bind auto), as Open MPI's mpirun binds its processes unless told otherwise. Left to the
+// scheduler, two busy ranks may share one CPU for milliseconds while another idles: on a 2-CPU
+// machine a 4 KiB shm allreduce at W=2 took 10.4-10.7 us in such spells against 1.3 us
+// otherwise, and a spell could come back after the ranks had been apart (BENCHMARKS.md, "The
+// shm backend: why it had two speeds"). Each rank also runs cores / ranks intra-op threads
+// (set_intra_op_threads()), which then stay on its own cores.
+//
+// Cores, not CPUs: the hardware threads of a core share its execution units and first caches,
+// so a core goes to one rank whole (thread_siblings_list names them; Linux often numbers the
+// second threads of all cores after the first ones, so neighbouring numbers are not siblings).
+// The cores are divided in the order of their lowest CPU, so a rank's cores are neighbours in
+// the machine's numbering, usually within one package. No binding where
+//   * the ranks outnumber the cores: they share cores, and the scheduler moves them better than
+//     a fixed share would (bind_ranks() returns none);
+//   * the buffers are on GPUs: a rank's cores should then be near its GPU, which this division
+//     does not know;
+//   * an engine (torchrun, mpirun, srun) starts the ranks: binding is its business (mpirun's
+//     --bind-to, srun's --cpu-bind);
+//   * on Windows, where the launcher does not bind (processor groups are not handled).
+// The launcher binds each rank between fork and exec, so every thread it starts inherits it.
+// It divides the CPUs it may itself run on: two runs started side by side on one machine would
+// each divide all of it and pair their ranks up on the same cores, so such runs are given
+// CPUs of their own (`taskset -c 0-7 partrain run ...`) or launch.bind: none.
+
+std::vector<std::vector<int>> group_into_cores(
+    const std::vector<int>& cpus, const std::function<std::string(int cpu)>& siblings) {
+  std::vector<int> ascending = cpus;
+  std::sort(ascending.begin(), ascending.end());
+  ascending.erase(std::unique(ascending.begin(), ascending.end()), ascending.end());
+  std::vector<std::vector<int>> cores;
+  std::map<std::string, std::size_t> index;  // siblings list -> its core in `cores`
+  for (const int cpu : ascending) {
+    const std::string key = siblings(cpu);
+    if (key.empty()) {
+      cores.push_back({cpu});
+      continue;
+    }
+    const auto [it, fresh] = index.emplace(key, cores.size());
+    if (fresh) cores.emplace_back();
+    cores[it->second].push_back(cpu);
+  }
+  return cores;
+}
+
+std::vector<std::vector<int>> allowed_cores() {
+  return group_into_cores(cpus_of(cpu_affinity()), [](int cpu) {
+    std::string list;
+#if defined(__linux__)
+    std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                     "/topology/thread_siblings_list");
+    in >> list;
+#else
+    (void)cpu;
+#endif
+    return list;
+  });
+}
+
+std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& cores, int ranks) {
+  const auto count = static_cast<std::int64_t>(cores.size());
+  if (ranks < 2 || count < ranks) return {};
+  std::vector<std::vector<int>> cpus(static_cast<std::size_t>(ranks));
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    for (std::int64_t c = r * count / ranks; c < (r + 1) * count / ranks; ++c) {
+      cpus[r].insert(cpus[r].end(), cores[c].begin(), cores[c].end());
+    }
+    std::sort(cpus[r].begin(), cpus[r].end());
+  }
+  return cpus;
 }
 
 }  // namespace partrain::comm

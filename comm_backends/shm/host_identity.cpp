@@ -7,6 +7,8 @@
 #include <system_error>
 #include <vector>
 
+#include "common/cpu_list.h"
+
 #if defined(_WIN32)
 #ifndef NOMINMAX
 #define NOMINMAX
@@ -42,22 +44,6 @@ std::string namespace_of(const char* name, std::initializer_list<const char*> pa
 }
 #endif
 
-// "0-3,8" for the CPUs whose entries in `allowed` are set.
-std::string as_ranges(const std::vector<bool>& allowed) {
-  std::string out;
-  const std::size_t n = allowed.size();
-  for (std::size_t cpu = 0; cpu < n; ++cpu) {
-    if (!allowed[cpu]) continue;
-    std::size_t last = cpu;
-    while (last + 1 < n && allowed[last + 1]) ++last;
-    if (!out.empty()) out += ',';
-    out += std::to_string(cpu);
-    if (last > cpu) out += '-' + std::to_string(last);
-    cpu = last;
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string cpu_affinity() {
@@ -65,11 +51,11 @@ std::string cpu_affinity() {
   // The process's processor group only: a process runs in one group unless it asks for more.
   DWORD_PTR process = 0, system = 0;
   if (GetProcessAffinityMask(GetCurrentProcess(), &process, &system) == 0) return {};
-  std::vector<bool> allowed(sizeof(DWORD_PTR) * 8);
-  for (std::size_t cpu = 0; cpu < allowed.size(); ++cpu) {
-    allowed[cpu] = ((process >> cpu) & 1) != 0;
+  std::vector<int> allowed;
+  for (int cpu = 0; cpu < static_cast<int>(sizeof(DWORD_PTR) * 8); ++cpu) {
+    if (((process >> cpu) & 1) != 0) allowed.push_back(cpu);
   }
-  return as_ranges(allowed);
+  return cpu_list(allowed);
 #else
   // The kernel refuses (EINVAL) a set smaller than its own CPU count: try larger ones, up to
   // 65536 CPUs (seven tries).
@@ -80,13 +66,14 @@ std::string cpu_affinity() {
     CPU_ZERO_S(size, set);
     const int rc = ::sched_getaffinity(0, size, set);
     const int error = errno;
-    std::vector<bool> allowed;
+    std::vector<int> allowed;
     if (rc == 0) {
-      allowed.resize(static_cast<std::size_t>(cpus));
-      for (int cpu = 0; cpu < cpus; ++cpu) allowed[cpu] = CPU_ISSET_S(cpu, size, set) != 0;
+      for (int cpu = 0; cpu < cpus; ++cpu) {
+        if (CPU_ISSET_S(cpu, size, set) != 0) allowed.push_back(cpu);
+      }
     }
     CPU_FREE(set);
-    if (rc == 0) return as_ranges(allowed);
+    if (rc == 0) return cpu_list(allowed);
     if (error != EINVAL) return {};
   }
   return {};

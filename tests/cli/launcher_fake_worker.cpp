@@ -218,6 +218,16 @@ int main(int argc, char** argv) {
           "PARTRAIN_RESTART", "OMP_NUM_THREADS", "PARTRAIN_TEST_EXTRA"}) {
       std::cout << "env " << name << "=" << env_or(name, "<unset>") << std::endl;
     }
+#if defined(__linux__)
+    // The CPUs it may run on, as "cpus 0-3" (what the launcher bound it to, if anything).
+    std::ifstream status("/proc/self/status");
+    for (std::string line; std::getline(status, line);) {
+      const std::string key = "Cpus_allowed_list:";
+      if (line.rfind(key, 0) == 0) {
+        std::cout << "cpus " << line.substr(line.find_first_not_of(" \t", key.size())) << std::endl;
+      }
+    }
+#endif
     // The launcher's fresh file store must exist while the workers run.
     const std::string url = env_or("PARTRAIN_RENDEZVOUS", "");
     if (url.rfind("file://", 0) == 0) {

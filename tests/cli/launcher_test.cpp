@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "cli/platform_process.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 #include "common/worker_lines.h"
 
@@ -699,7 +701,61 @@ TEST(LauncherTest, InvalidPlansAreUsageErrors) {
   plan = fake_plan(1, {});
   plan.executable.clear();
   expect_usage(plan, "no worker executable");
+  plan = fake_plan(2, {});
+  plan.local_cpus = {{0}};
+  expect_usage(plan, "CPUs for 1 ranks, but this node runs 2");
+  plan.local_cpus = {{0}, {}};
+  expect_usage(plan, "a rank's CPUs must be one or more ids in 0..65535");
 }
+
+#if defined(__linux__)
+// The CPUs this process may run on, from /proc/self/status.
+std::vector<int> own_cpus() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    const std::string key = "Cpus_allowed_list:";
+    if (line.rfind(key, 0) == 0) {
+      const std::size_t at = line.find_first_not_of(" \t", key.size());
+      return cpus_of(at == std::string::npos ? "" : line.substr(at));
+    }
+  }
+  return {};
+}
+
+// Each rank runs on the CPUs the plan gives it from its start, whatever it inherited, without a
+// word when that works; without CPUs in the plan a rank keeps the launcher's. A CPU the system
+// will not bind to leaves that rank unbound, and the launcher says so.
+TEST(LauncherTest, RanksRunOnTheCpusOfThePlan) {
+  const std::vector<int> allowed = own_cpus();
+  if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs, has " << allowed.size();
+  LaunchPlan plan = fake_plan(2, {"--print-env", "--epochs", "1"});
+  plan.local_cpus = {{allowed[1]}, {allowed[0]}};
+  Captured r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(value_after(r.out, 0, "cpus "), std::to_string(allowed[1])) << r.out;
+  EXPECT_EQ(value_after(r.out, 1, "cpus "), std::to_string(allowed[0])) << r.out;
+  EXPECT_EQ(r.err.find("bound"), std::string::npos) << r.err;
+
+  const int absent = 65535;  // no machine's: the kernel refuses a mask of it alone
+  plan.local_cpus = {{allowed[0]}, {absent}};
+  r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(value_after(r.out, 0, "cpus "), std::to_string(allowed[0])) << r.out;
+  EXPECT_EQ(value_after(r.out, 1, "cpus "), cpu_list(allowed)) << r.out;
+  EXPECT_NE(r.err.find(detail::concat("partrain: rank 1 could not be bound to CPUs ", absent,
+                                      "; it runs on CPUs ", cpu_list(allowed), "\n")),
+            std::string::npos)
+      << r.err;
+
+  plan.local_cpus.clear();
+  r = run_plan(plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(value_after(r.out, rank, "cpus "), cpu_list(allowed)) << r.out;
+  }
+  EXPECT_EQ(r.err.find("bound"), std::string::npos) << r.err;
+}
+#endif
 
 TEST(LauncherTest, MissingExecutableIsAnError) {
   LaunchPlan plan = fake_plan(2, {});

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_backends/placement.h"
 #include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
@@ -121,10 +122,31 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
         "--backend asio-ring --world 2 --sizes 4X", "--backend asio-ring --world 2 --dtype f8",
         "--backend asio-ring --world 2 --collective alltoall",
         "--backend asio-ring --world 2 --algorithm bcube",
-        "--backend asio-ring --world 2 --tcp-congestion 'bbr!'"}) {
+        "--backend asio-ring --world 2 --tcp-congestion 'bbr!'",
+        "--backend shm --world 2 --bind cores"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+  }
+}
+
+// The ranks the bench starts get cores of their own where there are as many cores as ranks
+// (Note [Binding ranks to cores] in placement.cpp), and the header says so; --bind none leaves
+// them to the scheduler.
+TEST(BenchCommand, StartedRanksAreBoundToCoresOfTheirOwn) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  const bool enough = allowed_cores().size() >= 2;
+  for (const std::string bind : {"auto", "none"}) {
+    std::string output;
+    ASSERT_EQ(
+        run(exe + " bench allreduce --backend shm --world 2 --sizes 4K --iters 2 --bind " + bind,
+            output),
+        0)
+        << output;
+    const bool bound =
+        output.find("one host, each rank on cores of its own\n") != std::string::npos;
+    EXPECT_EQ(bound, bind == "auto" && enough) << bind << ": " << output;
   }
 }
 

@@ -2,6 +2,7 @@
 // a rank (counted at the tcp store's server), and a rank that never comes is named.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store_barrier.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 #include "tests/support/rank_threads.h"
 
@@ -173,6 +175,44 @@ TEST(Rendezvous, AHostsCpusAreTheUnionOfItsRanksAffinities) {
   EXPECT_FALSE(group_by_host(std::vector<RankSite>{{"a", "0"}, {"a", ""}}).shares_cores());
 #if defined(__linux__)
   EXPECT_GT(distinct_cpus({cpu_affinity()}), 0) << cpu_affinity();
+#endif
+}
+
+TEST(Rendezvous, CpuListsReadAndWriteBack) {
+  EXPECT_EQ(cpus_of("0-3,8"), (std::vector<int>{0, 1, 2, 3, 8}));
+  EXPECT_EQ(cpus_of("8,0-1,1"), (std::vector<int>{0, 1, 8}));
+  EXPECT_TRUE(cpus_of("3-1").empty());
+  EXPECT_EQ(cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(cpu_list({5}), "5");
+  EXPECT_EQ(cpu_list({}), "");
+  for (const char* list : {"0", "0-63", "1,3,5-9,12"}) EXPECT_EQ(cpu_list(cpus_of(list)), list);
+}
+
+// Cores are grouped by the hardware threads that share them, and each rank gets whole cores in
+// the order of their lowest CPU: with Linux numbering the second threads after all the first
+// ones, the ranks' CPUs are not neighbouring numbers.
+TEST(Rendezvous, RanksAreBoundToWholeCoresInOrder) {
+  // 4 cores x 2 threads: CPU c and c + 4 share core c.
+  const auto siblings = [](int cpu) { return cpu_list({cpu % 4, cpu % 4 + 4}); };
+  const std::vector<std::vector<int>> cores = group_into_cores({7, 0, 1, 2, 3, 4, 5, 6}, siblings);
+  EXPECT_EQ(cores, (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(bind_ranks(cores, 2), (std::vector<std::vector<int>>{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  EXPECT_EQ(bind_ranks(cores, 4), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // Three ranks on four cores: every core is someone's, none is split.
+  EXPECT_EQ(bind_ranks(cores, 3), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 3, 6, 7}}));
+  // More ranks than cores share them; one rank needs no binding.
+  EXPECT_TRUE(bind_ranks(cores, 5).empty());
+  EXPECT_TRUE(bind_ranks(cores, 1).empty());
+  // A CPU whose core the system does not name is a core of its own.
+  const auto unnamed = group_into_cores({0, 1, 2}, [](int) { return std::string(); });
+  EXPECT_EQ(unnamed, (std::vector<std::vector<int>>{{0}, {1}, {2}}));
+  EXPECT_EQ(bind_ranks(unnamed, 2), (std::vector<std::vector<int>>{{0}, {1, 2}}));
+#if defined(__linux__)
+  // This machine's own: every allowed CPU in exactly one core.
+  std::vector<int> all;
+  for (const auto& core : allowed_cores()) all.insert(all.end(), core.begin(), core.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, cpus_of(cpu_affinity()));
 #endif
 }
 

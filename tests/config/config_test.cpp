@@ -240,6 +240,7 @@ TEST_F(ConfigTest, EveryEnumNameReadsBackAsItself) {
   check(names_of(Compression{}), "comm.compression",
         [](const Config& c) { return c.comm.compression; });
   check(names_of(Shard{}), "train.shard", [](const Config& c) { return c.train.shard; });
+  check(names_of(CpuBinding{}), "launch.bind", [](const Config& c) { return c.launch.bind; });
 }
 
 // train.shard: none by default; optimizer and gradients only with strategy ddp and without

@@ -1,6 +1,6 @@
 // defines: the closed sets of names a config chooses from — DeviceChoice, StrategyKind,
 // Precision, DatasetKind, ModelName, Norm, OptimizerName, ScheduleName, Compression,
-// BalanceMode, Shard — each with
+// BalanceMode, Shard, CpuBinding — each with
 // the table of its YAML names, and name_of() to write one back.
 //
 // The reader turns each name into its enumerator once (config_reader.cpp), so the rest of
@@ -36,6 +36,8 @@ enum class Compression : std::uint8_t { kNone, kPowerSgd };
 enum class Shard : std::uint8_t { kNone, kOptimizer, kGradients };
 // data.balance: even, auto, or a list of weights (written "weights" where a name is needed).
 enum class BalanceMode : std::uint8_t { kEven, kAuto, kWeights };
+// launch.bind: whether the ranks `partrain run` starts on a host get cores of their own.
+enum class CpuBinding : std::uint8_t { kAuto, kNone };
 
 template <typename Enum>
 struct EnumName {
@@ -71,6 +73,8 @@ inline constexpr EnumName<Shard> kShardNames[] = {
     {Shard::kNone, "none"}, {Shard::kOptimizer, "optimizer"}, {Shard::kGradients, "gradients"}};
 inline constexpr EnumName<BalanceMode> kBalanceModeNames[] = {
     {BalanceMode::kEven, "even"}, {BalanceMode::kAuto, "auto"}, {BalanceMode::kWeights, "weights"}};
+inline constexpr EnumName<CpuBinding> kCpuBindingNames[] = {{CpuBinding::kAuto, "auto"},
+                                                            {CpuBinding::kNone, "none"}};
 
 // The table of an enum, picked by the type of the argument (its value is not used).
 constexpr std::span<const EnumName<DeviceChoice>> names_of(DeviceChoice) {
@@ -92,6 +96,7 @@ constexpr std::span<const EnumName<ScheduleName>> names_of(ScheduleName) {
 constexpr std::span<const EnumName<Compression>> names_of(Compression) { return kCompressionNames; }
 constexpr std::span<const EnumName<BalanceMode>> names_of(BalanceMode) { return kBalanceModeNames; }
 constexpr std::span<const EnumName<Shard>> names_of(Shard) { return kShardNames; }
+constexpr std::span<const EnumName<CpuBinding>> names_of(CpuBinding) { return kCpuBindingNames; }
 
 // The YAML name of `value`: what the resolved config, report.json and messages print. Every
 // enumerator has one (the config tests read each name back).

@@ -122,6 +122,7 @@ void read_launch(Section launch, LaunchConfig& l) {
   launch.read_int("nnodes", l.nnodes, 1, 65536);
   launch.read_checked("rendezvous", l.rendezvous, rendezvous_problem);
   launch.read_int("max_restarts", l.max_restarts, 0, 1000);
+  launch.read_enum("bind", l.bind);
   launch.finish();
 }
 

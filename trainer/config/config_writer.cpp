@@ -80,7 +80,8 @@ Json launch_json(const LaunchConfig& l) {
   return {{"nproc_per_node", nproc_per_node_json(l.nproc_per_node)},
           {"nnodes", l.nnodes},
           {"rendezvous", l.rendezvous},
-          {"max_restarts", l.max_restarts}};
+          {"max_restarts", l.max_restarts},
+          {"bind", name_of(l.bind)}};
 }
 
 // PowerSGD's keys are null (absent) without it, as the reader refuses them there.

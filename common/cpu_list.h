@@ -1,0 +1,18 @@
+// defines: cpu_list() and cpus_of() — CPU ids written and read in the kernel's list form
+// ("0-3,8,10-11"), as cpu_affinity() (comm_backends/shm/host_identity.h), the rank bindings and
+// the launcher's lines write them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace partrain {
+
+// `cpus` (ascending, without repeats) as ranges: {0, 1, 2, 3, 8} -> "0-3,8".
+std::string cpu_list(const std::vector<int>& cpus);
+
+// The CPUs of such a list, ascending, without repeats; empty if it is not one or names an id
+// from 65536 on.
+std::vector<int> cpus_of(const std::string& list);
+
+}  // namespace partrain
