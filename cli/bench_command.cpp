@@ -633,8 +633,6 @@ int start_ranks(const BenchArgs& args) {
   PARTRAIN_CHECK(args.nnodes >= 1 && args.world % args.nnodes == 0, UsageError, "bench: --world ",
                  args.world, " is not a multiple of --nnodes ", args.nnodes);
   check_args(args, args.world);
-  PARTRAIN_CHECK(args.bind == "auto" || args.bind == "none", UsageError, "bench: --bind '",
-                 args.bind, "' is not one of auto | none");
   const TempDir dir("partrain-bench");
   const fs::path results_path = dir.path() / "results.json";
 
@@ -715,9 +713,11 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                         "congestion control: auto (default: cubic, else reno, between ranks of "
                         "one machine; the system's between machines) | system | a name the "
                         "kernel has (cubic, reno, bbr)");
-  allreduce->add_option("--bind", args->bind,
-                        "auto (default: each rank this command starts on cores of its own, "
-                        "where it has at least as many cores as ranks; not with nccl) | none");
+  allreduce
+      ->add_option("--bind", args->bind,
+                   "auto (default: each rank this command starts on cores of its own, where it "
+                   "may run on as many CPUs as ranks; Linux; not with nccl) | none")
+      ->check(CLI::IsMember({"auto", "none"}));
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
   allreduce->add_option("--sizes", args->sizes, "Message sizes in bytes, e.g. 4K,1M,16M");

@@ -463,6 +463,12 @@ class FreshStoreRoot {
   TempDir root_{"partrain-run"};
 };
 
+// Whether every CPU of `cpus` (ascending) is one of `allowed` (in any order).
+bool within(const std::vector<int>& cpus, std::vector<int> allowed) {
+  std::sort(allowed.begin(), allowed.end());
+  return !cpus.empty() && std::includes(allowed.begin(), allowed.end(), cpus.begin(), cpus.end());
+}
+
 void check_plan(const LaunchPlan& plan) {
   PARTRAIN_CHECK(!plan.executable.empty(), UsageError, "no worker executable to launch");
   PARTRAIN_CHECK(plan.nodes.is_per_node(), UsageError,
@@ -573,10 +579,14 @@ bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const
     env["PARTRAIN_HEARTBEAT_S"] = std::to_string(plan.heartbeat_interval.count() / 1000.0);
   }
   if (env.count("OMP_NUM_THREADS") == 0) {
-    // N ranks each starting an OpenMP pool of every core would oversubscribe N times.
+    // N ranks each starting an OpenMP pool of every core would oversubscribe N times; a rank
+    // bound to fewer CPUs than its share gets no more threads than it has CPUs.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    env["OMP_NUM_THREADS"] =
-        std::to_string(std::max(1u, cores / static_cast<unsigned>(local_world_size)));
+    unsigned threads = std::max(1u, cores / static_cast<unsigned>(local_world_size));
+    if (!plan.local_cpus.empty()) {
+      threads = std::min(threads, static_cast<unsigned>(plan.local_cpus[local_rank].size()));
+    }
+    env["OMP_NUM_THREADS"] = std::to_string(threads);
   }
   for (const auto& [name, value] : plan.extra_env) env[name] = value;
   return env;
@@ -670,7 +680,9 @@ int launch(const LaunchPlan& plan) {
             group.spawn(first_rank + local, plan.executable, plan.worker_args,
                         worker_environment(plan, local, token, rendezvous, port, restart), cpus);
         // Silent when the binding took, as on most starts; a rank it missed runs on, unbound.
-        if (!runs_on.empty() && runs_on != cpu_list(cpus)) {
+        // The rank may already have narrowed itself further (an OpenMP runtime told to bind
+        // by OMP_PROC_BIND): only CPUs outside the plan's say that it missed.
+        if (!runs_on.empty() && !within(cpus_of(runs_on), cpus)) {
           sink.launcher_line(detail::concat("rank ", first_rank + local,
                                             " could not be bound to CPUs ", cpu_list(cpus),
                                             "; it runs on CPUs ", runs_on));

@@ -375,15 +375,18 @@ const HostLayout& RankHosts::layout() const {
 // machine a 4 KiB shm allreduce at W=2 took 10.4-10.7 us in such spells against 1.3 us
 // otherwise, and a spell could come back after the ranks had been apart (BENCHMARKS.md, "The
 // shm backend: why it had two speeds"). Each rank also runs cores / ranks intra-op threads
-// (set_intra_op_threads()), which then stay on its own cores.
+// (set_intra_op_threads(), at most as many as it has CPUs), which then stay on its own cores,
+// as do its loader threads. The compute probe of `--with-baseline` runs alone and unbound.
 //
 // Cores, not CPUs: the hardware threads of a core share its execution units and first caches,
 // so a core goes to one rank whole (thread_siblings_list names them; Linux often numbers the
 // second threads of all cores after the first ones, so neighbouring numbers are not siblings).
 // The cores are divided in the order of their lowest CPU, so a rank's cores are neighbours in
-// the machine's numbering, usually within one package. No binding where
-//   * the ranks outnumber the cores: they share cores, and the scheduler moves them better than
-//     a fixed share would (bind_ranks() returns none);
+// the machine's numbering, usually within one package. With fewer cores than ranks but as many
+// hardware threads (two ranks on a virtual machine of one core and two threads), each rank
+// gets threads of its own instead, siblings next to each other. No binding where
+//   * the ranks outnumber the CPUs: they share CPUs, and the scheduler moves them better than a
+//     fixed share would (bind_ranks() returns none);
 //   * the buffers are on GPUs: a rank's cores should then be near its GPU, which this division
 //     does not know;
 //   * an engine (torchrun, mpirun, srun) starts the ranks: binding is its business (mpirun's
@@ -415,26 +418,34 @@ std::vector<std::vector<int>> group_into_cores(
 }
 
 std::vector<std::vector<int>> allowed_cores() {
+#if defined(__linux__)
   return group_into_cores(cpus_of(cpu_affinity()), [](int cpu) {
     std::string list;
-#if defined(__linux__)
     std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
                      "/topology/thread_siblings_list");
     in >> list;
-#else
-    (void)cpu;
-#endif
     return list;
   });
+#else
+  return {};  // the launcher binds on Linux only
+#endif
 }
 
 std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& cores, int ranks) {
-  const auto count = static_cast<std::int64_t>(cores.size());
+  // Whole cores where there are enough; else single hardware threads, core by core.
+  std::vector<std::vector<int>> units = cores;
+  if (static_cast<std::int64_t>(cores.size()) < ranks) {
+    units.clear();
+    for (const auto& core : cores) {
+      for (const int cpu : core) units.push_back({cpu});
+    }
+  }
+  const auto count = static_cast<std::int64_t>(units.size());
   if (ranks < 2 || count < ranks) return {};
   std::vector<std::vector<int>> cpus(static_cast<std::size_t>(ranks));
   for (std::int64_t r = 0; r < ranks; ++r) {
-    for (std::int64_t c = r * count / ranks; c < (r + 1) * count / ranks; ++c) {
-      cpus[r].insert(cpus[r].end(), cores[c].begin(), cores[c].end());
+    for (std::int64_t u = r * count / ranks; u < (r + 1) * count / ranks; ++u) {
+      cpus[r].insert(cpus[r].end(), units[u].begin(), units[u].end());
     }
     std::sort(cpus[r].begin(), cpus[r].end());
   }

@@ -73,15 +73,17 @@ int distinct_cpus(const std::vector<std::string>& lists);
 // The cores of the CPUs this process may run on: cpu_affinity(), grouped by the hardware
 // threads that share a core (/sys/devices/system/cpu/cpuN/topology/thread_siblings_list), each
 // core's CPUs ascending, the cores in the order of their lowest CPU. A CPU whose core the
-// system does not name is a core of its own. Empty where the affinity is not known.
+// system does not name is a core of its own. Empty where the affinity is not known, and
+// outside Linux, where the launcher does not bind.
 std::vector<std::vector<int>> allowed_cores();
 // `cpus` grouped into cores: two CPUs are of one core when `siblings` gives the same list for
 // both (an empty list: the CPU is a core of its own). Ordered as allowed_cores() orders them.
 std::vector<std::vector<int>> group_into_cores(const std::vector<int>& cpus,
                                                const std::function<std::string(int cpu)>& siblings);
 // The CPUs each of `ranks` ranks is bound to: rank i takes cores [i * C / ranks,
-// (i + 1) * C / ranks) of the C `cores`, every hardware thread of a core going to one rank.
-// Empty, for no binding, with one rank or fewer cores than ranks.
+// (i + 1) * C / ranks) of the C `cores`, every hardware thread of a core going to one rank; with
+// fewer cores than ranks, the hardware threads in the cores' order are divided so instead.
+// Empty, for no binding, with one rank or fewer CPUs than ranks.
 std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& cores, int ranks);
 
 // Publishes this rank's site (host_identity() and cpu_affinity()) under prefix + rank and

@@ -18,7 +18,10 @@
 //   allgather piece:  write my slot -> sync -> read everyone's
 //
 // Two halves make one sync per phase enough: a rank writes a half again only after a later
-// sync, which every rank reaches only once it has finished reading that half.
+// sync, which every rank reaches only once it has finished reading that half. Within a piece
+// of the allreduce a rank writes its slot's share after the first sync while the others read
+// the rest of that slot: the shares do not overlap, and no rank reads another's share before
+// the second sync.
 //
 // Same bits as asio-ring. The ring cuts the buffer into W segments; segment k starts at rank
 // k and travels around the ring, each rank reducing its own values with what arrived
@@ -28,8 +31,8 @@
 // (reduce_pair()), into its own slot, where the others read the result, and its own buffer.
 // A rank's own values never pass through its slot: a piece costs each rank one copy of what
 // the others reduce, the sum, and one copy of what the others reduced. The first form copied
-// the whole piece in, reduced in place across the slots and copied the whole piece out (2.5
-// buffers written a rank, now 2); with that and pieces of a slot (2 MiB) rather than 256 KiB,
+// the whole piece in, reduced in place across the slots and copied the whole piece out (at
+// W=2, 2.5 buffers written a rank, now 2); with that and pieces of a slot (2 MiB), not 256 KiB,
 // which keeps a piece and the slots it meets in a core's cache, W=2 took 1.5-1.7x as long
 // from 1 MiB (BENCHMARKS.md, "Allreduce through shared memory").
 //
@@ -68,7 +71,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::uint64_t kRegionMagic = 0x314d485354524150ull;  // "PARTSHM1"
+// Which ranks write which parts of the slots is part of the format: ranks of two builds that
+// split the work differently must not meet in one region.
+constexpr std::uint64_t kRegionMagic = 0x324d485354524150ull;  // "PARTSHM2"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
@@ -79,6 +84,7 @@ constexpr std::size_t kPage = 4096;
 // stays in the first-level cache.
 constexpr std::size_t kDirectPieceBytes = 256 << 10;
 constexpr std::size_t kReduceBlockBytes = 16 << 10;
+static_assert(kDirectPieceBytes <= kShmSlotBytes, "a piece must fit in a slot");
 
 using Kind = CollectiveKind;
 

@@ -60,8 +60,8 @@ class ShmCollectives {
 
  private:
   struct Call;  // what a collective is, so that ranks that disagree fail with a message
-  // allreduce() of data reduced in its own type on a wire of that type (Note [Allreduce from
-  // the ranks' own buffers] in shm_collectives.cpp).
+  // allreduce() of data reduced in its own type on a wire of that type (Note [Shared-memory
+  // collectives] in shm_collectives.cpp).
   void allreduce_direct(const Call& call, std::uint8_t* data, std::size_t count, DType type,
                         ReduceOp op);
   void sync(const Call& call, int phase,

@@ -200,15 +200,21 @@ TEST(Rendezvous, RanksAreBoundToWholeCoresInOrder) {
   EXPECT_EQ(bind_ranks(cores, 4), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   // Three ranks on four cores: every core is someone's, none is split.
   EXPECT_EQ(bind_ranks(cores, 3), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 3, 6, 7}}));
-  // More ranks than cores share them; one rank needs no binding.
-  EXPECT_TRUE(bind_ranks(cores, 5).empty());
+  // More ranks than cores, as many as hardware threads: a thread each, core by core.
+  EXPECT_EQ(bind_ranks(cores, 8),
+            (std::vector<std::vector<int>>{{0}, {4}, {1}, {5}, {2}, {6}, {3}, {7}}));
+  EXPECT_EQ(bind_ranks(cores, 5),
+            (std::vector<std::vector<int>>{{0}, {1, 4}, {5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(bind_ranks({{0, 1}}, 2), (std::vector<std::vector<int>>{{0}, {1}}));
+  // More ranks than CPUs share them; one rank needs no binding.
+  EXPECT_TRUE(bind_ranks(cores, 9).empty());
   EXPECT_TRUE(bind_ranks(cores, 1).empty());
   // A CPU whose core the system does not name is a core of its own.
   const auto unnamed = group_into_cores({0, 1, 2}, [](int) { return std::string(); });
   EXPECT_EQ(unnamed, (std::vector<std::vector<int>>{{0}, {1}, {2}}));
   EXPECT_EQ(bind_ranks(unnamed, 2), (std::vector<std::vector<int>>{{0}, {1, 2}}));
 #if defined(__linux__)
-  // This machine's own: every allowed CPU in exactly one core.
+  // This machine's own: every allowed CPU in exactly one core (none outside Linux).
   std::vector<int> all;
   for (const auto& core : allowed_cores()) all.insert(all.end(), core.begin(), core.end());
   std::sort(all.begin(), all.end());

@@ -142,6 +142,31 @@ TEST(Shm, LargeAllreduceRunsInPiecesWithTheSameBits) {
   }
 }
 
+// An allreduce of data in its own type goes in pieces of 256 KiB, whichever its element size,
+// and a piece's shares need not meet the ring's segments: about two and a half pieces of
+// 8-byte elements under min and max (whose operand order shows) at two and four ranks, and
+// counts smaller than the world, where some ranks have no share.
+TEST(Shm, AllreduceOfEveryElementSizeHasTheRingsBitsAcrossPieces) {
+  for (int world : {2, 4}) {
+    for (DType dtype : {DType::f64, DType::i64, DType::i32}) {
+      for (ReduceOp op : {ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+        const std::size_t pieces = (640 << 10) / dtype_size(dtype) + 77;  // 2.5 pieces and more
+        for (std::size_t count : {pieces, std::size_t{1}, static_cast<std::size_t>(world - 1)}) {
+          if (count == 0) continue;
+          const auto ring =
+              allreduce_with("asio-ring", world, dtype, op, DType::f32, count, "ring");
+          const auto shm = allreduce_with("shm", world, dtype, op, DType::f32, count);
+          for (int r = 0; r < world; ++r) {
+            EXPECT_TRUE(shm[r] == ring[r])
+                << "world " << world << " rank " << r << " " << dtype_name(dtype) << " "
+                << reduce_op_name(op) << " count " << count;
+          }
+        }
+      }
+    }
+  }
+}
+
 // reduce_scatter reduces each block in the ring's order too: the bits of asio-ring's ring.
 TEST(Shm, ReduceScatterHasTheRingsBits) {
   for (int world : {2, 3, 4}) {

@@ -29,9 +29,9 @@ struct LaunchConfig {
   // store per start on one node, tcp://MASTER_ADDR:MASTER_PORT (hosted by rank 0) on several.
   std::string rendezvous;
   int max_restarts = 0;  // 0..1000 restarts of the whole group after a rank fails
-  // auto: each rank `partrain run` starts on a host gets cores of its own where they train on
-  // the CPU and there are at least as many cores as ranks (Note [Binding ranks to cores] in
-  // comm_backends/placement.cpp); none: the scheduler places them.
+  // auto: on Linux each rank `partrain run` starts on a host gets cores of its own where they
+  // train on the CPU and the launcher may run on at least as many CPUs as ranks (Note [Binding
+  // ranks to cores] in comm_backends/placement.cpp); none: the scheduler places them.
   CpuBinding bind = CpuBinding::kAuto;
 };
 

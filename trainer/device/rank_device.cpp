@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "comm_backends/shm/host_identity.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 #include "trainer/device/device_memory.h"
 #include "trainer/device/torch_info.h"
@@ -35,6 +37,10 @@ void set_intra_op_threads(const Config& cfg, const RankPlace& place) {
   if (threads == 0) {
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / std::max(1, place.local_world_size));
+    // A rank bound to fewer CPUs than its share (launch.bind, an engine's binding, taskset)
+    // gets no more threads than it may run on.
+    const auto allowed = static_cast<int>(cpus_of(comm::cpu_affinity()).size());
+    if (allowed > 0) threads = std::min(threads, allowed);
   }
   at::set_num_threads(threads);
 }
