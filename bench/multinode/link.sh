@@ -36,6 +36,8 @@
 # TCP_CONGESTION (comm.tcp_congestion for asio-ring and hierarchical, runs and training: auto,
 # system, a name; default system, what separate machines keep under auto: auto would take
 # cubic here, the hosts being namespaces of one kernel),
+# BIND (launch.bind for runs, --bind for the bench: auto, the default, gives each rank of a host
+# cores of its own where the host's launcher may run on as many CPUs as it has ranks; none),
 # MPI_ARGS (more mpirun arguments, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
 # coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling), BURST (the token
 # bucket's size, default 256kb: 2 ms of a 1 Gbit/s line, which refills between the timed
@@ -226,6 +228,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
             --iters "${ITERS:-0}" --warmup 3 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
       [[ $backend == gloo ]] || args+=(--tcp-congestion "${TCP_CONGESTION:-system}")
+      args+=(--bind "${BIND:-auto}")
       extra0=(--json "$work/bench.json"); extra1=()
       on_all bench 600
       allreduce_rows "$work/bench.json" "$rate" "$backend" "$wire"
@@ -248,7 +251,7 @@ for rate in $rates; do
     fi
     args=(run "$work/cfg.yaml" --set "comm.backend=$backend" --set "comm.wire_dtype=$wire"
           "${compression[@]}" --nnodes "$nhosts" --nproc-per-node "$per_host" --master-addr 10.78.0.1 --master-port "$port")
-    args+=(--set "comm.tcp_congestion=${TCP_CONGESTION:-system}")
+    args+=(--set "comm.tcp_congestion=${TCP_CONGESTION:-system}" --set "launch.bind=${BIND:-auto}")
     extra0=(--output "$work/out0"); extra1=(--output "$work/out%i")
     [ "${BASELINE:-0}" = 1 ] && extra0+=(--with-baseline)
     on_all run 900
