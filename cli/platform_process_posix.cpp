@@ -121,27 +121,7 @@ WorkerChildSetup WorkerGroup::child_setup(const std::vector<int>& cpus) {
 }
 
 std::string WorkerGroup::worker_cpus() const {
-#if defined(__linux__)
-  if (pid_ <= 0) return {};
-  std::vector<unsigned long> mask(1024 / (8 * sizeof(unsigned long)));
-  // The kernel refuses (EINVAL) a mask smaller than its own CPU count: larger ones, up to
-  // 65536 CPUs.
-  while (::sched_getaffinity(pid_, mask.size() * sizeof(unsigned long),
-                             reinterpret_cast<cpu_set_t*>(mask.data())) != 0) {
-    if (errno != EINVAL || mask.size() * 8 * sizeof(unsigned long) >= 65536) return {};
-    mask.resize(mask.size() * 2);
-  }
-  std::vector<int> cpus;
-  for (std::size_t word = 0; word < mask.size(); ++word) {
-    for (std::size_t bit = 0; bit < 8 * sizeof(unsigned long); ++bit) {
-      if ((mask[word] >> bit) & 1UL)
-        cpus.push_back(static_cast<int>(word * 8 * sizeof(unsigned long) + bit));
-    }
-  }
-  return cpu_list(cpus);
-#else
-  return {};
-#endif
+  return pid_ > 0 ? cpu_list(affinity_of(pid_)) : std::string();
 }
 
 bool WorkerGroup::request_stop() {

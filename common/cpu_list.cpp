@@ -2,6 +2,12 @@
 
 #include <cstddef>
 
+#if defined(__linux__)
+#include <sched.h>
+
+#include <cerrno>
+#endif
+
 namespace partrain {
 
 std::string cpu_list(const std::vector<int>& cpus) {
@@ -44,6 +50,32 @@ std::vector<int> cpus_of(const std::string& list) {
     if (seen[cpu]) cpus.push_back(static_cast<int>(cpu));
   }
   return cpus;
+}
+
+std::vector<int> affinity_of(int tid) {
+  std::vector<int> allowed;
+#if defined(__linux__)
+  // The kernel refuses (EINVAL) a set smaller than its own CPU count: try larger ones, up to
+  // 65536 CPUs (seven tries).
+  for (int cpus = 1024; cpus <= 65536; cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) return {};
+    const std::size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    const int rc = ::sched_getaffinity(tid, size, set);
+    const int error = errno;
+    if (rc == 0) {
+      for (int cpu = 0; cpu < cpus; ++cpu) {
+        if (CPU_ISSET_S(cpu, size, set) != 0) allowed.push_back(cpu);
+      }
+    }
+    CPU_FREE(set);
+    if (rc == 0 || error != EINVAL) return allowed;
+  }
+#else
+  (void)tid;
+#endif
+  return allowed;
 }
 
 }  // namespace partrain

@@ -1,7 +1,6 @@
 #include "comm_backends/shm/host_identity.h"
 
 #include <boost/asio/ip/host_name.hpp>
-#include <cerrno>
 #include <fstream>
 #include <initializer_list>
 #include <system_error>
@@ -15,7 +14,6 @@
 #endif
 #include <windows.h>
 #else
-#include <sched.h>
 #include <sys/stat.h>
 #endif
 
@@ -57,26 +55,7 @@ std::string cpu_affinity() {
   }
   return cpu_list(allowed);
 #else
-  // The kernel refuses (EINVAL) a set smaller than its own CPU count: try larger ones, up to
-  // 65536 CPUs (seven tries).
-  for (int cpus = 1024; cpus <= 65536; cpus *= 2) {
-    cpu_set_t* set = CPU_ALLOC(cpus);
-    if (set == nullptr) return {};
-    const std::size_t size = CPU_ALLOC_SIZE(cpus);
-    CPU_ZERO_S(size, set);
-    const int rc = ::sched_getaffinity(0, size, set);
-    const int error = errno;
-    std::vector<int> allowed;
-    if (rc == 0) {
-      for (int cpu = 0; cpu < cpus; ++cpu) {
-        if (CPU_ISSET_S(cpu, size, set) != 0) allowed.push_back(cpu);
-      }
-    }
-    CPU_FREE(set);
-    if (rc == 0) return cpu_list(allowed);
-    if (error != EINVAL) return {};
-  }
-  return {};
+  return cpu_list(affinity_of(0));
 #endif
 }
 

@@ -45,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpu_list.h"
 #include "common/heartbeat.h"
 #include "common/stop_request.h"
 #include "common/worker_lines.h"
@@ -219,14 +220,8 @@ int main(int argc, char** argv) {
       std::cout << "env " << name << "=" << env_or(name, "<unset>") << std::endl;
     }
 #if defined(__linux__)
-    // The CPUs it may run on, as "cpus 0-3" (what the launcher bound it to, if anything).
-    std::ifstream status("/proc/self/status");
-    for (std::string line; std::getline(status, line);) {
-      const std::string key = "Cpus_allowed_list:";
-      if (line.rfind(key, 0) == 0) {
-        std::cout << "cpus " << line.substr(line.find_first_not_of(" \t", key.size())) << std::endl;
-      }
-    }
+    // The CPUs it may run on (what the launcher bound it to, if anything).
+    std::cout << "cpus " << partrain::cpu_list(partrain::affinity_of(0)) << std::endl;
 #endif
     // The launcher's fresh file store must exist while the workers run.
     const std::string url = env_or("PARTRAIN_RENDEZVOUS", "");

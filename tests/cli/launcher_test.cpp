@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -709,24 +708,11 @@ TEST(LauncherTest, InvalidPlansAreUsageErrors) {
 }
 
 #if defined(__linux__)
-// The CPUs this process may run on, from /proc/self/status.
-std::vector<int> own_cpus() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    const std::string key = "Cpus_allowed_list:";
-    if (line.rfind(key, 0) == 0) {
-      const std::size_t at = line.find_first_not_of(" \t", key.size());
-      return cpus_of(at == std::string::npos ? "" : line.substr(at));
-    }
-  }
-  return {};
-}
-
 // Each rank runs on the CPUs the plan gives it from its start, whatever it inherited, without a
 // word when that works; without CPUs in the plan a rank keeps the launcher's. A CPU the system
 // will not bind to leaves that rank unbound, and the launcher says so.
 TEST(LauncherTest, RanksRunOnTheCpusOfThePlan) {
-  const std::vector<int> allowed = own_cpus();
+  const std::vector<int> allowed = affinity_of(0);
   if (allowed.size() < 2) GTEST_SKIP() << "needs two CPUs, has " << allowed.size();
   LaunchPlan plan = fake_plan(2, {"--print-env", "--epochs", "1"});
   plan.local_cpus = {{allowed[1]}, {allowed[0]}};

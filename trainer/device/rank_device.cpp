@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "comm_backends/shm/host_identity.h"
 #include "common/cpu_list.h"
 #include "common/errors.h"
 #include "trainer/device/device_memory.h"
@@ -39,7 +38,7 @@ void set_intra_op_threads(const Config& cfg, const RankPlace& place) {
     threads = std::max(1, cores / std::max(1, place.local_world_size));
     // A rank bound to fewer CPUs than its share (launch.bind, an engine's binding, taskset)
     // gets no more threads than it may run on.
-    const auto allowed = static_cast<int>(cpus_of(comm::cpu_affinity()).size());
+    const auto allowed = static_cast<int>(affinity_of(0).size());
     if (allowed > 0) threads = std::min(threads, allowed);
   }
   at::set_num_threads(threads);
