@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "comm_backends/shm/host_identity.h"
@@ -20,10 +21,16 @@ std::size_t HostLayout::largest_host() const {
 }
 
 bool HostLayout::shares_cores() const {
-  for (std::size_t h = 0; h < host_sizes.size() && h < host_cpus.size(); ++h) {
-    if (host_cpus[h] > 0 && host_sizes[h] > host_cpus[h]) return true;
+  for (std::size_t h = 0; h < host_sizes.size(); ++h) {
+    if (shares_cores(static_cast<int>(h))) return true;
   }
   return false;
+}
+
+bool HostLayout::shares_cores(int host) const {
+  const auto h = static_cast<std::size_t>(host);
+  return h < host_sizes.size() && h < host_cpus.size() && host_cpus[h] > 0 &&
+         host_sizes[h] > host_cpus[h];
 }
 
 int HostLayout::host_of(int rank) const {
@@ -384,9 +391,12 @@ const HostLayout& RankHosts::layout() const {
 // The cores are divided in the order of their lowest CPU, so a rank's cores are neighbours in
 // the machine's numbering, usually within one package. With fewer cores than ranks but as many
 // hardware threads (two ranks on a virtual machine of one core and two threads), each rank
-// gets threads of its own instead, siblings next to each other. No binding where
-//   * the ranks outnumber the CPUs: they share CPUs, and the scheduler moves them better than a
-//     fixed share would (bind_ranks() returns none);
+// gets threads of its own instead, siblings next to each other. Where the ranks outnumber the
+// hardware threads, they share them as evenly as they divide (ranks 0 and 1 on the first, ...):
+// left to the scheduler, four ranks on two CPUs had slow runs (a 1 MiB shm allgather took
+// 194-305 us by run against 185-190 us in every run so bound; asio-ring at W = 8 and 16 up to
+// 1.3x slower), and training was level (BENCHMARKS.md, "Reduce-scatter and allgather through
+// shared memory, and ranks that share cores"). No binding where
 //   * the buffers are on GPUs: a rank's cores should then be near its GPU, which this division
 //     does not know;
 //   * an engine (torchrun, mpirun, srun) starts the ranks: binding is its business (mpirun's
@@ -441,8 +451,12 @@ std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& co
     }
   }
   const auto count = static_cast<std::int64_t>(units.size());
-  if (ranks < 2 || count < ranks) return {};
+  if (ranks < 2 || count == 0) return {};
   std::vector<std::vector<int>> cpus(static_cast<std::size_t>(ranks));
+  if (count < ranks) {  // ranks share hardware threads, as evenly as they divide
+    for (std::int64_t r = 0; r < ranks; ++r) cpus[r] = units[r * count / ranks];
+    return cpus;
+  }
   for (std::int64_t r = 0; r < ranks; ++r) {
     for (std::int64_t u = r * count / ranks; u < (r + 1) * count / ranks; ++u) {
       cpus[r].insert(cpus[r].end(), units[u].begin(), units[u].end());
@@ -450,6 +464,16 @@ std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& co
     std::sort(cpus[r].begin(), cpus[r].end());
   }
   return cpus;
+}
+
+bool shares_cpus(const std::vector<std::vector<int>>& binding) {
+  std::set<int> seen;
+  for (const auto& cpus : binding) {
+    for (const int cpu : cpus) {
+      if (!seen.insert(cpu).second) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace partrain::comm

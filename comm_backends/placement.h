@@ -46,6 +46,8 @@ struct HostLayout {
   // Whether some host runs more ranks than the CPUs they may run on, so that its ranks take
   // turns on a core (what algorithm_choice.h's choice asks).
   bool shares_cores() const;
+  // Whether host `host` does.
+  bool shares_cores(int host) const;
   // Adds `count` ranks after the last, on host `host` (an existing index, or the next one
   // with `identity`).
   void append(int host, int count, const std::string& identity);
@@ -82,9 +84,12 @@ std::vector<std::vector<int>> group_into_cores(const std::vector<int>& cpus,
                                                const std::function<std::string(int cpu)>& siblings);
 // The CPUs each of `ranks` ranks is bound to: rank i takes cores [i * C / ranks,
 // (i + 1) * C / ranks) of the C `cores`, every hardware thread of a core going to one rank; with
-// fewer cores than ranks, the hardware threads in the cores' order are divided so instead.
-// Empty, for no binding, with one rank or fewer CPUs than ranks.
+// fewer cores than ranks, the hardware threads in the cores' order are divided so instead; with
+// fewer hardware threads than ranks, rank i shares thread i * T / ranks of the T threads.
+// Empty, for no binding, with one rank or no cores.
 std::vector<std::vector<int>> bind_ranks(const std::vector<std::vector<int>>& cores, int ranks);
+// Whether two ranks of such a binding share a CPU.
+bool shares_cpus(const std::vector<std::vector<int>>& binding);
 
 // Publishes this rank's site (host_identity() and cpu_affinity()) under prefix + rank and
 // learns every rank's host from one value, prefix + "layout", that rank 0 publishes. The hosts are

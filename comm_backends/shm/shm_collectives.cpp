@@ -14,8 +14,11 @@
 //   allreduce piece:  write my data but my share into my slot -> sync -> reduce my share
 //                     from the others' slots and my own buffer into my slot and my buffer
 //                     -> sync -> read the others' shares from their slots
+//   reduce_scatter piece:  write the others' blocks of it into my slot -> sync -> reduce my
+//                     block from their slots and my own input into my output
 //   broadcast piece:  the root writes its slot -> sync -> the others read it
-//   allgather piece:  write my slot -> sync -> read everyone's
+//   allgather piece:  write my slot (and, unless in place, my block of the output) -> sync ->
+//                     read the others'
 //
 // Two halves make one sync per phase enough: a rank writes a half again only after a later
 // sync, which every rank reaches only once it has finished reading that half. Within a piece
@@ -84,6 +87,9 @@ constexpr std::size_t kPage = 4096;
 // stays in the first-level cache.
 constexpr std::size_t kDirectPieceBytes = 256 << 10;
 constexpr std::size_t kReduceBlockBytes = 16 << 10;
+// A sync's wait: rounds of spinning (none where ranks share cores), then of yielding, then it
+// sleeps (sync()).
+constexpr std::uint64_t kSpins = 2000, kYieldRounds = 2000;
 static_assert(kDirectPieceBytes <= kShmSlotBytes, "a piece must fit in a slot");
 
 using Kind = CollectiveKind;
@@ -171,12 +177,13 @@ struct ShmCollectives::Call {
 std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
 
 ShmCollectives::ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
-                               std::vector<int> rank_names)
+                               std::vector<int> rank_names, bool shared_cores)
     : region_(static_cast<std::uint8_t*>(region)),
       rank_(rank),
       world_(world),
       timeout_(timeout),
-      rank_names_(std::move(rank_names)) {
+      rank_names_(std::move(rank_names)),
+      shared_cores_(shared_cores) {
   PARTRAIN_CHECK(world >= 1 && rank >= 0 && rank < world, UsageError, "shm: rank ", rank,
                  " is outside a world of ", world);
   PARTRAIN_CHECK(rank_names_.empty() || rank_names_.size() == static_cast<std::size_t>(world),
@@ -212,10 +219,15 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
 
   // Spin briefly (a peer on another core arrives within microseconds), then yield, then
   // sleep, so that more ranks than cores still make progress; the deadline bounds it all.
+  // Where the ranks share cores the peer being waited for may need this core, so the wait
+  // yields from the first round: 4 KiB at W=4 on 2 CPUs, bound two to a CPU, took 5.5-6.1 us
+  // (allreduce), 3.4 (reduce_scatter) and 2.8 (allgather) against 9.3-9.8, 9.2-9.4 and 8.5-8.7
+  // spinning first (BENCHMARKS.md, "Reduce-scatter and allgather through shared memory, and
+  // ranks that share cores").
   // A wait that has lasted kPatientAfter (a leader in its collective across hosts, a rank
   // still in its backward pass) sleeps kPatientSleep per round and checks for failures on
   // every round: its wake-ups would otherwise take CPU from the ranks doing the work.
-  constexpr int kSpins = 2000, kYields = 4000;
+  const std::uint64_t spins = shared_cores_ ? 0 : kSpins, yields = spins + kYieldRounds;
   constexpr auto kPatientAfter = std::chrono::milliseconds(10);
   constexpr auto kPatientSleep = std::chrono::milliseconds(1);
   bool patient = false;
@@ -258,9 +270,9 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
                 (gone ? "" : " (dead, hung, or not calling the same collective)"));
       }
     }
-    if (round < kSpins) {
+    if (round < spins) {
       continue;
-    } else if (round < kYields) {
+    } else if (round < yields) {
       std::this_thread::yield();
     } else if (patient) {
       std::this_thread::sleep_for(kPatientSleep);
@@ -413,10 +425,16 @@ void ShmCollectives::allreduce_direct(const Call& call, std::uint8_t* data, std:
 }
 
 // Like asio-ring's ring reduce-scatter, to the bit: block k's chain starts at rank k + 1 and
-// ends at rank k (ring_reduce_scatter()), so the rank that owns block k applies that sequence
-// across the slots, and no other rank touches block k. Each piece holds the same element
-// range of every block, side by side in each rank's slot; one sync a piece suffices, since
-// the owner reads back only what it wrote itself.
+// ends at rank k (ring_reduce_scatter()), so the rank that owns block k applies that sequence,
+// and no other rank touches block k. Each piece holds the same element range of every block,
+// side by side in each rank's slot. Data reduced in its own type goes as the allreduce does
+// (reduce_scatter_direct()): a rank copies in only the blocks the others reduce and reduces its
+// own from their slots and its own input straight into its output, in pieces that hold 256 KiB
+// of the input; at W=2 that took 61 us for 1 MiB and 1.6 ms for 16 MiB against 100-103 us and
+// 2.3 ms reduced in place across the slots (BENCHMARKS.md, "Reduce-scatter and allgather
+// through shared memory"). Otherwise (a wider accumulator, a narrow wire) the owner reduces in
+// place across the slots, as below. Either way one sync a piece suffices: besides its own slot, a
+// rank writes at most its own block of the others' slots, which no other rank reads.
 void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
                                     ReduceOp op, DType wire) {
   PARTRAIN_CHECK(!broken_, CommError,
@@ -445,6 +463,7 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t count
   if (count == 0) return sync(call, 0);
   const auto* source = static_cast<const std::uint8_t*>(in);
   auto* target = static_cast<std::uint8_t*>(out);
+  if (!narrow && acc == dtype) return reduce_scatter_direct(call, source, target, count, dtype, op);
   const std::size_t piece_elems = kShmSlotBytes / work_elem / static_cast<std::size_t>(W);
   const int k = rank_;
   for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
@@ -484,6 +503,44 @@ void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t count
       convert_elements(result, acc, target + p0 * data_elem, dtype, n);
     } else {
       std::memcpy(target + p0 * data_elem, result, n * data_elem);
+    }
+  }
+}
+
+void ShmCollectives::reduce_scatter_direct(const Call& call, const std::uint8_t* source,
+                                           std::uint8_t* target, std::size_t count, DType type,
+                                           ReduceOp op) {
+  const int W = world_, k = rank_;
+  const std::size_t elem = dtype_size(type);
+  const int divisor = op == ReduceOp::avg ? W : 1;
+  // A piece holds the same n elements of every block, as in reduce_scatter() above; W * n
+  // elements are one allreduce piece.
+  const std::size_t piece_elems =
+      std::max<std::size_t>(1, kDirectPieceBytes / elem / static_cast<std::size_t>(W));
+  const std::size_t block_elems = kReduceBlockBytes / elem;
+  for (std::size_t p0 = 0; p0 < count; p0 += piece_elems) {
+    const std::size_t n = std::min(piece_elems, count - p0);
+    const int h = half_;
+    half_ ^= 1;
+    // 1. This piece of the blocks the others reduce, block b at b * n in my slot.
+    for (int b = 0; b < W; ++b) {
+      if (b == k) continue;
+      std::memcpy(slot(h, k) + static_cast<std::size_t>(b) * n * elem,
+                  source + (static_cast<std::size_t>(b) * count + p0) * elem, n * elem);
+    }
+    sync(call, p0 == 0 ? 0 : 1);
+    // 2. Block k, a block of elements at a time: ranks k+1, k+2, ..., k in turn, the last
+    // from my own input, straight into the output. No rank writes another's slot.
+    auto value = [&](int q, std::size_t e) -> const std::uint8_t* {
+      return q == k ? source + (static_cast<std::size_t>(k) * count + e) * elem
+                    : slot(h, q) + (static_cast<std::size_t>(k) * n + e - p0) * elem;
+    };
+    for (std::size_t b = p0; b < p0 + n; b += block_elems) {
+      const std::size_t len = std::min(block_elems, p0 + n - b);
+      std::uint8_t* sum = target + b * elem;
+      reduce_pair(sum, value((k + 2) % W, b), value((k + 1) % W, b), type, len, op);
+      for (int j = 2; j < W; ++j) reduce_pair(sum, value((k + 1 + j) % W, b), sum, type, len, op);
+      if (divisor != 1) divide_elements(sum, type, len, divisor);
     }
   }
 }
@@ -540,17 +597,25 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
   call.words.bytes = bytes_per_rank;
   call.words.kind = static_cast<std::uint8_t>(Kind::allgather);
   if (bytes_per_rank == 0) return sync(call, 0);
-  for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kShmSlotBytes) {
-    const std::size_t n = std::min(kShmSlotBytes, bytes_per_rank - p0);
+  // Pieces of 256 KiB a rank. This rank's own block, unless it is in place already, is copied
+  // a piece at a time before the sync, while the piece is in cache and the others may still be
+  // on their way (W=2, 16 MiB: 1.50-1.54 ms against 1.78-1.80 in pieces of a slot with one
+  // copy at the end); where the ranks share cores there is no such wait to fill, and one copy
+  // at the end was the faster (BENCHMARKS.md, "Reduce-scatter and allgather through shared
+  // memory").
+  const bool own_with_pieces = mine != source && !shared_cores_;
+  for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kDirectPieceBytes) {
+    const std::size_t n = std::min(kDirectPieceBytes, bytes_per_rank - p0);
     const int h = half_;
     half_ ^= 1;
     std::memcpy(slot(h, rank_), source + p0, n);
+    if (own_with_pieces) std::memcpy(mine + p0, source + p0, n);
     sync(call, p0 == 0 ? 0 : 1);
     for (int r = 0; r < world_; ++r) {
       if (r != rank_) std::memcpy(target + r * bytes_per_rank + p0, slot(h, r), n);
     }
   }
-  if (mine != source) std::memmove(mine, source, bytes_per_rank);
+  if (mine != source && !own_with_pieces) std::memcpy(mine, source, bytes_per_rank);
 }
 
 void ShmCollectives::barrier() { barrier(std::chrono::milliseconds(0)); }

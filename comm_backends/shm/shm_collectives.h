@@ -28,8 +28,10 @@ class ShmCollectives {
   // collective (the backend's setup makes sure of it through the store). `rank_names`, when
   // given, holds for each rank of the region the rank it is called in errors (its rank in a
   // larger run of which these ranks are one host's share); every rank passes the same list.
+  // `shared_cores`: the ranks outnumber the CPUs they run on (HostLayout::shares_cores()), so
+  // a wait yields the CPU at once instead of spinning first.
   ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
-                 std::vector<int> rank_names = {});
+                 std::vector<int> rank_names = {}, bool shared_cores = false);
 
   int rank() const { return rank_; }
   int size() const { return world_; }
@@ -64,6 +66,9 @@ class ShmCollectives {
   // collectives] in shm_collectives.cpp).
   void allreduce_direct(const Call& call, std::uint8_t* data, std::size_t count, DType type,
                         ReduceOp op);
+  // reduce_scatter() of data reduced in its own type on a wire of that type.
+  void reduce_scatter_direct(const Call& call, const std::uint8_t* source, std::uint8_t* target,
+                             std::size_t count, DType type, ReduceOp op);
   void sync(const Call& call, int phase,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));
   int name_of(int rank) const { return rank_names_.empty() ? rank : rank_names_[rank]; }
@@ -79,6 +84,7 @@ class ShmCollectives {
   std::uint64_t syncs_ = 0;     // syncs this rank has entered
   std::uint64_t sequence_ = 0;  // collectives called
   int half_ = 0;                // the half the next piece uses
+  bool shared_cores_ = false;
   bool broken_ = false;
 };
 

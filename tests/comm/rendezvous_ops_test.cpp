@@ -206,9 +206,14 @@ TEST(Rendezvous, RanksAreBoundToWholeCoresInOrder) {
   EXPECT_EQ(bind_ranks(cores, 5),
             (std::vector<std::vector<int>>{{0}, {1, 4}, {5}, {2, 6}, {3, 7}}));
   EXPECT_EQ(bind_ranks({{0, 1}}, 2), (std::vector<std::vector<int>>{{0}, {1}}));
-  // More ranks than CPUs share them; one rank needs no binding.
-  EXPECT_TRUE(bind_ranks(cores, 9).empty());
+  // More ranks than hardware threads share them, as evenly as they divide; one rank needs no
+  // binding.
+  EXPECT_EQ(bind_ranks(cores, 9),
+            (std::vector<std::vector<int>>{{0}, {0}, {4}, {1}, {5}, {2}, {6}, {3}, {7}}));
+  EXPECT_EQ(bind_ranks({{0}, {1}}, 4), (std::vector<std::vector<int>>{{0}, {0}, {1}, {1}}));
+  EXPECT_EQ(bind_ranks({{0}, {1}}, 3), (std::vector<std::vector<int>>{{0}, {0}, {1}}));
   EXPECT_TRUE(bind_ranks(cores, 1).empty());
+  EXPECT_TRUE(bind_ranks({}, 2).empty());
   // A CPU whose core the system does not name is a core of its own.
   const auto unnamed = group_into_cores({0, 1, 2}, [](int) { return std::string(); });
   EXPECT_EQ(unnamed, (std::vector<std::vector<int>>{{0}, {1}, {2}}));

@@ -13,6 +13,10 @@
 
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include "comm_backends/communicator.h"
 #include "comm_backends/shm/shm_collectives.h"
 #include "comm_backends/store/store.h"
@@ -167,7 +171,31 @@ TEST(Shm, AllreduceOfEveryElementSizeHasTheRingsBitsAcrossPieces) {
   }
 }
 
+// Each rank's reduce_scatter output with `backend` (asio-ring's ring: the order it promises).
+std::vector<std::vector<std::uint8_t>> reduce_scatter_with(const std::string& backend, int world,
+                                                           DType dtype, ReduceOp op, DType wire,
+                                                           std::size_t count) {
+  testing::ScratchDir dir;
+  std::vector<std::vector<std::uint8_t>> results(world);
+  testing::run_ranks(world, [&](int rank) {
+    CommOptions options;
+    options.backend = backend;
+    options.algorithm = "ring";
+    options.timeout = milliseconds(20000);
+    options.wire_dtype = wire;
+    auto [store, comm] = connect(dir, rank, world, options, milliseconds(20000));
+    const auto in = random_input(dtype, count * world, rank);
+    const auto in_before = in;
+    results[rank].resize(count * dtype_size(dtype));
+    comm->reduce_scatter(Buffer{const_cast<std::uint8_t*>(in.data()), count * world, dtype},
+                         Buffer{results[rank].data(), count, dtype}, op);
+    EXPECT_TRUE(in == in_before) << backend << " rank " << rank << " changed its input";
+  });
+  return results;
+}
+
 // reduce_scatter reduces each block in the ring's order too: the bits of asio-ring's ring.
+// Values reduced in a wider type or on a narrow wire, over several pieces of a slot.
 TEST(Shm, ReduceScatterHasTheRingsBits) {
   for (int world : {2, 3, 4}) {
     for (const auto& [dtype, wire] :
@@ -175,57 +203,75 @@ TEST(Shm, ReduceScatterHasTheRingsBits) {
           std::pair{DType::f32, DType::bf16}}) {
       // Enough per rank for several pieces at three ranks, with a ragged end.
       const std::size_t count = kShmSlotBytes / 4 / 3 * 2 + 101;
-      std::map<std::string, std::vector<std::vector<std::uint8_t>>> results;
-      for (const std::string backend : {"asio-ring", "shm"}) {
-        testing::ScratchDir dir;
-        results[backend].resize(world);
-        testing::run_ranks(world, [&](int rank) {
-          CommOptions options;
-          options.backend = backend;
-          options.algorithm = "ring";
-          options.timeout = milliseconds(20000);
-          options.wire_dtype = wire;
-          auto [store, comm] = connect(dir, rank, world, options, milliseconds(20000));
-          const auto in = random_input(dtype, count * world, rank);
-          results[backend][rank].resize(count * dtype_size(dtype));
-          comm->reduce_scatter(Buffer{const_cast<std::uint8_t*>(in.data()), count * world, dtype},
-                               Buffer{results[backend][rank].data(), count, dtype}, ReduceOp::avg);
-        });
-      }
+      const auto ring = reduce_scatter_with("asio-ring", world, dtype, ReduceOp::avg, wire, count);
+      const auto shm = reduce_scatter_with("shm", world, dtype, ReduceOp::avg, wire, count);
       for (int r = 0; r < world; ++r) {
-        EXPECT_TRUE(results["shm"][r] == results["asio-ring"][r])
-            << "world " << world << " rank " << r << " " << dtype_name(dtype) << " wire "
-            << dtype_name(wire);
+        EXPECT_TRUE(shm[r] == ring[r]) << "world " << world << " rank " << r << " "
+                                       << dtype_name(dtype) << " wire " << dtype_name(wire);
       }
     }
   }
 }
 
+// Data reduced in its own type goes in pieces that hold 256 KiB of the input in all, the same
+// elements of every block: about two and a half pieces of each element size under min and max
+// (whose operand order shows, with zeros of both signs) and avg, at two, three and four ranks,
+// and blocks of one element.
+TEST(Shm, ReduceScatterOfEveryElementSizeHasTheRingsBitsAcrossPieces) {
+  for (int world : {2, 3, 4}) {
+    for (DType dtype : {DType::f32, DType::f64, DType::i64, DType::i32}) {
+      for (ReduceOp op : {ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+        const std::size_t pieces = (640 << 10) / dtype_size(dtype) / world + 77;
+        for (std::size_t count : {pieces, std::size_t{1}}) {
+          const auto ring = reduce_scatter_with("asio-ring", world, dtype, op, DType::f32, count);
+          const auto shm = reduce_scatter_with("shm", world, dtype, op, DType::f32, count);
+          for (int r = 0; r < world; ++r) {
+            EXPECT_TRUE(shm[r] == ring[r])
+                << "world " << world << " rank " << r << " " << dtype_name(dtype) << " "
+                << reduce_op_name(op) << " count " << count;
+          }
+        }
+      }
+    }
+  }
+}
+
+// At two and three ranks: on a machine of two CPUs the three share cores, and the allgather
+// then copies a rank's own block in one go instead of with each piece.
 TEST(Shm, LargeBroadcastAndAllgather) {
-  const int world = 3;
-  const std::size_t bytes = kShmSlotBytes * 2 + 77;
-  testing::ScratchDir dir;
-  testing::run_ranks(world, [&](int rank) {
-    CommOptions options;
-    options.backend = "shm";
-    options.timeout = milliseconds(20000);
-    auto [store, comm] = connect(dir, rank, world, options);
-    std::vector<std::uint8_t> data(bytes, static_cast<std::uint8_t>(rank));
-    if (rank == 1) {
-      for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 31);
-    }
-    comm->broadcast({data.data(), bytes / 4, DType::i32}, 1);
-    for (std::size_t i = 0; i < bytes / 4 * 4; ++i) {
-      ASSERT_EQ(data[i], static_cast<std::uint8_t>(i * 31)) << "rank " << rank << " byte " << i;
-    }
-    std::vector<std::int64_t> mine(kShmSlotBytes / 8 + 3, rank + 1);
-    std::vector<std::int64_t> all(mine.size() * world, -1);
-    comm->allgather({mine.data(), mine.size(), DType::i64}, {all.data(), all.size(), DType::i64});
-    for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(all[r * mine.size()], r + 1);
-      EXPECT_EQ(all[(r + 1) * mine.size() - 1], r + 1);
-    }
-  });
+  for (const int world : {2, 3}) {
+    const std::size_t bytes = kShmSlotBytes * 2 + 77;
+    testing::ScratchDir dir;
+    testing::run_ranks(world, [&](int rank) {
+      CommOptions options;
+      options.backend = "shm";
+      options.timeout = milliseconds(20000);
+      auto [store, comm] = connect(dir, rank, world, options);
+      std::vector<std::uint8_t> data(bytes, static_cast<std::uint8_t>(rank));
+      if (rank == 1) {
+        for (std::size_t i = 0; i < bytes; ++i) data[i] = static_cast<std::uint8_t>(i * 31);
+      }
+      comm->broadcast({data.data(), bytes / 4, DType::i32}, 1);
+      for (std::size_t i = 0; i < bytes / 4 * 4; ++i) {
+        ASSERT_EQ(data[i], static_cast<std::uint8_t>(i * 31)) << "rank " << rank << " byte " << i;
+      }
+      // Several pieces a rank, from a buffer of its own and in place (this rank's block of the
+      // output as its input).
+      const std::size_t n = kShmSlotBytes / 8 + 3;
+      auto value = [](int r, std::size_t i) { return std::int64_t{r} * 1000003 + 7 * i; };
+      std::vector<std::int64_t> mine(n), all(n * world, -1), in_place(n * world, -1);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = in_place[rank * n + i] = value(rank, i);
+      comm->allgather({mine.data(), n, DType::i64}, {all.data(), all.size(), DType::i64});
+      comm->allgather({in_place.data() + rank * n, n, DType::i64},
+                      {in_place.data(), in_place.size(), DType::i64});
+      for (int r = 0; r < world; ++r) {
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(all[r * n + i], value(r, i)) << "rank " << rank << " block " << r << " " << i;
+        }
+      }
+      EXPECT_TRUE(in_place == all) << "rank " << rank;
+    });
+  }
 }
 
 TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
@@ -265,6 +311,49 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
     EXPECT_EQ(value, 3.0f);
   });
   for (const auto& name : names) EXPECT_EQ(name, "shm");
+}
+
+// Ranks that share cores wait by yielding from the first round (ShmCollectives'
+// shared_cores): three ranks held to one CPU, each collective several pieces long, still end
+// with the exact results. The region is plain memory here, the ranks threads of this process.
+TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
+  const int world = 3;
+  std::vector<std::uint64_t> memory(shm_region_bytes(world) / 8 + 1, 0);
+  std::vector<std::unique_ptr<ShmCollectives>> ranks;
+  for (int r = 0; r < world; ++r) {  // rank 0 first: it lays out the region
+    ranks.push_back(std::make_unique<ShmCollectives>(memory.data(), r, world, milliseconds(20000),
+                                                     std::vector<int>{}, true));
+  }
+  const std::size_t count = kShmSlotBytes / 4 + 1001;  // several pieces of every collective
+  testing::run_ranks(world, [&](int rank) {
+#if defined(__linux__)
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    sched_setaffinity(0, sizeof one, &one);  // best effort: the results must hold either way
+#endif
+    ShmCollectives& shm = *ranks[rank];
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> data(count);
+      for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank + i % 7);
+      shm.allreduce(data.data(), count, DType::f32, ReduceOp::sum, DType::f32);
+      for (std::size_t i = 0; i < count; i += 997) {
+        ASSERT_EQ(data[i], static_cast<float>(3 + 3 * (i % 7))) << "allreduce, element " << i;
+      }
+      std::vector<float> out(count / world);
+      shm.reduce_scatter(data.data(), out.data(), out.size(), DType::f32, ReduceOp::max,
+                         DType::f32);
+      for (std::size_t i = 0; i < out.size(); i += 997) {
+        ASSERT_EQ(out[i], data[rank * out.size() + i]) << "reduce_scatter, element " << i;
+      }
+      std::vector<float> all(out.size() * world);
+      shm.allgather(out.data(), all.data(), out.size() * sizeof(float));
+      for (std::size_t i = 0; i < all.size(); i += 997) {
+        ASSERT_EQ(all[i], data[i]) << "allgather, element " << i;
+      }
+      shm.barrier();
+    }
+  });
 }
 
 TEST(Shm, LeavesNothingInDevShm) {

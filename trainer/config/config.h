@@ -30,8 +30,9 @@ struct LaunchConfig {
   std::string rendezvous;
   int max_restarts = 0;  // 0..1000 restarts of the whole group after a rank fails
   // auto: on Linux each rank `partrain run` starts on a host gets cores of its own where they
-  // train on the CPU and the launcher may run on at least as many CPUs as ranks (Note [Binding
-  // ranks to cores] in comm_backends/placement.cpp); none: the scheduler places them.
+  // train on the CPU, sharing CPUs evenly where the ranks outnumber the CPUs the launcher may
+  // run on (Note [Binding ranks to cores] in comm_backends/placement.cpp); none: the scheduler
+  // places them.
   CpuBinding bind = CpuBinding::kAuto;
 };
 

@@ -36,7 +36,7 @@ enum class Compression : std::uint8_t { kNone, kPowerSgd };
 enum class Shard : std::uint8_t { kNone, kOptimizer, kGradients };
 // data.balance: even, auto, or a list of weights (written "weights" where a name is needed).
 enum class BalanceMode : std::uint8_t { kEven, kAuto, kWeights };
-// launch.bind: whether the ranks `partrain run` starts on a host get cores of their own.
+// launch.bind: whether the ranks `partrain run` starts on a host are bound to CPUs.
 enum class CpuBinding : std::uint8_t { kAuto, kNone };
 
 template <typename Enum>
