@@ -14,7 +14,9 @@
 //   * started by mpirun, srun or torchrun: each process is one rank, found and rendezvoused
 //     as partrain worker does (cli/engine_env.h); rank 0 prints and writes --json.
 // Each iteration refills the buffer, passes a barrier, times one collective and checks every
-// element; an iteration's time is the slowest rank's.
+// element; an iteration's time is the slowest rank's. With --timing loop, after the checked
+// warm-up, each sample times the iterations back to back instead and takes their mean (Note
+// [Timing each collective or a loop]).
 #include <CLI/CLI.hpp>
 
 #include <cstring>
@@ -64,8 +66,9 @@ struct BenchArgs {
   std::string collective = "allreduce";  // allreduce | reduce_scatter | allgather | broadcast
   std::string algorithm = "auto";        // comm.algorithm for asio-ring and hierarchical
   std::string tcp_congestion = "auto";   // comm.tcp_congestion for asio-ring and hierarchical
-  // auto: the ranks this command starts get cores of their own, as launch.bind: auto gives
-  // them (not with nccl, whose buffers are on GPUs); none: the scheduler places them.
+  // auto: the ranks this command starts get cores of their own (or share CPUs evenly), as
+  // launch.bind: auto binds them (not with nccl, whose buffers are on GPUs); none: the
+  // scheduler places them.
   std::string bind = "auto";
   int world = 0;  // 0: not given
   std::string sizes = "4K,64K,1M,16M";
@@ -73,6 +76,7 @@ struct BenchArgs {
   std::string wire_dtype = "f32";
   int iters = 0;  // 0: by size
   int warmup = 3;
+  std::string timing = "each";  // each | loop
   double timeout_s = 120;
   std::string json_path;
   // Across hosts.
@@ -119,6 +123,23 @@ std::string human_size(std::size_t bytes) {
   if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
   return std::to_string(bytes) + " B";
 }
+
+// Note [Timing each collective or a loop]
+// `--timing each` (the default) times every collective alone, between a barrier and the check
+// of its result, as the peer benchmarks (bench/peers/collectives) do by default: a latency, the
+// slowest rank's. Where something outside the collective sets the pace, that untimed part
+// enters the timed one. Behind a token bucket (the rate-limited links of
+// bench/multinode/link.sh) the bucket refills while the ranks refill, check and meet, so a run
+// whose untimed part is longer finds more credit and a shorter collective; two programs whose
+// untimed parts differ cannot be compared at a saturated link this way. Where ranks share a
+// CPU, what one rank does between collectives is time its neighbour waits. `--timing loop`
+// checks the warm-up's results, then times kLoopSamples samples of the iterations back to
+// back, each their mean, as nccl-tests times a collective: what a run of collectives costs
+// where one follows another (a training step's buckets), no untimed part between them. The
+// samples run on zeros, which an in-place sum leaves as they were: the values the check needs
+// would grow with every allreduce, to infinities, on which a sum of floats ran 2x slower (Open
+// MPI's, 1 MiB at W=2).
+constexpr int kLoopSamples = 3;
 
 int iterations_for(std::size_t bytes) {  // as the Gloo peer benchmark picks them
   if (bytes <= (64u << 10)) return 200;
@@ -255,14 +276,42 @@ struct Collective {
   BenchMemory& in;
   BenchMemory& out;
 
+  // Made once, not on every iteration: with ranks that share a CPU, what one does between its
+  // collectives delays its neighbour's, and encoding W periods for each allgather's check cost
+  // the neighbour about 5 us a 4 KiB allgather at W=4 on 2 CPUs.
+  std::vector<std::vector<std::uint8_t>> values = {};  // rank -> its period
+  std::vector<std::uint8_t> sum_values = {};
+  std::size_t rotated_for = 0;  // the block size rotated_sums is for
+  std::vector<std::uint8_t> rotated_sums = {};
+
   std::size_t count(std::size_t bytes) const { return bytes / elem; }
   std::size_t block(std::size_t bytes) const { return count(bytes) / world; }
   // Rank r's values: r + 1 + (i mod P); their sum over the ranks at i: W(W+1)/2 + W (i mod P).
-  std::vector<std::uint8_t> values_of(int r) const {
-    return encode_period(dtype, period, r + 1, 1.0);
+  const std::vector<std::uint8_t>& values_of(int r) {
+    if (values.empty()) {
+      for (int q = 0; q < world; ++q) values.push_back(encode_period(dtype, period, q + 1, 1.0));
+    }
+    return values[static_cast<std::size_t>(r)];
   }
-  std::vector<std::uint8_t> sums() const {
-    return encode_period(dtype, period, world * (world + 1) / 2.0, world);
+  const std::vector<std::uint8_t>& sums() {
+    if (sum_values.empty()) {
+      sum_values = encode_period(dtype, period, world * (world + 1) / 2.0, world);
+    }
+    return sum_values;
+  }
+  // This rank's block of the sums, for a block of n elements.
+  const std::vector<std::uint8_t>& sums_of_block(std::size_t n) {
+    if (rotated_sums.empty() || rotated_for != n) {
+      rotated_sums = rotated(sums(), static_cast<std::size_t>(rank) * n, elem);
+      rotated_for = n;
+    }
+    return rotated_sums;
+  }
+
+  void zero(std::size_t bytes) {
+    const std::size_t n = kind == comm::CollectiveKind::allgather ? bytes / world : bytes;
+    std::memset(in.host(), 0, n);
+    in.to_collective(n);
   }
 
   void fill(std::size_t bytes) {
@@ -300,8 +349,7 @@ struct Collective {
       case K::reduce_scatter: {
         const std::size_t n = block(bytes);
         out.from_collective(n * elem);
-        return count_wrong(out.host(), n * elem, elem,
-                           rotated(sums(), static_cast<std::size_t>(rank) * n, elem));
+        return count_wrong(out.host(), n * elem, elem, sums_of_block(n));
       }
       case K::allgather: {
         out.from_collective(bytes);
@@ -393,7 +441,11 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
       std::vector<double> seconds;
       std::int64_t wrong = 0;
       std::string algorithm;
-      for (int it = 0; it < args.warmup + iters; ++it) {
+      // each: every iteration alone. loop: the warm-up (at least one iteration, checked), then
+      // samples of `iters` back to back.
+      const bool loop = args.timing == "loop";
+      const int alone = loop ? std::max(1, args.warmup) : args.warmup + iters;
+      for (int it = 0; it < alone; ++it) {
         c.fill(bytes);
         comm->barrier();
         const auto start = Clock::now();
@@ -401,8 +453,16 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
         const auto stop = Clock::now();
         algorithm = comm->last_algorithm();
         wrong += c.wrong(bytes);
-        if (it >= args.warmup)
+        if (!loop && it >= args.warmup)
           seconds.push_back(std::chrono::duration<double>(stop - start).count());
+      }
+      for (int sample = 0; loop && sample < kLoopSamples; ++sample) {
+        c.zero(bytes);
+        comm->barrier();
+        const auto start = Clock::now();
+        for (int it = 0; it < iters; ++it) c.run(*comm, bytes);
+        const auto stop = Clock::now();
+        seconds.push_back(std::chrono::duration<double>(stop - start).count() / iters);
       }
       reduce_host_values(*comm, memory_kind, device, seconds.data(), seconds.size(),
                          comm::DType::f64, comm::ReduceOp::max);
@@ -428,6 +488,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
            {"algorithm", algorithm},
            {"bytes", bytes},
            {"iters", iters},
+           {"timing", args.timing},
            {"median_us", median * 1e6},
            {"min_us", seconds.front() * 1e6},
            {"algbw_gbps", algbw},
@@ -444,10 +505,11 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
 void print_table(const json& results, const BenchArgs& args, int world, const std::string& where,
                  const json& placement) {
   std::printf(
-      "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, "
+      "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, timing=%s, "
       "algorithm=%s, tcp congestion=%s, %d processes, %s\n",
       args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
-      args.algorithm.c_str(), args.tcp_congestion.c_str(), world, where.c_str());
+      args.timing.c_str(), args.algorithm.c_str(), args.tcp_congestion.c_str(), world,
+      where.c_str());
   // "# hosts: 1 (4 ranks on 2 CPUs): ranks share cores, so ...", the first eight hosts.
   std::string hosts;
   const auto& ranks = placement["host_ranks"];
@@ -650,6 +712,7 @@ int start_ranks(const BenchArgs& args) {
                       "--wire-dtype", args.wire_dtype,
                       "--iters",      std::to_string(args.iters),
                       "--warmup",     std::to_string(args.warmup),
+                      "--timing",     args.timing,
                       "--timeout-s",  std::to_string(args.timeout_s)};
   plan.worker_args.insert(plan.worker_args.end(), {"--tcp-congestion", args.tcp_congestion});
   // What every node shares, for the run token: the address this host listens on is its own.
@@ -678,7 +741,9 @@ int start_ranks(const BenchArgs& args) {
   const json written = json::parse(in);
   const std::string where =
       (args.nnodes == 1 ? "one host" : std::to_string(args.nnodes) + " hosts") +
-      (plan.local_cpus.empty() ? "" : ", each rank on cores of its own");
+      (plan.local_cpus.empty()              ? ""
+       : comm::shares_cpus(plan.local_cpus) ? ", ranks bound to CPUs they share evenly"
+                                            : ", each rank on cores of its own");
   return report(written.at("results"), written.at("placement"), args, args.world, where);
 }
 
@@ -715,8 +780,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                         "kernel has (cubic, reno, bbr)");
   allreduce
       ->add_option("--bind", args->bind,
-                   "auto (default: each rank this command starts on cores of its own, where it "
-                   "may run on as many CPUs as ranks; Linux; not with nccl) | none")
+                   "auto (default: each rank this command starts on cores of its own, or "
+                   "sharing CPUs evenly where ranks outnumber them; Linux; not with nccl) | none")
       ->check(CLI::IsMember({"auto", "none"}));
   allreduce->add_option("--world", args->world,
                         "Number of ranks (processes) in all; under an engine: its world");
@@ -726,6 +791,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                         "asio-ring wire format: f32 | f16 | bf16");
   allreduce->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
   allreduce->add_option("--warmup", args->warmup, "Untimed iterations per size");
+  allreduce
+      ->add_option("--timing", args->timing,
+                   "each (default: every iteration refilled, after a barrier, timed alone and "
+                   "checked) | loop (after the checked warm-up, 3 samples of the iterations back "
+                   "to back, each their mean)")
+      ->check(CLI::IsMember({"each", "loop"}));
   allreduce->add_option("--timeout-s", args->timeout_s, "Collective timeout in seconds");
   allreduce->add_option("--json", args->json_path, "Write the partrain.bench/1 report here");
   allreduce

@@ -3,34 +3,37 @@
 # asio-ring (loopback TCP) and gloo, and Open MPI's MPI_Allreduce over its shared-memory
 # transport (btl vader; bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx), for
 # W=2 and W=4; prints busbw per size and the ratios of shm to each. Each contender keeps its
-# best median over ROUNDS rounds, as the peer figures do.
+# best median over ROUNDS rounds, as the peer figures do. COLLECTIVE=reduce_scatter or
+# allgather times that collective instead (Open MPI's MPI_Reduce_scatter_block and
+# MPI_Allgather); a size is then the reduce-scatter's input or the allgather's output.
 #
 #   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")
 # Env: PEERS_DIR (default bench/peers/collectives), OUT (default BUILD_DIR/bench-shm),
-#      ROUNDS (default 2)
+#      ROUNDS (default 2), COLLECTIVE (default allreduce)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 allreduce_setup bench-shm "$@"
+COLLECTIVE=${COLLECTIVE:-allreduce}
 command -v mpicxx > /dev/null || { echo "shm.sh: mpicxx is missing (scripts/setup.sh installs libopenmpi-dev)" >&2; exit 1; }
 MPI_BENCH=$OUT/mpi_bench
-[[ -x $MPI_BENCH ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
+[[ $MPI_BENCH -nt $PEERS_DIR/mpi_bench.cc ]] || mpicxx -O3 -march=native -std=c++17 -o "$MPI_BENCH" "$PEERS_DIR/mpi_bench.cc"
 
 for ((R=1; R<=ROUNDS; R++)); do
   for W in $WORLDS; do
     echo "== round $R W=$W partrain (shm, asio-ring, gloo)" >&2
-    "$BUILD/partrain" bench allreduce --backend shm,asio-ring,gloo --world "$W" --sizes "$SIZES" \
-      --json "$OUT/partrain_w${W}_r$R.json" >&2
+    "$BUILD/partrain" bench allreduce --backend shm,asio-ring,gloo --collective "$COLLECTIVE" \
+      --world "$W" --sizes "$SIZES" --json "$OUT/partrain_w${W}_r$R.json" >&2
     echo "== round $R W=$W Open MPI, shared memory (vader)" >&2
     mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -np "$W" \
-      --mca pml ob1 --mca btl self,vader "$MPI_BENCH" "$BYTES" shm > "$OUT/mpi_w${W}_r$R.txt"
+      --mca pml ob1 --mca btl self,vader "$MPI_BENCH" "$BYTES" shm "$COLLECTIVE" > "$OUT/mpi_w${W}_r$R.txt"
     cat "$OUT/mpi_w${W}_r$R.txt" >&2
   done
 done
 note_load_after
 
-python3 - "$OUT" "$WORLDS" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$WORLDS" "$ROUNDS" "$COLLECTIVE" <<'PY'
 import glob, json, sys
-out, worlds, rounds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+out, worlds, rounds, collective = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), sys.argv[4]
 print(open(f"{out}/machine.txt").read().strip())
 def size_name(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
@@ -49,7 +52,7 @@ for w in worlds:
                 continue
             keep("mpi-shm", int(f[0]), float(f[3]), float(f[6]), 0 if f[7] == "OK" else 1)
     sizes = sorted({b for (_, b) in best})
-    print(f"\nW={w}: median us / busbw GB/s (best of {rounds}); ratios are shm's busbw over the other's")
+    print(f"\nW={w}, {collective}: median us / busbw GB/s (best of {rounds}); ratios are shm's busbw over the other's")
     print("| size | shm | asio-ring | gloo | Open MPI shm | shm / asio-ring | shm / gloo | shm / Open MPI |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for b in sizes:

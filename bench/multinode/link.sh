@@ -37,11 +37,13 @@
 # system, a name; default system, what separate machines keep under auto: auto would take
 # cubic here, the hosts being namespaces of one kernel),
 # BIND (launch.bind for runs, --bind for the bench: auto, the default, gives each rank of a host
-# cores of its own where the host's launcher may run on as many CPUs as it has ranks; none),
+# cores of its own, or shares the CPUs evenly where its ranks outnumber them; none),
 # MPI_ARGS (more mpirun arguments, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
 # coll_tuned_allreduce_algorithm 3" to force Open MPI's recursive doubling), BURST (the token
 # bucket's size, default 256kb: 2 ms of a 1 Gbit/s line, which refills between the timed
-# allreduces of a bench; BENCHMARKS.md, "eight rounds side by side").
+# allreduces of a bench; BENCHMARKS.md, "eight rounds side by side"), TIMING (each, the default:
+# every allreduce timed alone between a barrier and its check; loop: back to back, for partrain's
+# bench and Open MPI's alike; Note [Timing each collective or a loop] in cli/bench_command.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/allreduce/common.sh  # to_bytes
@@ -159,7 +161,7 @@ AGENT
       -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
       --mca plm_rsh_agent "$work/agent" --mca routed direct \
       --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
-      --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" > "$work/mpi.txt" 2>&1; then
+      --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" mpi allreduce "${TIMING:-each}" > "$work/mpi.txt" 2>&1; then
     echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
   fi
   # Its table as the rows `partrain bench allreduce --json` writes, for allreduce_rows.
@@ -228,7 +230,7 @@ if [ "${ALLREDUCE:-1}" = 1 ]; then
             --iters "${ITERS:-0}" --warmup 3 --nnodes "$nhosts" --master-addr 10.78.0.1 --master-port "$port")
       [[ $backend == gloo || -z ${ALGORITHM:-} ]] || args+=(--algorithm "$ALGORITHM")
       [[ $backend == gloo ]] || args+=(--tcp-congestion "${TCP_CONGESTION:-system}")
-      args+=(--bind "${BIND:-auto}")
+      args+=(--bind "${BIND:-auto}" --timing "${TIMING:-each}")
       extra0=(--json "$work/bench.json"); extra1=()
       on_all bench 600
       allreduce_rows "$work/bench.json" "$rate" "$backend" "$wire"

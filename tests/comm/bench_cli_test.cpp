@@ -114,6 +114,35 @@ TEST(BenchCommand, TimesAndChecksEachCollective) {
       << output;
 }
 
+// --timing loop checks the warm-up and then times the iterations back to back: every
+// collective, integers too (the samples run on zeros), with rows that say so and no wrong
+// element; without a warm-up it still checks one iteration.
+TEST(BenchCommand, LoopTimingChecksTheWarmUpAndTimesBackToBack) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+  testing::ScratchDir dir;
+  for (const std::string collective : {"allreduce", "reduce_scatter", "allgather", "broadcast"}) {
+    const std::string json_path = (dir.path() / (collective + ".json")).string();
+    std::string output;
+    ASSERT_EQ(run(exe + " bench allreduce --backend shm,asio-ring --world 2 --collective " +
+                      collective + " --dtype i32 --sizes 4K,96K --iters 20 --warmup 0 " +
+                      "--timing loop --json " + json_path,
+                  output),
+              0)
+        << output;
+    EXPECT_NE(output.find("timing=loop"), std::string::npos) << output;
+    std::ifstream in(json_path);
+    const auto report = nlohmann::json::parse(in);
+    ASSERT_EQ(report["results"].size(), 4u) << collective;
+    for (const auto& r : report["results"]) {
+      EXPECT_EQ(r["timing"], "loop") << collective;
+      EXPECT_EQ(r["iters"], 20) << collective;
+      EXPECT_EQ(r["wrong"], 0) << collective;
+      EXPECT_GT(r["median_us"].get<double>(), 0.0) << collective;
+    }
+  }
+}
+
 TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
@@ -123,31 +152,38 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
         "--backend asio-ring --world 2 --collective alltoall",
         "--backend asio-ring --world 2 --algorithm bcube",
         "--backend asio-ring --world 2 --tcp-congestion 'bbr!'",
-        "--backend shm --world 2 --bind cores"}) {
+        "--backend shm --world 2 --bind cores",
+        "--backend shm --world 2 --timing always"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   }
 }
 
-// The ranks the bench starts get cores of their own where there are as many CPUs as ranks
-// (Note [Binding ranks to cores] in placement.cpp), and the header says so; --bind none leaves
-// them to the scheduler. This checks the plan the bench makes; that the launcher applies it is
-// LauncherTest.RanksRunOnTheCpusOfThePlan's.
+// The ranks the bench starts get cores of their own where there are as many CPUs as ranks, and
+// share them evenly where there are not (Note [Binding ranks to cores] in placement.cpp), and
+// the header says which; --bind none leaves them to the scheduler. This checks the plan the
+// bench makes; that the launcher applies it is LauncherTest.RanksRunOnTheCpusOfThePlan's.
 TEST(BenchCommand, StartedRanksAreBoundToCoresOfTheirOwn) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
-  const bool enough = !bind_ranks(allowed_cores(), 2).empty();
-  for (const std::string bind : {"auto", "none"}) {
-    std::string output;
-    ASSERT_EQ(
-        run(exe + " bench allreduce --backend shm --world 2 --sizes 4K --iters 2 --bind " + bind,
-            output),
-        0)
-        << output;
-    const bool bound =
-        output.find("one host, each rank on cores of its own\n") != std::string::npos;
-    EXPECT_EQ(bound, bind == "auto" && enough) << bind << ": " << output;
+  const std::string own = "one host, each rank on cores of its own\n";
+  const std::string shared = "one host, ranks bound to CPUs they share evenly\n";
+  for (const int world : {2, 3}) {
+    const auto plan = bind_ranks(allowed_cores(), world);
+    for (const std::string bind : {"auto", "none"}) {
+      std::string output;
+      ASSERT_EQ(run(exe + " bench allreduce --backend shm --world " + std::to_string(world) +
+                        " --sizes 4K --iters 2 --bind " + bind,
+                    output),
+                0)
+          << output;
+      const bool says_own = output.find(own) != std::string::npos;
+      const bool says_shared = output.find(shared) != std::string::npos;
+      const bool bound = bind == "auto" && !plan.empty();
+      EXPECT_EQ(says_own, bound && !shares_cpus(plan)) << world << " " << bind << ": " << output;
+      EXPECT_EQ(says_shared, bound && shares_cpus(plan)) << world << " " << bind << ": " << output;
+    }
   }
 }
 
