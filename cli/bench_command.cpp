@@ -136,7 +136,8 @@ std::string human_size(std::size_t bytes) {
 // checks the warm-up's results, then times kLoopSamples samples of the iterations back to
 // back, each their mean, as nccl-tests times a collective: what a run of collectives costs
 // where one follows another (a training step's buckets), no untimed part between them. The
-// samples run on zeros, which an in-place sum leaves as they were: the values the check needs
+// samples run on zeros, which an in-place sum leaves as they were, and the result of each is
+// checked to be zeros still: the values the check needs
 // would grow with every allreduce, to infinities, on which a sum of floats ran 2x slower (Open
 // MPI's, 1 MiB at W=2).
 constexpr int kLoopSamples = 3;
@@ -308,6 +309,26 @@ struct Collective {
     return rotated_sums;
   }
 
+  // The elements of the result that are not zero, after collectives of zeros.
+  std::int64_t nonzero(std::size_t bytes) {
+    using K = comm::CollectiveKind;
+    const std::vector<std::uint8_t> zeros(period * elem, 0);
+    switch (kind) {
+      case K::allreduce:
+      case K::broadcast:
+        in.from_collective(bytes);
+        return count_wrong(in.host(), bytes, elem, zeros);
+      case K::reduce_scatter:
+        out.from_collective(block(bytes) * elem);
+        return count_wrong(out.host(), block(bytes) * elem, elem, zeros);
+      case K::allgather:
+        out.from_collective(bytes);
+        return count_wrong(out.host(), bytes, elem, zeros);
+      default:
+        return 0;
+    }
+  }
+
   void zero(std::size_t bytes) {
     const std::size_t n = kind == comm::CollectiveKind::allgather ? bytes / world : bytes;
     std::memset(in.host(), 0, n);
@@ -463,6 +484,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
         for (int it = 0; it < iters; ++it) c.run(*comm, bytes);
         const auto stop = Clock::now();
         seconds.push_back(std::chrono::duration<double>(stop - start).count() / iters);
+        wrong += c.nonzero(bytes);  // zeros in, zeros out, through every collective of the loop
       }
       reduce_host_values(*comm, memory_kind, device, seconds.data(), seconds.size(),
                          comm::DType::f64, comm::ReduceOp::max);
@@ -789,7 +811,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   allreduce->add_option("--dtype", args->dtype, "f32 | f64 | f16 | bf16 | i32 | i64");
   allreduce->add_option("--wire-dtype", args->wire_dtype,
                         "asio-ring wire format: f32 | f16 | bf16");
-  allreduce->add_option("--iters", args->iters, "Timed iterations per size (default: by size)");
+  allreduce->add_option("--iters", args->iters,
+                        "Timed iterations per size (default: by size; with --timing loop, per "
+                        "sample)");
   allreduce->add_option("--warmup", args->warmup, "Untimed iterations per size");
   allreduce
       ->add_option("--timing", args->timing,

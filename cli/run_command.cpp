@@ -258,8 +258,9 @@ LaunchPlan plan_for(const RunOptions& o, const Config& config,
   plan.stop_grace = timeout + kCheckpointAllowance;
   plan.heartbeat_interval = kHeartbeatInterval;
   plan.silence_bound = timeout + kSilenceGrace;
-  // Ranks that train on the CPU get cores of their own; ranks on GPUs are left where the
-  // scheduler puts them (Note [Binding ranks to cores] in comm_backends/placement.cpp).
+  // Ranks that train on the CPU get cores of their own (or share CPUs evenly where they
+  // outnumber them); ranks on GPUs are left where the scheduler puts them (Note [Binding ranks to
+  // cores] in comm_backends/placement.cpp).
   const bool on_cpu = config.device == DeviceChoice::kCpu ||
                       (config.device == DeviceChoice::kAuto && cuda_device_count() == 0);
   if (config.launch.bind == CpuBinding::kAuto && on_cpu) {

@@ -96,9 +96,11 @@ class HierarchicalCommunicator : public Communicator {
       region_ = std::make_unique<ShmRegion>(
           store_, prefix_ + "hosts/" + std::to_string(host_) + "/", options.token, local_rank_,
           local_size, shm_region_bytes(local_size), options.timeout, [&](void* address) {
-            local_ =
-                std::make_unique<ShmCollectives>(address, local_rank_, local_size, options.timeout,
-                                                 mine, layout_.shares_cores(host_));
+            ShmOptions shm;
+            shm.timeout = options.timeout;
+            shm.rank_names = mine;
+            shm.shared_cores = layout_.shares_cores(host_);
+            local_ = std::make_unique<ShmCollectives>(address, local_rank_, local_size, shm);
           });
     }
     if (local_rank_ == 0 && hosts_.size() > 1) {

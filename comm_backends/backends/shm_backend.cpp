@@ -6,7 +6,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "comm_backends/backends/backend.h"
 #include "comm_backends/shm/shm_collectives.h"
@@ -46,12 +45,13 @@ class ShmCommunicator : public Communicator {
     const HostLayout& layout = args.placement.hosts.layout();
     check_one_host(layout, args.rank);
     const int size = args.size();
-    const bool shared_cores = layout.shares_cores(layout.host_of(args.rank));
+    ShmOptions shm;
+    shm.timeout = args.options.timeout;
+    shm.shared_cores = layout.shares_cores(layout.host_of(args.rank));
     region_ = std::make_unique<ShmRegion>(
         args.store, args.prefix, args.options.token, args.rank, size, shm_region_bytes(size),
         args.options.timeout, [&](void* address) {
-          collectives_ = std::make_unique<ShmCollectives>(
-              address, args.rank, size, args.options.timeout, std::vector<int>{}, shared_cores);
+          collectives_ = std::make_unique<ShmCollectives>(address, args.rank, size, shm);
         });
   }
 

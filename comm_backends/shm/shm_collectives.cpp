@@ -76,15 +76,15 @@ using Clock = std::chrono::steady_clock;
 
 // Which ranks write which parts of the slots is part of the format: ranks of two builds that
 // split the work differently must not meet in one region.
-constexpr std::uint64_t kRegionMagic = 0x324d485354524150ull;  // "PARTSHM2"
+constexpr std::uint64_t kRegionMagic = 0x334d485354524150ull;  // "PARTSHM3"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kPage = 4096;
-// allreduce_direct()'s pieces: small enough that a piece, the slot it goes through and the
-// others' slots it is reduced with stay in a core's second-level cache between the syncs
-// (BENCHMARKS.md, "Allreduce through shared memory"), and what it sums at a time: a block that
-// stays in the first-level cache.
+// The pieces of allreduce_direct(), reduce_scatter_direct() and allgather(): small enough that a
+// piece, the slot it goes through and the others' slots it is reduced with stay in a core's
+// second-level cache between the syncs (BENCHMARKS.md, "Allreduce through shared memory"), and what
+// it sums at a time: a block that stays in the first-level cache.
 constexpr std::size_t kDirectPieceBytes = 256 << 10;
 constexpr std::size_t kReduceBlockBytes = 16 << 10;
 // A sync's wait: rounds of spinning (none where ranks share cores), then of yielding, then it
@@ -176,14 +176,13 @@ struct ShmCollectives::Call {
 
 std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
 
-ShmCollectives::ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
-                               std::vector<int> rank_names, bool shared_cores)
+ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions options)
     : region_(static_cast<std::uint8_t*>(region)),
       rank_(rank),
       world_(world),
-      timeout_(timeout),
-      rank_names_(std::move(rank_names)),
-      shared_cores_(shared_cores) {
+      timeout_(options.timeout),
+      rank_names_(std::move(options.rank_names)),
+      shared_cores_(options.shared_cores) {
   PARTRAIN_CHECK(world >= 1 && rank >= 0 && rank < world, UsageError, "shm: rank ", rank,
                  " is outside a world of ", world);
   PARTRAIN_CHECK(rank_names_.empty() || rank_names_.size() == static_cast<std::size_t>(world),
@@ -432,9 +431,10 @@ void ShmCollectives::allreduce_direct(const Call& call, std::uint8_t* data, std:
 // own from their slots and its own input straight into its output, in pieces that hold 256 KiB
 // of the input; at W=2 that took 61 us for 1 MiB and 1.6 ms for 16 MiB against 100-103 us and
 // 2.3 ms reduced in place across the slots (BENCHMARKS.md, "Reduce-scatter and allgather
-// through shared memory"). Otherwise (a wider accumulator, a narrow wire) the owner reduces in
-// place across the slots, as below. Either way one sync a piece suffices: besides its own slot, a
-// rank writes at most its own block of the others' slots, which no other rank reads.
+// through shared memory, and ranks that share cores"). Otherwise (a wider accumulator, a narrow
+// wire) the owner reduces in place across the slots, as below. Either way one sync a piece
+// suffices: besides its own slot, a rank writes at most its own block of the others' slots, which
+// no other rank reads.
 void ShmCollectives::reduce_scatter(const void* in, void* out, std::size_t count, DType dtype,
                                     ReduceOp op, DType wire) {
   PARTRAIN_CHECK(!broken_, CommError,
@@ -600,9 +600,11 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
   // Pieces of 256 KiB a rank. This rank's own block, unless it is in place already, is copied
   // a piece at a time before the sync, while the piece is in cache and the others may still be
   // on their way (W=2, 16 MiB: 1.50-1.54 ms against 1.78-1.80 in pieces of a slot with one
-  // copy at the end); where the ranks share cores there is no such wait to fill, and one copy
-  // at the end was the faster (BENCHMARKS.md, "Reduce-scatter and allgather through shared
-  // memory").
+  // copy at the end). Where the ranks share cores there is no such wait to fill: there the
+  // copy before each sync took 10 % longer at 64 MiB (W=4 on 2 CPUs), though up to 10 % less
+  // from 1 to 16 MiB, and one copy at the end keeps the first form's times at every size
+  // (BENCHMARKS.md, "Reduce-scatter and allgather through shared memory, and ranks that share
+  // cores").
   const bool own_with_pieces = mine != source && !shared_cores_;
   for (std::size_t p0 = 0; p0 < bytes_per_rank; p0 += kDirectPieceBytes) {
     const std::size_t n = std::min(kDirectPieceBytes, bytes_per_rank - p0);

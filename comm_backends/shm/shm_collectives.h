@@ -21,17 +21,23 @@ inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
 // slots and one wire-word area each).
 std::size_t shm_region_bytes(int world);
 
+struct ShmOptions {
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait's bound
+  // When given, for each rank of the region the rank it is called in errors (its rank in a
+  // larger run of which these ranks are one host's share); every rank passes the same list.
+  std::vector<int> rank_names;
+  // The ranks outnumber the CPUs they run on (HostLayout::shares_cores()): a wait yields the
+  // CPU at once instead of spinning first, and the allgather copies a rank's own block in one
+  // go rather than a piece at a time while it waits.
+  bool shared_cores = false;
+};
+
 class ShmCollectives {
  public:
   // `region` is a mapping of shm_region_bytes(world) bytes, the same region in every rank,
-  // zero-filled when created. Every rank constructs its ShmCollectives before any calls a
-  // collective (the backend's setup makes sure of it through the store). `rank_names`, when
-  // given, holds for each rank of the region the rank it is called in errors (its rank in a
-  // larger run of which these ranks are one host's share); every rank passes the same list.
-  // `shared_cores`: the ranks outnumber the CPUs they run on (HostLayout::shares_cores()), so
-  // a wait yields the CPU at once instead of spinning first.
-  ShmCollectives(void* region, int rank, int world, std::chrono::milliseconds timeout,
-                 std::vector<int> rank_names = {}, bool shared_cores = false);
+  // starting on a page, zero-filled when created. Every rank constructs its ShmCollectives
+  // before any calls a collective (the backend's setup makes sure of it through the store).
+  ShmCollectives(void* region, int rank, int world, ShmOptions options);
 
   int rank() const { return rank_; }
   int size() const { return world_; }
@@ -41,7 +47,7 @@ class ShmCollectives {
   // note), and a reduced-precision wire rounds where the ring's does.
   void allreduce(void* data, std::size_t count, DType dtype, ReduceOp op, DType wire);
   // `in` holds size() blocks of `count` elements; `out` gets the reduction of this rank's.
-  // The bits of asio-ring's ring reduce-scatter.
+  // `in` and `out` must not overlap. The bits of asio-ring's ring reduce-scatter.
   void reduce_scatter(const void* in, void* out, std::size_t count, DType dtype, ReduceOp op,
                       DType wire);
   void broadcast(void* data, std::size_t bytes, int root);

@@ -152,8 +152,7 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
         "--backend asio-ring --world 2 --collective alltoall",
         "--backend asio-ring --world 2 --algorithm bcube",
         "--backend asio-ring --world 2 --tcp-congestion 'bbr!'",
-        "--backend shm --world 2 --bind cores",
-        "--backend shm --world 2 --timing always"}) {
+        "--backend shm --world 2 --bind cores", "--backend shm --world 2 --timing always"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

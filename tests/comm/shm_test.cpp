@@ -195,7 +195,8 @@ std::vector<std::vector<std::uint8_t>> reduce_scatter_with(const std::string& ba
 }
 
 // reduce_scatter reduces each block in the ring's order too: the bits of asio-ring's ring.
-// Values reduced in a wider type or on a narrow wire, over several pieces of a slot.
+// Values reduced in their own type (f32), in a wider type (bf16) and on a narrow wire, over
+// several pieces.
 TEST(Shm, ReduceScatterHasTheRingsBits) {
   for (int world : {2, 3, 4}) {
     for (const auto& [dtype, wire] :
@@ -313,23 +314,32 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
   for (const auto& name : names) EXPECT_EQ(name, "shm");
 }
 
-// Ranks that share cores wait by yielding from the first round (ShmCollectives'
-// shared_cores): three ranks held to one CPU, each collective several pieces long, still end
-// with the exact results. The region is plain memory here, the ranks threads of this process.
+// Ranks that share cores wait by yielding from the first round, and the allgather copies a
+// rank's own block in one go (ShmOptions::shared_cores): three ranks held to one CPU, each
+// collective several pieces long, still end with the exact results. The region is zeroed
+// pages of this process, the ranks its threads.
 TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
   const int world = 3;
-  std::vector<std::uint64_t> memory(shm_region_bytes(world) / 8 + 1, 0);
+  struct alignas(4096) Page {
+    std::uint8_t bytes[4096];
+  };
+  std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
   std::vector<std::unique_ptr<ShmCollectives>> ranks;
+  ShmOptions options;
+  options.timeout = milliseconds(20000);
+  options.shared_cores = true;
   for (int r = 0; r < world; ++r) {  // rank 0 first: it lays out the region
-    ranks.push_back(std::make_unique<ShmCollectives>(memory.data(), r, world, milliseconds(20000),
-                                                     std::vector<int>{}, true));
+    ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
   }
   const std::size_t count = kShmSlotBytes / 4 + 1001;  // several pieces of every collective
+#if defined(__linux__)
+  const int cpu = sched_getcpu();
+#endif
   testing::run_ranks(world, [&](int rank) {
 #if defined(__linux__)
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(sched_getcpu(), &one);
+    CPU_SET(cpu, &one);
     sched_setaffinity(0, sizeof one, &one);  // best effort: the results must hold either way
 #endif
     ShmCollectives& shm = *ranks[rank];
