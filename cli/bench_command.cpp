@@ -35,6 +35,7 @@
 #include <random>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include "cli/bench_memory.h"
 #include "cli/commands.h"
@@ -208,6 +209,7 @@ void fill(void* data, std::size_t bytes, const std::vector<std::uint8_t>& period
 
 std::int64_t count_wrong(const void* data, std::size_t bytes, std::size_t element_size,
                          const std::vector<std::uint8_t>& expected) {
+  PARTRAIN_CHECK(!expected.empty(), Error, "bench: no values to check against");
   const auto* in = static_cast<const std::uint8_t*>(data);
   std::int64_t wrong = 0;
   for (std::size_t at = 0; at < bytes; at += expected.size()) {
@@ -276,57 +278,55 @@ struct Collective {
   std::size_t elem, period;
   BenchMemory& in;
   BenchMemory& out;
+  // The values a check compares with, made here and in prepare(), not on every iteration:
+  // with ranks that share a CPU, what one does between its collectives delays its neighbour's,
+  // and encoding W periods for each allgather's check cost the neighbour about 5 us a 4 KiB
+  // allgather at W=4 on 2 CPUs. Rank r's values: r + 1 + (i mod P); their sum over the ranks
+  // at i: W(W+1)/2 + W (i mod P).
+  std::vector<std::vector<std::uint8_t>> values;  // rank -> its period
+  std::vector<std::uint8_t> sums;
+  std::vector<std::uint8_t> zeros;       // what --timing loop's samples end with
+  std::vector<std::uint8_t> block_sums;  // this rank's block of the sums, at this size
 
-  // Made once, not on every iteration: with ranks that share a CPU, what one does between its
-  // collectives delays its neighbour's, and encoding W periods for each allgather's check cost
-  // the neighbour about 5 us a 4 KiB allgather at W=4 on 2 CPUs.
-  std::vector<std::vector<std::uint8_t>> values = {};  // rank -> its period
-  std::vector<std::uint8_t> sum_values = {};
-  std::size_t rotated_for = 0;  // the block size rotated_sums is for
-  std::vector<std::uint8_t> rotated_sums = {};
+  Collective(comm::CollectiveKind kind, int rank, int world, comm::DType dtype, std::size_t period,
+             BenchMemory& in, BenchMemory& out)
+      : kind(kind),
+        rank(rank),
+        world(world),
+        dtype(dtype),
+        elem(comm::dtype_size(dtype)),
+        period(period),
+        in(in),
+        out(out),
+        sums(encode_period(dtype, period, world * (world + 1) / 2.0, world)),
+        zeros(period * elem, 0) {
+    for (int r = 0; r < world; ++r) values.push_back(encode_period(dtype, period, r + 1, 1.0));
+  }
 
   std::size_t count(std::size_t bytes) const { return bytes / elem; }
   std::size_t block(std::size_t bytes) const { return count(bytes) / world; }
-  // Rank r's values: r + 1 + (i mod P); their sum over the ranks at i: W(W+1)/2 + W (i mod P).
-  const std::vector<std::uint8_t>& values_of(int r) {
-    if (values.empty()) {
-      for (int q = 0; q < world; ++q) values.push_back(encode_period(dtype, period, q + 1, 1.0));
+
+  // Before the iterations of one size.
+  void prepare(std::size_t bytes) {
+    if (kind == comm::CollectiveKind::reduce_scatter) {
+      block_sums = rotated(sums, static_cast<std::size_t>(rank) * block(bytes), elem);
     }
-    return values[static_cast<std::size_t>(r)];
   }
-  const std::vector<std::uint8_t>& sums() {
-    if (sum_values.empty()) {
-      sum_values = encode_period(dtype, period, world * (world + 1) / 2.0, world);
-    }
-    return sum_values;
-  }
-  // This rank's block of the sums, for a block of n elements.
-  const std::vector<std::uint8_t>& sums_of_block(std::size_t n) {
-    if (rotated_sums.empty() || rotated_for != n) {
-      rotated_sums = rotated(sums(), static_cast<std::size_t>(rank) * n, elem);
-      rotated_for = n;
-    }
-    return rotated_sums;
+
+  // The result, brought to host memory, and its size in bytes: the buffer (allreduce,
+  // broadcast), this rank's block (reduce_scatter) or the whole output (allgather).
+  std::pair<const std::uint8_t*, std::size_t> result(std::size_t bytes) {
+    using K = comm::CollectiveKind;
+    BenchMemory& where = kind == K::allreduce || kind == K::broadcast ? in : out;
+    const std::size_t n = kind == K::reduce_scatter ? block(bytes) * elem : bytes;
+    where.from_collective(n);
+    return {where.host(), n};
   }
 
   // The elements of the result that are not zero, after collectives of zeros.
   std::int64_t nonzero(std::size_t bytes) {
-    using K = comm::CollectiveKind;
-    const std::vector<std::uint8_t> zeros(period * elem, 0);
-    switch (kind) {
-      case K::allreduce:
-      case K::broadcast:
-        in.from_collective(bytes);
-        return count_wrong(in.host(), bytes, elem, zeros);
-      case K::reduce_scatter:
-        out.from_collective(block(bytes) * elem);
-        return count_wrong(out.host(), block(bytes) * elem, elem, zeros);
-      case K::allgather:
-        out.from_collective(bytes);
-        return count_wrong(out.host(), bytes, elem, zeros);
-      default:
-        return 0;
-    }
+    const auto [at, n] = result(bytes);
+    return count_wrong(at, n, elem, zeros);
   }
 
   void zero(std::size_t bytes) {
@@ -337,7 +337,7 @@ struct Collective {
 
   void fill(std::size_t bytes) {
     const std::size_t n = kind == comm::CollectiveKind::allgather ? bytes / world : bytes;
-    partrain::cli::fill(in.host(), n, values_of(rank));
+    partrain::cli::fill(in.host(), n, values[static_cast<std::size_t>(rank)]);
     in.to_collective(n);
   }
 
@@ -360,24 +360,20 @@ struct Collective {
 
   std::int64_t wrong(std::size_t bytes) {
     using K = comm::CollectiveKind;
+    const auto [at, n] = result(bytes);
     switch (kind) {
       case K::allreduce:
-        in.from_collective(bytes);
-        return count_wrong(in.host(), bytes, elem, sums());
+        return count_wrong(at, n, elem, sums);
       case K::broadcast:
-        in.from_collective(bytes);
-        return count_wrong(in.host(), bytes, elem, values_of(0));
-      case K::reduce_scatter: {
-        const std::size_t n = block(bytes);
-        out.from_collective(n * elem);
-        return count_wrong(out.host(), n * elem, elem, sums_of_block(n));
-      }
+        return count_wrong(at, n, elem, values[0]);
+      case K::reduce_scatter:
+        return count_wrong(at, n, elem, block_sums);
       case K::allgather: {
-        out.from_collective(bytes);
-        const std::size_t per_rank = bytes / world;
+        const std::size_t per_rank = n / world;
         std::int64_t bad = 0;
         for (int r = 0; r < world; ++r) {
-          bad += count_wrong(out.host() + r * per_rank, per_rank, elem, values_of(r));
+          bad +=
+              count_wrong(at + r * per_rank, per_rank, elem, values[static_cast<std::size_t>(r)]);
         }
         return bad;
       }
@@ -454,10 +450,9 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     options.device = memory_kind;
     options.device_index = device;
     auto comm = group->make_communicator(options);
-    Collective c{
-        kind,  me.rank, me.world_size, dtype, comm::dtype_size(dtype), pattern_period(narrow),
-        input, output};
+    Collective c(kind, me.rank, me.world_size, dtype, pattern_period(narrow), input, output);
     for (std::size_t bytes : sizes) {
+      c.prepare(bytes);
       const int iters = args.iters > 0 ? args.iters : iterations_for(bytes);
       std::vector<double> seconds;
       std::int64_t wrong = 0;

@@ -159,6 +159,18 @@ std::size_t segment_begin(std::size_t count, int world, int k) {
 
 // Calls f(k, begin, end) for each ring segment k that meets [begin, end), with the part
 // that lies inside.
+// sum <- the `len` values at value(q) of ranks first, first + 1, ..., first + W - 1 (mod W),
+// reduced in the ring's order: op(x[first + 1], x[first]), then op(x[first + j], sum) for j =
+// 2 .. W - 1 (reduce_pair()), then divided by `divisor` unless it is 1. The chain the ring
+// applies to a segment that starts at rank `first`.
+template <typename Value>
+void reduce_chain(std::uint8_t* sum, int first, int world, Value&& value, DType type,
+                  std::size_t len, ReduceOp op, int divisor) {
+  reduce_pair(sum, value((first + 1) % world), value(first), type, len, op);
+  for (int j = 2; j < world; ++j) reduce_pair(sum, value((first + j) % world), sum, type, len, op);
+  if (divisor != 1) divide_elements(sum, type, len, divisor);
+}
+
 template <typename F>
 void for_each_segment(std::size_t count, int world, std::size_t begin, std::size_t end, F&& f) {
   for (int k = 0; k < world && begin < end; ++k) {
@@ -407,9 +419,8 @@ void ShmCollectives::allreduce_direct(const Call& call, std::uint8_t* data, std:
       for (std::size_t b = lo; b < hi; b += block_elems) {
         const std::size_t len = std::min(block_elems, hi - b);
         std::uint8_t* sum = my_slot + (b - p0) * elem;
-        reduce_pair(sum, value((k + 1) % W, b), value(k, b), type, len, op);
-        for (int j = 2; j < W; ++j) reduce_pair(sum, value((k + j) % W, b), sum, type, len, op);
-        if (divisor != 1) divide_elements(sum, type, len, divisor);
+        reduce_chain(
+            sum, k, W, [&](int q) { return value(q, b); }, type, len, op, divisor);
         std::memcpy(data + b * elem, sum, len * elem);
       }
     });
@@ -529,18 +540,18 @@ void ShmCollectives::reduce_scatter_direct(const Call& call, const std::uint8_t*
                   source + (static_cast<std::size_t>(b) * count + p0) * elem, n * elem);
     }
     sync(call, p0 == 0 ? 0 : 1);
-    // 2. Block k, a block of elements at a time: ranks k+1, k+2, ..., k in turn, the last
-    // from my own input, straight into the output. No rank writes another's slot.
+    // 2. Block k, a block of elements at a time: ranks k+1, k+2, ..., k in turn (its chain
+    // starts at rank k + 1), the last from my own input, straight into the output. No rank
+    // writes another's slot.
     auto value = [&](int q, std::size_t e) -> const std::uint8_t* {
       return q == k ? source + (static_cast<std::size_t>(k) * count + e) * elem
                     : slot(h, q) + (static_cast<std::size_t>(k) * n + e - p0) * elem;
     };
     for (std::size_t b = p0; b < p0 + n; b += block_elems) {
       const std::size_t len = std::min(block_elems, p0 + n - b);
-      std::uint8_t* sum = target + b * elem;
-      reduce_pair(sum, value((k + 2) % W, b), value((k + 1) % W, b), type, len, op);
-      for (int j = 2; j < W; ++j) reduce_pair(sum, value((k + 1 + j) % W, b), sum, type, len, op);
-      if (divisor != 1) divide_elements(sum, type, len, divisor);
+      reduce_chain(
+          target + b * elem, (k + 1) % W, W, [&](int q) { return value(q, b); }, type, len, op,
+          divisor);
     }
   }
 }
