@@ -61,7 +61,9 @@ class ShmCommunicator : public Communicator {
   Capabilities capabilities() const override {
     return {.host_memory = true, .device_memory = false, .native_reduce_scatter = true};
   }
-  std::string last_algorithm() const override { return "shared_memory"; }
+  std::string last_algorithm() const override {
+    return collectives_->last_was_single_copy() ? "single_copy" : "shared_memory";
+  }
 
   void allreduce(Buffer buffer, ReduceOp op) override {
     collectives_->allreduce(buffer.data, buffer.count, buffer.dtype, op, wire_);

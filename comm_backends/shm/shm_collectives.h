@@ -30,6 +30,10 @@ struct ShmOptions {
   // CPU at once instead of spinning first, and the allgather copies a rank's own block in one
   // go rather than a piece at a time while it waits.
   bool shared_cores = false;
+  // Where the system lets the ranks read one another's memory, a large allgather copies each
+  // block straight from its owner's input (Note [Reading another rank's memory] in
+  // shm_collectives.cpp). False here turns that off for every rank of the region.
+  bool single_copy = true;
 };
 
 class ShmCollectives {
@@ -38,6 +42,9 @@ class ShmCollectives {
   // starting on a page, zero-filled when created. Every rank constructs its ShmCollectives
   // before any calls a collective (the backend's setup makes sure of it through the store).
   ShmCollectives(void* region, int rank, int world, ShmOptions options);
+  // The others read this object's probe word through its address.
+  ShmCollectives(const ShmCollectives&) = delete;
+  ShmCollectives& operator=(const ShmCollectives&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return world_; }
@@ -53,6 +60,9 @@ class ShmCollectives {
   void broadcast(void* data, std::size_t bytes, int root);
   void allgather(const void* in, void* out, std::size_t bytes_per_rank);
   void barrier();
+  // Whether the last collective was an allgather that read the others' blocks straight from
+  // their processes.
+  bool last_was_single_copy() const { return sequence_ != 0 && single_copy_sequence_ == sequence_; }
 
   // The same, for ranks that wait on a root busy with work of its own bounded by `extra`
   // (a host leader in its collective across hosts): their first wait may last the timeout
@@ -75,6 +85,11 @@ class ShmCollectives {
   // reduce_scatter() of data reduced in its own type on a wire of that type.
   void reduce_scatter_direct(const Call& call, const std::uint8_t* source, std::uint8_t* target,
                              std::size_t count, DType type, ReduceOp op);
+  // Whether every rank can read every other's memory; the first large allgather asks, with
+  // two syncs.
+  bool agree_on_single_copy(const Call& call);
+  void allgather_single_copy(const Call& call, const std::uint8_t* source, std::uint8_t* target,
+                             std::size_t bytes_per_rank);
   void sync(const Call& call, int phase,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));
   int name_of(int rank) const { return rank_names_.empty() ? rank : rank_names_[rank]; }
@@ -92,6 +107,11 @@ class ShmCollectives {
   int half_ = 0;                // the half the next piece uses
   bool shared_cores_ = false;
   bool broken_ = false;
+  enum class SingleCopy : std::uint8_t { unknown, yes, no };
+  SingleCopy single_copy_ = SingleCopy::unknown;
+  bool single_copy_allowed_ = true;         // this rank's ShmOptions::single_copy
+  std::uint64_t single_copy_sequence_ = 0;  // the last allgather that took the single copy
+  std::uint64_t probe_word_ = 0;            // what the others read to find out whether they can
 };
 
 }  // namespace partrain::comm

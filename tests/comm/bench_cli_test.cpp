@@ -4,6 +4,10 @@
 
 #include <unistd.h>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -141,6 +145,41 @@ TEST(BenchCommand, LoopTimingChecksTheWarmUpAndTimesBackToBack) {
       EXPECT_GT(r["median_us"].get<double>(), 0.0) << collective;
     }
   }
+}
+
+// Two rank processes on cores of their own read each other's allgather blocks from 128 KiB
+// straight from the other process (the rows name single_copy), and every element checks out;
+// smaller blocks go through the slots.
+TEST(BenchCommand, ShmAllgatherReadsLargeBlocksFromTheOtherProcess) {
+  const std::string exe = partrain_exe();
+  if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
+#if !defined(__linux__)
+  GTEST_SKIP() << "cross-memory reads are Linux's";
+#else
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
+    GTEST_SKIP() << "fewer than two CPUs: the ranks would share one, and take the slots";
+  }
+  testing::ScratchDir dir;
+  const std::string json_path = (dir.path() / "allgather.json").string();
+  std::string output;
+  ASSERT_EQ(run(exe +
+                    " bench allreduce --backend shm --world 2 --collective allgather "
+                    "--sizes 64K,1M,3M --iters 4 --json " +
+                    json_path,
+                output),
+            0)
+      << output;
+  std::ifstream in(json_path);
+  const auto report = nlohmann::json::parse(in);
+  ASSERT_EQ(report["results"].size(), 3u) << output;
+  const char* expected[] = {"shared_memory", "single_copy", "single_copy"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& r = report["results"][i];
+    EXPECT_EQ(r["algorithm"], expected[i]) << r["bytes"];
+    EXPECT_EQ(r["wrong"], 0) << r["bytes"];
+  }
+#endif
 }
 
 TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {

@@ -4,17 +4,22 @@
 // message; nothing stays in /dev/shm.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
 #if defined(__linux__)
 #include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #endif
 
 #include "comm_backends/communicator.h"
@@ -365,6 +370,154 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
     }
   });
 }
+
+// An allgather of blocks from 128 KiB reads each other rank's block straight from its process
+// where every rank can (here the ranks are threads of one process, which may always read its
+// own memory), in place and not, and returns only once the others have read this rank's
+// input; every rank agrees on the path: with one rank that declines (ShmOptions::single_copy),
+// all go through the slots, with the same results.
+TEST(Shm, LargeAllgatherReadsTheOthersBlocksOnlyWhereEveryRankCan) {
+  for (const int world : {2, 3}) {
+    for (const int declining : {-1, world - 1}) {
+      struct alignas(4096) Page {
+        std::uint8_t bytes[4096];
+      };
+      std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
+      std::vector<std::unique_ptr<ShmCollectives>> ranks;
+      for (int r = 0; r < world; ++r) {  // rank 0 first: it lays out the region
+        ShmOptions options;
+        options.timeout = milliseconds(20000);
+        options.single_copy = r != declining;
+        ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
+      }
+      const std::size_t n = (std::size_t{1} << 20) / 8 + 5;  // a block of about 1 MiB of i64
+      auto value = [](int r, std::size_t i) { return std::int64_t{r} * 1000003 + 7 * i; };
+      std::vector<bool> small_single(world), large_single(world);
+      testing::run_ranks(world, [&](int rank) {
+        ShmCollectives& shm = *ranks[rank];
+        std::vector<std::int64_t> mine(n), all(n * world, -1), in_place(n * world, -1);
+        for (std::size_t i = 0; i < n; ++i) mine[i] = in_place[rank * n + i] = value(rank, i);
+        shm.allgather(mine.data(), all.data(), 1000 * 8);  // below 128 KiB: the slots
+        small_single[rank] = shm.last_was_single_copy();
+        for (int r = 0; r < world; ++r) {
+          ASSERT_EQ(all[r * 1000 + 999], value(r, 999)) << "rank " << rank << " block " << r;
+        }
+        shm.allgather(mine.data(), all.data(), n * 8);
+        large_single[rank] = shm.last_was_single_copy();
+        // Every rank has read this one's block by the time the call returns.
+        std::fill(mine.begin(), mine.end(), -2);
+        shm.allgather(in_place.data() + rank * n, in_place.data(), n * 8);
+        for (int r = 0; r < world; ++r) {
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(all[r * n + i], value(r, i)) << "rank " << rank << " block " << r << " " << i;
+          }
+        }
+        EXPECT_TRUE(in_place == all) << "rank " << rank;
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_FALSE(small_single[r]) << "world " << world << " rank " << r;
+#if defined(__linux__)
+        EXPECT_EQ(large_single[r], declining < 0) << "world " << world << " rank " << r;
+#else
+        EXPECT_FALSE(large_single[r]);
+#endif
+      }
+    }
+  }
+}
+
+#if defined(__linux__)
+// A single-copy allgather returns only once every rank has read this rank's input: rank 0,
+// reading into memory it has touched, overwrites its input as soon as its call returns, while
+// rank 1 reads into fresh pages, each a fault on the way, and so is still reading when it
+// would have returned without the last sync.
+TEST(Shm, SingleCopyAllgatherReturnsOnlyOnceTheOthersHaveRead) {
+  const int world = 2;
+  struct alignas(4096) Page {
+    std::uint8_t bytes[4096];
+  };
+  std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
+  std::vector<std::unique_ptr<ShmCollectives>> ranks;
+  ShmOptions options;
+  options.timeout = milliseconds(20000);
+  for (int r = 0; r < world; ++r) {
+    ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
+  }
+  const std::size_t n = (std::size_t{32} << 20) / 8;  // 32 MiB blocks of i64
+  std::vector<std::int64_t> first(n, 5), first_out(n * world, 1);
+  for (int round = 0; round < 3; ++round) {
+    std::size_t wrong = 0;
+    const std::size_t out_bytes = n * world * 8;
+    void* fresh =
+        mmap(nullptr, out_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(fresh, MAP_FAILED);
+    std::fill(first.begin(), first.end(), 5);
+    testing::run_ranks(world, [&](int rank) {
+      if (rank == 0) {
+        ranks[0]->allgather(first.data(), first_out.data(), n * 8);
+        std::fill(first.begin(), first.end(), -2);
+      } else {
+        std::vector<std::int64_t> second(n, 6);
+        auto* out = static_cast<std::int64_t*>(fresh);
+        ranks[1]->allgather(second.data(), out, n * 8);
+        wrong = static_cast<std::size_t>(
+            std::count_if(out, out + n, [](std::int64_t v) { return v != 5; }));
+      }
+    });
+    munmap(fresh, out_bytes);
+    EXPECT_TRUE(ranks[0]->last_was_single_copy());
+    EXPECT_EQ(wrong, 0u) << "round " << round << ": rank 1 read rank 0's input after it changed";
+  }
+}
+
+// A rank process killed while the two read each other's blocks: the survivor ends with an
+// error naming it, instead of hanging or reading freed memory. (A read under way holds the
+// dead process's memory until it ends; the wait that follows finds the rank gone. A read that
+// starts after the death fails, and names the rank too.)
+TEST(Shm, RankKilledDuringSingleCopyAllgathersIsNamed) {
+  const int world = 2;
+  const std::size_t region_bytes = shm_region_bytes(world);
+  void* region =
+      mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  ShmOptions options;
+  options.timeout = milliseconds(20000);
+  ShmCollectives first(region, 0, world, options);  // lays out the region before the fork
+  const std::size_t bytes = std::size_t{8} << 20;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ShmCollectives second(region, 1, world, options);
+    std::vector<std::uint8_t> in(bytes, 1), out(bytes * world);
+    for (int i = 0; i < 100000; ++i) second.allgather(in.data(), out.data(), bytes);
+    _exit(0);
+  }
+  std::thread killer([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    kill(child, SIGKILL);
+  });
+  std::vector<std::uint8_t> in(bytes, 0), out(bytes * world);
+  std::string error;
+  int blamed = -1;
+  bool single_copy = false;
+  try {
+    for (int i = 0; i < 100000; ++i) {  // about 1 ms each: the kill comes long before the end
+      first.allgather(in.data(), out.data(), bytes);
+      single_copy = single_copy || first.last_was_single_copy();
+    }
+  } catch (const PeerError& e) {
+    error = e.what();
+    blamed = e.peer_rank();
+  }
+  killer.join();
+  int status = 0;
+  waitpid(child, &status, 0);
+  munmap(region, region_bytes);
+  EXPECT_TRUE(single_copy);
+  EXPECT_EQ(blamed, 1) << error;
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+}
+#endif
 
 TEST(Shm, LeavesNothingInDevShm) {
   namespace fs = std::filesystem;
