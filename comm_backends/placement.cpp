@@ -405,7 +405,11 @@ const HostLayout& RankHosts::layout() const {
 // The launcher binds each rank between fork and exec, so every thread it starts inherits it.
 // It divides the CPUs it may itself run on: two runs started side by side on one machine would
 // each divide all of it and pair their ranks up on the same cores, so such runs are given
-// CPUs of their own (`taskset -c 0-7 partrain run ...`) or launch.bind: none.
+// CPUs of their own (`taskset -c 0-7 partrain run ...`) or launch.bind: none. So are hosts
+// that are network namespaces of one machine: two such hosts of two ranks put both leaders of
+// the hierarchical backend on CPU 0, and a 1 MiB allreduce at 10 Gbit/s took 1.66-1.72 ms
+// against 1.02-1.07 with a CPU each (bench/multinode/link.sh's HOST_CPUS=split; BENCHMARKS.md,
+// "Namespace hosts with CPUs of their own").
 
 std::vector<std::vector<int>> group_into_cores(
     const std::vector<int>& cpus, const std::function<std::string(int cpu)>& siblings) {

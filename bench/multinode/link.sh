@@ -43,7 +43,12 @@
 # bucket's size, default 256kb: 2 ms of a 1 Gbit/s line, which refills between the timed
 # allreduces of a bench; BENCHMARKS.md, "eight rounds side by side"), TIMING (each, the default:
 # every allreduce timed alone between a barrier and its check; loop: back to back, for partrain's
-# bench and Open MPI's alike; Note [Timing each collective or a loop] in cli/bench_command.cpp).
+# bench and Open MPI's alike; Note [Timing each collective or a loop] in cli/bench_command.cpp),
+# HOST_CPUS (all, the default: every host's processes may run on every CPU of this machine, as
+# the figures before 2026-12-06 were measured; split: host i gets its own share of the CPUs,
+# i*C/H to (i+1)*C/H - 1 of the C this script may use, or CPU i*C/H alone where the hosts
+# outnumber them, as separate machines would have CPUs of their own: each host's launcher and
+# Open MPI's ranks on it run under taskset, and a launcher binds its ranks within its share).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/allreduce/common.sh  # to_bytes
@@ -60,6 +65,20 @@ id=$$
 sw=ptb${id}s
 hosts=()
 for ((i = 0; i < nhosts; i++)); do hosts+=("ptb${id}h$i"); done
+# on_cpus[i]: the command prefix that keeps host i's processes on its CPUs (HOST_CPUS).
+read -ra all_cpus <<< "$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+on_cpus=()
+for ((i = 0; i < nhosts; i++)); do
+  case ${HOST_CPUS:-all} in
+    all) on_cpus+=("") ;;
+    split)
+      first=$((i * ${#all_cpus[@]} / nhosts)) last=$(((i + 1) * ${#all_cpus[@]} / nhosts - 1))
+      [ "$last" -ge "$first" ] || last=$first
+      list=$(IFS=,; echo "${all_cpus[*]:first:last-first+1}")
+      on_cpus+=("taskset -c $list") ;;
+    *) echo "link.sh: HOST_CPUS must be all or split, got '$HOST_CPUS'" >&2; exit 2 ;;
+  esac
+done
 work=$(mktemp -d /tmp/partrain-link-XXXXXX)
 cleanup() {
   for ns in "${hosts[@]}" "$sw"; do
@@ -132,7 +151,8 @@ on_all() {
   for ((i = 0; i < nhosts; i++)); do
     local extra=("${extra1[@]//%i/$i}")
     [ "$i" -eq 0 ] && extra=("${extra0[@]}")
-    ip netns exec "${hosts[$i]}" timeout "$bound" "$exe" "${args[@]}" --node-rank "$i" \
+    # shellcheck disable=SC2086  # on_cpus: a command prefix, or nothing
+    ip netns exec "${hosts[$i]}" ${on_cpus[$i]} timeout "$bound" "$exe" "${args[@]}" --node-rank "$i" \
       --host "10.78.0.$((i + 1))" "${extra[@]}" > "$work/${what}$i.log" 2>&1 &
     pids+=($!)
   done
@@ -149,21 +169,31 @@ mpi_allreduce() {
   if [ ! -x "$work/mpi_bench" ]; then
     mpicxx -O3 -std=c++17 -o "$work/mpi_bench" bench/peers/collectives/mpi_bench.cc
     # Open MPI's rsh launcher runs `AGENT HOST COMMAND...` as it would run ssh.
-    cat > "$work/agent" <<'AGENT'
+    # Each host's prefix (HOST_CPUS) in a file of its name, for the agent.
+    for ((i = 0; i < nhosts; i++)); do echo "${on_cpus[$i]}" > "$work/cpus-${hosts[$i]}"; done
+    cat > "$work/agent" <<AGENT
 #!/bin/sh
-host=$1; shift
-exec ip netns exec "$host" /bin/sh -c "$*"
+host=\$1; shift
+exec ip netns exec "\$host" \$(cat "$work/cpus-\$host") /bin/sh -c "\$*"
 AGENT
     chmod +x "$work/agent"
     for ns in "${hosts[@]}"; do echo "$ns slots=$per_host"; done > "$work/hostfile"
   fi
-  if ! ip netns exec "${hosts[0]}" timeout 600 mpirun --allow-run-as-root --hostfile "$work/hostfile" \
+  # Its daemons now and then fail to start here (an ORTE routing error, or "unable to reliably
+  # start"; with HOST_CPUS=split in three runs of six): a run that timed no size is tried
+  # again, three times in all; one that failed after its first result is not.
+  local try
+  for try in 1 2 3; do
+    ip netns exec "${hosts[0]}" timeout 600 mpirun --allow-run-as-root --hostfile "$work/hostfile" \
       -np "$world" --map-by slot --bind-to none --mca mpi_yield_when_idle 1 \
       --mca plm_rsh_agent "$work/agent" --mca routed direct \
       --mca oob_tcp_if_include 10.78.0.0/24 --mca pml ob1 --mca btl self,tcp \
-      --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" mpi allreduce "${TIMING:-each}" > "$work/mpi.txt" 2>&1; then
-    echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
-  fi
+      --mca btl_tcp_if_include 10.78.0.0/24 "${mpi_args[@]}" "$work/mpi_bench" "$(to_bytes "$1")" mpi allreduce "${TIMING:-each}" > "$work/mpi.txt" 2>&1 && break
+    if [ "$try" = 3 ] || grep -qE '^[0-9]+ ' "$work/mpi.txt"; then
+      echo "link.sh: mpirun failed ($2):" >&2; tail -n 20 "$work/mpi.txt" >&2; exit 1
+    fi
+    echo "link.sh: mpirun's daemons did not start ($2, try $try of 3); again" >&2
+  done
   # Its table as the rows `partrain bench allreduce --json` writes, for allreduce_rows.
   python3 - "$work/mpi.txt" > "$work/mpi.json" <<'PY'
 import json, sys

@@ -1,9 +1,10 @@
 """Tables from several rounds of bench/multinode/link.sh (its allreduce table, saved one file a
 run), for BENCHMARKS.md:
 
-  rounds.py compare FILE...   per layout, link and size: each contender's median of every round,
-                              the median of those, Open MPI's over asio-ring's, and in how many
-                              rounds (run side by side) asio-ring was at or below Open MPI
+  rounds.py compare FILE...   per layout, link, size and partrain backend (asio-ring, hierarchical:
+                              each one the files hold): its median of every round, the median of
+                              those, Open MPI's over it, and in how many rounds (run side by side)
+                              it was at or below Open MPI
   rounds.py model FILE...     with one rank per host and each algorithm forced (ALGORITHM=...):
                               t = alpha x messages + beta x bytes that leave a host, per link,
                               alpha and beta shared by the three algorithms (least squares on
@@ -46,21 +47,23 @@ def compare(paths):
     for path in paths:
         for link, layout, backend, _, n, s in rows(path):
             times[(layout, link, n)][(backend, path)] = s
-    print("| hosts x ranks | link | size | asio-ring ms, rounds | median | Open MPI ms, rounds | "
-          "median | Open MPI / asio-ring | rounds asio-ring at or below |")
-    print("|---|---|---|---|--:|---|--:|--:|--:|")
+    ours_backends = sorted({b for t in times.values() for (b, _) in t if b != "mpi"})
+    print("| hosts x ranks | link | size | partrain backend | ms, rounds | median | Open MPI ms, rounds | "
+          "median | Open MPI / partrain | rounds partrain at or below |")
+    print("|---|---|---|---|---|--:|---|--:|--:|--:|")
     for (layout, link, n) in sorted(times, key=lambda k: (k[0], -LINE_BYTES_PER_S[k[1]], k[2])):
         t = times[(layout, link, n)]
-        ours = [t[("asio-ring", p)] for p in paths if ("asio-ring", p) in t]
         peer = [t[("mpi", p)] for p in paths if ("mpi", p) in t]
-        if not ours or not peer:
-            continue
-        both = [p for p in paths if ("asio-ring", p) in t and ("mpi", p) in t]
-        wins = sum(t[("asio-ring", p)] <= t[("mpi", p)] for p in both)
-        fmt = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in xs)
-        print(f"| {layout} | {link} | {size_name(n)} | {fmt(ours)} | {statistics.median(ours) * 1e3:.2f} | "
-              f"{fmt(peer)} | {statistics.median(peer) * 1e3:.2f} | "
-              f"{statistics.median(peer) / statistics.median(ours):.2f} | {wins}/{len(both)} |")
+        for backend in ours_backends:
+            ours = [t[(backend, p)] for p in paths if (backend, p) in t]
+            if not ours or not peer:
+                continue
+            both = [p for p in paths if (backend, p) in t and ("mpi", p) in t]
+            wins = sum(t[(backend, p)] <= t[("mpi", p)] for p in both)
+            fmt = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in xs)
+            print(f"| {layout} | {link} | {size_name(n)} | {backend} | {fmt(ours)} | "
+                  f"{statistics.median(ours) * 1e3:.2f} | {fmt(peer)} | {statistics.median(peer) * 1e3:.2f} | "
+                  f"{statistics.median(peer) / statistics.median(ours):.2f} | {wins}/{len(both)} |")
 
 
 def model(paths):
