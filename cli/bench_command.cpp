@@ -67,6 +67,7 @@ struct BenchArgs {
   std::string collective = "allreduce";  // allreduce | reduce_scatter | allgather | broadcast
   std::string algorithm = "auto";        // comm.algorithm for asio-ring and hierarchical
   std::string tcp_congestion = "auto";   // comm.tcp_congestion for asio-ring and hierarchical
+  std::string shm_single_copy = "on";    // comm.shm_single_copy for shm and hierarchical: on | off
   // auto: the ranks this command starts get cores of their own (or share CPUs evenly), as
   // launch.bind: auto binds them (not with nccl, whose buffers are on GPUs); none: the
   // scheduler places them.
@@ -447,6 +448,7 @@ RankResults run_rank(const BenchArgs& args, const EngineRank& me) {
     options.wire_dtype = wire;
     options.algorithm = args.algorithm;
     options.tcp_congestion = args.tcp_congestion;
+    options.shm_single_copy = args.shm_single_copy == "on";
     options.device = memory_kind;
     options.device_index = device;
     auto comm = group->make_communicator(options);
@@ -629,6 +631,7 @@ int report(const json& results, const json& placement, const BenchArgs& args, in
                          {"collective", args.collective},
                          {"algorithm", args.algorithm},
                          {"tcp_congestion", args.tcp_congestion},
+                         {"shm_single_copy", args.shm_single_copy == "on"},
                          {"world", world},
                          {"dtype", args.dtype},
                          {"wire_dtype", args.wire_dtype},
@@ -731,7 +734,8 @@ int start_ranks(const BenchArgs& args) {
                       "--warmup",     std::to_string(args.warmup),
                       "--timing",     args.timing,
                       "--timeout-s",  std::to_string(args.timeout_s)};
-  plan.worker_args.insert(plan.worker_args.end(), {"--tcp-congestion", args.tcp_congestion});
+  plan.worker_args.insert(plan.worker_args.end(), {"--tcp-congestion", args.tcp_congestion,
+                                                   "--shm-single-copy", args.shm_single_copy});
   // What every node shares, for the run token: the address this host listens on is its own.
   for (const auto& arg : plan.worker_args) plan.run_identity += arg + '\n';
   if (!args.host.empty()) plan.worker_args.insert(plan.worker_args.end(), {"--host", args.host});
@@ -795,6 +799,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                         "congestion control: auto (default: cubic, else reno, between ranks of "
                         "one machine; the system's between machines) | system | a name the "
                         "kernel has (cubic, reno, bbr)");
+  allreduce
+      ->add_option("--shm-single-copy", args->shm_single_copy,
+                   "shm and hierarchical (inside a host): on (default: on Linux a large "
+                   "allgather reads the other ranks' blocks straight from their processes, where "
+                   "the system allows it) | off (through shared memory)")
+      ->check(CLI::IsMember({"on", "off"}));
   allreduce
       ->add_option("--bind", args->bind,
                    "auto (default: each rank this command starts on cores of its own, or "

@@ -43,6 +43,9 @@ struct CommOptions {
   // asio-ring and hierarchical (across hosts): auto | system | a kernel's name (cubic, reno,
   // bbr): each connection's TCP congestion control (tcp_congestion_problem()).
   std::string tcp_congestion = "auto";
+  // shm and hierarchical (inside a host): a large allgather may read the other ranks' blocks
+  // straight from their processes where the system allows it (ShmOptions::single_copy).
+  bool shm_single_copy = true;
 };
 
 // What a backend can do, asked of it rather than told by its name.

@@ -6,10 +6,11 @@
 # best median over ROUNDS rounds, as the peer figures do. COLLECTIVE=reduce_scatter or
 # allgather times that collective instead (Open MPI's MPI_Reduce_scatter_block and
 # MPI_Allgather); a size is then the reduce-scatter's input or the allgather's output.
+# SHM_SINGLE_COPY=off keeps partrain's allgathers in shared memory (--shm-single-copy).
 #
 #   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")
 # Env: PEERS_DIR (default bench/peers/collectives), OUT (default BUILD_DIR/bench-shm),
-#      ROUNDS (default 2), COLLECTIVE (default allreduce)
+#      ROUNDS (default 2), COLLECTIVE (default allreduce), SHM_SINGLE_COPY (default on)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 allreduce_setup bench-shm "$@"
@@ -22,7 +23,8 @@ for ((R=1; R<=ROUNDS; R++)); do
   for W in $WORLDS; do
     echo "== round $R W=$W partrain (shm, asio-ring, gloo)" >&2
     "$BUILD/partrain" bench allreduce --backend shm,asio-ring,gloo --collective "$COLLECTIVE" \
-      --world "$W" --sizes "$SIZES" --json "$OUT/partrain_w${W}_r$R.json" >&2
+      --shm-single-copy "${SHM_SINGLE_COPY:-on}" --world "$W" --sizes "$SIZES" \
+      --json "$OUT/partrain_w${W}_r$R.json" >&2
     echo "== round $R W=$W Open MPI, shared memory (vader)" >&2
     mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo -np "$W" \
       --mca pml ob1 --mca btl self,vader "$MPI_BENCH" "$BYTES" shm "$COLLECTIVE" > "$OUT/mpi_w${W}_r$R.txt"

@@ -100,6 +100,7 @@ class HierarchicalCommunicator : public Communicator {
             shm.timeout = options.timeout;
             shm.rank_names = mine;
             shm.shared_cores = layout_.shares_cores(host_);
+            shm.single_copy = options.shm_single_copy;
             local_ = std::make_unique<ShmCollectives>(address, local_rank_, local_size, shm);
           });
     }

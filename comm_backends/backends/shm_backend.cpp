@@ -48,6 +48,7 @@ class ShmCommunicator : public Communicator {
     ShmOptions shm;
     shm.timeout = args.options.timeout;
     shm.shared_cores = layout.shares_cores(layout.host_of(args.rank));
+    shm.single_copy = args.options.shm_single_copy;
     region_ = std::make_unique<ShmRegion>(
         args.store, args.prefix, args.options.token, args.rank, size, shm_region_bytes(size),
         args.options.timeout, [&](void* address) {

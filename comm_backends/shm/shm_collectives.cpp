@@ -57,6 +57,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #if defined(_WIN32)
@@ -113,11 +114,13 @@ struct alignas(128) RankState {
   std::atomic<std::int32_t> blamed;  // 0: none; r + 1: this rank failed, and names rank r
   // Single-copy reads (Note [Reading another rank's memory]): where a word of this process
   // holding `probe_value` stands, this rank's verdict on reading every other rank's (0: not
-  // yet given, 1: can, 2: cannot), and where the input of its current allgather is.
+  // yet given, 1: can, 2: cannot), where the input of its current allgather is, and the
+  // sequence number of the call in which a read of it failed (0: none).
   std::atomic<std::uint64_t> probe_address;
   std::atomic<std::uint64_t> probe_value;
   std::atomic<std::int32_t> single_copy_verdict;
   std::atomic<std::uint64_t> block_address;
+  std::atomic<std::uint64_t> read_failed;
   // What the rank called, published with `arrived` of the call's first sync; two, by the
   // call's sequence number, because a rank may enter its next call while a slower one still
   // compares this one (a one-sync call lets it).
@@ -177,20 +180,15 @@ std::size_t segment_begin(std::size_t count, int world, int k) {
 
 #if defined(__linux__)
 // Copies `bytes` at address `remote` of process `pid` to `local`; returns how many it copied,
-// short where the process is gone or part of the range is not mapped, with the reason in
-// `error`.
-std::size_t read_process(std::int64_t pid, std::uint64_t remote, void* local, std::size_t bytes,
-                         int& error) {
+// short where the process is gone, part of the range is not mapped, or the kernel will not.
+std::size_t read_process(std::int64_t pid, std::uint64_t remote, void* local, std::size_t bytes) {
   auto* to = static_cast<std::uint8_t*>(local);
   std::size_t done = 0;
   while (done < bytes) {  // each round copies at least a byte or ends the loop
     iovec here{to + done, bytes - done};
     iovec there{reinterpret_cast<void*>(remote + done), bytes - done};
     const ssize_t got = ::process_vm_readv(static_cast<pid_t>(pid), &here, 1, &there, 1, 0);
-    if (got <= 0) {
-      error = got < 0 ? errno : EFAULT;
-      break;
-    }
+    if (got <= 0) break;
     done += static_cast<std::size_t>(got);
   }
   return done;
@@ -254,9 +252,11 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions opt
 #if !defined(__linux__)
   single_copy_ = SingleCopy::no;  // no cross-memory reads (the same on every rank of a host)
 #endif
-  // A value no other process holds at this address by chance.
-  probe_word_ = kRegionMagic ^ reinterpret_cast<std::uintptr_t>(this) ^
-                (static_cast<std::uint64_t>(process_id()) << 40);
+  // A value no other process holds at this address by chance (a process of another pid
+  // namespace that has the same pid, say, and maps this program at the same place).
+  std::random_device random;
+  probe_word_ = (static_cast<std::uint64_t>(random()) << 32 ^ random()) ^
+                reinterpret_cast<std::uintptr_t>(this);
   RankState& me = state_of(region_, rank);
   me.probe_address.store(reinterpret_cast<std::uintptr_t>(&probe_word_), std::memory_order_relaxed);
   me.probe_value.store(probe_word_, std::memory_order_relaxed);
@@ -649,32 +649,37 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
 // directly (process_vm_readv, the kernel's cross-memory attach, which Open MPI's shared-memory
 // transport takes for large messages): each rank publishes where its input is and, after a
 // sync, reads every other rank's block straight into its output, starting each at a different
-// rank; a second sync keeps every input unchanged until all have read it. One copy a block
-// instead of two: W=2, 1 MiB 53-54 us against 62-64 through the slots, 16 MiB 1.34-1.43 ms
-// against 1.50-1.52 (BENCHMARKS.md, "The allgather in one copy").
+// rank; a second sync keeps every input unchanged until all have read it. A read that fails
+// (memory the kernel will not read across processes, such as some drivers' mappings, or a
+// rank that died) is told to all at that sync: every rank then runs the call again through
+// the slots, every input still as it was, and keeps to the slots from then on; a rank that
+// died is named by the sync, as always. One copy a block instead of two: W=2, 1 MiB 53-55 us
+// against 62-64 through the slots, 16 MiB 1.34-1.43 ms against 1.50-1.53, four runs each
+// (BENCHMARKS.md, "The allgather in one copy").
 //
-// The kernel allows it where this process may trace the other: the same user, a Yama
-// ptrace_scope of 0 (at 1, Ubuntu's default, only a process's own descendants), one pid
-// namespace. So the ranks find out once, at the first allgather that would take it: each
-// reads the word whose address and value every other rank published when it was made, and
-// they take the path only if every rank could read every other's; otherwise every rank goes
-// through the slots. Not where ranks share cores: there the reads took longer at 64 MiB (W=4 on
-// 2 CPUs, 21.8-25.5 ms against 20.3-20.6) and no less below. Below kSingleCopyBytes a block
-// the second sync and the system call cost about what the copy saves: blocks of 4 and 64 KiB
-// took 1.8 and 8.4-8.5 us against 1.2 and 7.6-7.7 (of 32 KiB 4.9 against 5.7); from 128 KiB it
-// was faster at every size.
+// The kernel allows it where this process may trace the other: the same user and a Yama
+// ptrace_scope of 0 (at 1, Ubuntu's default, only a process's own descendants), or
+// CAP_SYS_PTRACE; and the pid each rank publishes must name it here (one pid namespace), and
+// no seccomp filter refuse the call. So the ranks find out once, at the first allgather that
+// would take it: each reads the word whose address and value every other rank published when
+// it was made, and they take the path only if every rank could read every other's and none
+// declines; otherwise every rank goes through the slots. A rank declines where ShmOptions
+// says so (comm.shm_single_copy: false), and where ranks share its cores: there the reads
+// took longer at 64 MiB (W=4 on 2 CPUs, 21.8-25.5 ms against 20.3-20.6) and no less below. Below
+// kSingleCopyBytes a block the second sync and the system call cost about what the copy saves:
+// blocks of 4 and 64 KiB took 1.8 and 8.4-8.5 us against 1.2 and 7.6-7.7 (of 32 KiB 4.9
+// against 5.7); from 128 KiB it was faster at every size.
 bool ShmCollectives::agree_on_single_copy(const Call& call) {
   sync(call, 0);  // every probe word is published
-  bool can = single_copy_allowed_;
+  bool can = single_copy_allowed_ && !shared_cores_;
 #if defined(__linux__)
   for (int r = 0; r < world_ && can; ++r) {
     if (r == rank_) continue;
     const RankState& them = state_of(region_, r);
     std::uint64_t value = 0;
-    int error = 0;
     can = read_process(them.pid.load(std::memory_order_acquire),
-                       them.probe_address.load(std::memory_order_acquire), &value, sizeof value,
-                       error) == sizeof value &&
+                       them.probe_address.load(std::memory_order_acquire), &value,
+                       sizeof value) == sizeof value &&
           value == them.probe_value.load(std::memory_order_acquire);
   }
 #endif
@@ -688,7 +693,7 @@ bool ShmCollectives::agree_on_single_copy(const Call& call) {
   return true;
 }
 
-void ShmCollectives::allgather_single_copy(const Call& call, const std::uint8_t* source,
+bool ShmCollectives::allgather_single_copy(const Call& call, const std::uint8_t* source,
                                            std::uint8_t* target, std::size_t bytes_per_rank) {
   RankState& me = state_of(region_, rank_);
   me.block_address.store(reinterpret_cast<std::uintptr_t>(source), std::memory_order_relaxed);
@@ -699,22 +704,23 @@ void ShmCollectives::allgather_single_copy(const Call& call, const std::uint8_t*
   for (int k = 1; k < world_; ++k) {
     const int r = (rank_ + k) % world_;
     const RankState& them = state_of(region_, r);
-    const std::int64_t pid = them.pid.load(std::memory_order_acquire);
-    int error = 0;
-    if (read_process(pid, them.block_address.load(std::memory_order_acquire),
-                     target + r * bytes_per_rank, bytes_per_rank, error) != bytes_per_rank) {
-      broken_ = true;
-      me.blamed.store(name_of(r) + 1, std::memory_order_release);
-      const bool gone = error == ESRCH || process_gone(pid);
-      throw PeerError(name_of(r), "shm: could not read rank " + std::to_string(name_of(r)) +
-                                      "'s block (pid " + std::to_string(pid) + ") during " +
-                                      call.words.describe() + ": " +
-                                      (gone ? "it exited" : std::strerror(error)));
+    if (read_process(them.pid.load(std::memory_order_acquire),
+                     them.block_address.load(std::memory_order_acquire),
+                     target + r * bytes_per_rank, bytes_per_rank) != bytes_per_rank) {
+      me.read_failed.store(call.words.sequence, std::memory_order_relaxed);
+      break;
     }
   }
 #endif
-  sync(call, 1);
+  sync(call, 1);  // names a rank that died; every rank has read (or failed to read) the inputs
+  for (int r = 0; r < world_; ++r) {
+    if (state_of(region_, r).read_failed.load(std::memory_order_acquire) == call.words.sequence) {
+      single_copy_ = SingleCopy::no;
+      return false;
+    }
+  }
   single_copy_sequence_ = sequence_;
+  return true;
 }
 
 void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_rank) {
@@ -732,12 +738,13 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
   call.words.bytes = bytes_per_rank;
   call.words.kind = static_cast<std::uint8_t>(Kind::allgather);
   if (bytes_per_rank == 0) return sync(call, 0);
-  if (bytes_per_rank >= kSingleCopyBytes && !shared_cores_ && single_copy_ != SingleCopy::no) {
+  if (bytes_per_rank >= kSingleCopyBytes && single_copy_ != SingleCopy::no) {
     if (single_copy_ == SingleCopy::unknown) {
       single_copy_ = agree_on_single_copy(call) ? SingleCopy::yes : SingleCopy::no;
     }
-    if (single_copy_ == SingleCopy::yes) {
-      return allgather_single_copy(call, source, target, bytes_per_rank);
+    if (single_copy_ == SingleCopy::yes &&
+        allgather_single_copy(call, source, target, bytes_per_rank)) {
+      return;
     }
   }
   // Pieces of 256 KiB a rank. This rank's own block, unless it is in place already, is copied

@@ -32,7 +32,7 @@ struct ShmOptions {
   bool shared_cores = false;
   // Where the system lets the ranks read one another's memory, a large allgather copies each
   // block straight from its owner's input (Note [Reading another rank's memory] in
-  // shm_collectives.cpp). False here turns that off for every rank of the region.
+  // shm_collectives.cpp). False on any rank turns that off for every rank of the region.
   bool single_copy = true;
 };
 
@@ -85,10 +85,12 @@ class ShmCollectives {
   // reduce_scatter() of data reduced in its own type on a wire of that type.
   void reduce_scatter_direct(const Call& call, const std::uint8_t* source, std::uint8_t* target,
                              std::size_t count, DType type, ReduceOp op);
-  // Whether every rank can read every other's memory; the first large allgather asks, with
-  // two syncs.
+  // Whether every rank can read every other's memory and none declines; the first large
+  // allgather asks, with two syncs.
   bool agree_on_single_copy(const Call& call);
-  void allgather_single_copy(const Call& call, const std::uint8_t* source, std::uint8_t* target,
+  // The allgather in one copy; false where a rank's read failed, and then every rank runs the
+  // call again through the slots.
+  bool allgather_single_copy(const Call& call, const std::uint8_t* source, std::uint8_t* target,
                              std::size_t bytes_per_rank);
   void sync(const Call& call, int phase,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));

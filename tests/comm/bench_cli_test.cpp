@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm_backends/placement.h"
+#include "tests/support/cross_memory.h"
 #include "tests/support/scratch_dir.h"
 
 namespace partrain::comm {
@@ -149,7 +150,7 @@ TEST(BenchCommand, LoopTimingChecksTheWarmUpAndTimesBackToBack) {
 
 // Two rank processes on cores of their own read each other's allgather blocks from 128 KiB
 // straight from the other process (the rows name single_copy), and every element checks out;
-// smaller blocks go through the slots.
+// smaller blocks, and every block with --shm-single-copy off, go through the slots.
 TEST(BenchCommand, ShmAllgatherReadsLargeBlocksFromTheOtherProcess) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
@@ -160,24 +161,27 @@ TEST(BenchCommand, ShmAllgatherReadsLargeBlocksFromTheOtherProcess) {
   if (sched_getaffinity(0, sizeof cpus, &cpus) != 0 || CPU_COUNT(&cpus) < 2) {
     GTEST_SKIP() << "fewer than two CPUs: the ranks would share one, and take the slots";
   }
+  if (!testing::siblings_may_read_each_other()) GTEST_SKIP() << "ranks may not read each other";
   testing::ScratchDir dir;
-  const std::string json_path = (dir.path() / "allgather.json").string();
-  std::string output;
-  ASSERT_EQ(run(exe +
-                    " bench allreduce --backend shm --world 2 --collective allgather "
-                    "--sizes 64K,1M,3M --iters 4 --json " +
-                    json_path,
-                output),
-            0)
-      << output;
-  std::ifstream in(json_path);
-  const auto report = nlohmann::json::parse(in);
-  ASSERT_EQ(report["results"].size(), 3u) << output;
-  const char* expected[] = {"shared_memory", "single_copy", "single_copy"};
-  for (std::size_t i = 0; i < 3; ++i) {
-    const auto& r = report["results"][i];
-    EXPECT_EQ(r["algorithm"], expected[i]) << r["bytes"];
-    EXPECT_EQ(r["wrong"], 0) << r["bytes"];
+  for (const std::string single_copy : {"on", "off"}) {
+    const std::string json_path = (dir.path() / (single_copy + ".json")).string();
+    std::string output;
+    ASSERT_EQ(run(exe + " bench allreduce --backend shm --world 2 --collective allgather " +
+                      "--sizes 64K,1M,3M --iters 4 --shm-single-copy " + single_copy + " --json " +
+                      json_path,
+                  output),
+              0)
+        << output;
+    std::ifstream in(json_path);
+    const auto report = nlohmann::json::parse(in);
+    EXPECT_EQ(report["shm_single_copy"], single_copy == "on");
+    ASSERT_EQ(report["results"].size(), 3u) << output;
+    for (std::size_t i = 0; i < 3; ++i) {
+      const auto& r = report["results"][i];
+      EXPECT_EQ(r["algorithm"], i > 0 && single_copy == "on" ? "single_copy" : "shared_memory")
+          << r["bytes"] << " " << single_copy;
+      EXPECT_EQ(r["wrong"], 0) << r["bytes"];
+    }
   }
 #endif
 }

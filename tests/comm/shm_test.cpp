@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -17,8 +19,11 @@
 
 #if defined(__linux__)
 #include <sched.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #endif
 
@@ -27,6 +32,7 @@
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "tests/support/cross_memory.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/scratch_dir.h"
 
@@ -320,8 +326,8 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
 }
 
 // Ranks that share cores wait by yielding from the first round, and the allgather copies a
-// rank's own block in one go (ShmOptions::shared_cores): three ranks held to one CPU, each
-// collective several pieces long, still end with the exact results. The region is zeroed
+// rank's own block in one go, through the slots (ShmOptions::shared_cores): three ranks held to one
+// CPU, each collective several pieces long, still end with the exact results. The region is zeroed
 // pages of this process, the ranks its threads.
 TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
   const int world = 3;
@@ -363,6 +369,7 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
       }
       std::vector<float> all(out.size() * world);
       shm.allgather(out.data(), all.data(), out.size() * sizeof(float));
+      ASSERT_FALSE(shm.last_was_single_copy()) << "ranks that share cores keep to the slots";
       for (std::size_t i = 0; i < all.size(); i += 997) {
         ASSERT_EQ(all[i], data[i]) << "allgather, element " << i;
       }
@@ -417,7 +424,8 @@ TEST(Shm, LargeAllgatherReadsTheOthersBlocksOnlyWhereEveryRankCan) {
       for (int r = 0; r < world; ++r) {
         EXPECT_FALSE(small_single[r]) << "world " << world << " rank " << r;
 #if defined(__linux__)
-        EXPECT_EQ(large_single[r], declining < 0) << "world " << world << " rank " << r;
+        EXPECT_EQ(large_single[r], declining < 0 && testing::may_read_own_memory())
+            << "world " << world << " rank " << r;
 #else
         EXPECT_FALSE(large_single[r]);
 #endif
@@ -432,6 +440,7 @@ TEST(Shm, LargeAllgatherReadsTheOthersBlocksOnlyWhereEveryRankCan) {
 // rank 1 reads into fresh pages, each a fault on the way, and so is still reading when it
 // would have returned without the last sync.
 TEST(Shm, SingleCopyAllgatherReturnsOnlyOnceTheOthersHaveRead) {
+  if (!testing::may_read_own_memory()) GTEST_SKIP() << "process_vm_readv is refused here";
   const int world = 2;
   struct alignas(4096) Page {
     std::uint8_t bytes[4096];
@@ -470,52 +479,135 @@ TEST(Shm, SingleCopyAllgatherReturnsOnlyOnceTheOthersHaveRead) {
   }
 }
 
-// A rank process killed while the two read each other's blocks: the survivor ends with an
-// error naming it, instead of hanging or reading freed memory. (A read under way holds the
-// dead process's memory until it ends; the wait that follows finds the rank gone. A read that
-// starts after the death fails, and names the rank too.)
-TEST(Shm, RankKilledDuringSingleCopyAllgathersIsNamed) {
-  const int world = 2;
-  const std::size_t region_bytes = shm_region_bytes(world);
+// Sets or clears CAP_SYS_PTRACE in this process's effective capabilities (from its permitted
+// ones), so that a test can see what a process without the privilege sees.
+void set_ptrace_capability(bool on) {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (syscall(SYS_capget, &header, data) != 0) return;
+  const unsigned bit = 1u << (CAP_SYS_PTRACE % 32);
+  auto& word = data[CAP_SYS_PTRACE / 32];
+  word.effective = on ? word.effective | (word.permitted & bit) : word.effective & ~bit;
+  syscall(SYS_capset, &header, data);
+}
+
+// Rank 0 (this process) and rank 1 (a child) over one region made before the fork; `child`
+// runs rank 1 and returns its exit status, `parent` runs rank 0 with the child's pid.
+template <typename Child, typename Parent>
+void two_rank_processes(std::size_t region_bytes, Child&& child, Parent&& parent) {
   void* region =
       mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(region, MAP_FAILED);
   ShmOptions options;
   options.timeout = milliseconds(20000);
-  ShmCollectives first(region, 0, world, options);  // lays out the region before the fork
-  const std::size_t bytes = std::size_t{8} << 20;
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ShmCollectives second(region, 1, world, options);
-    std::vector<std::uint8_t> in(bytes, 1), out(bytes * world);
-    for (int i = 0; i < 100000; ++i) second.allgather(in.data(), out.data(), bytes);
-    _exit(0);
-  }
-  std::thread killer([&] {
-    std::this_thread::sleep_for(milliseconds(300));
-    kill(child, SIGKILL);
-  });
-  std::vector<std::uint8_t> in(bytes, 0), out(bytes * world);
-  std::string error;
-  int blamed = -1;
-  bool single_copy = false;
-  try {
-    for (int i = 0; i < 100000; ++i) {  // about 1 ms each: the kill comes long before the end
-      first.allgather(in.data(), out.data(), bytes);
-      single_copy = single_copy || first.last_was_single_copy();
+  ShmCollectives first(region, 0, 2, options);  // lays out the region before the fork
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int status = 99;
+    try {
+      ShmCollectives second(region, 1, 2, options);
+      status = child(second);
+    } catch (...) {
     }
-  } catch (const PeerError& e) {
-    error = e.what();
-    blamed = e.peer_rank();
+    _exit(status);
   }
-  killer.join();
-  int status = 0;
-  waitpid(child, &status, 0);
+  parent(first, pid);
   munmap(region, region_bytes);
-  EXPECT_TRUE(single_copy);
-  EXPECT_EQ(blamed, 1) << error;
-  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+}
+
+// A rank process killed while the two read each other's blocks: the survivor ends with an
+// error naming it, instead of hanging or reading freed memory. (A read under way holds the
+// dead process's memory until it ends; the wait that follows finds the rank gone. A read that
+// starts after the death fails, and the sync after it names the rank too.)
+TEST(Shm, RankKilledDuringSingleCopyAllgathersIsNamed) {
+  if (!testing::siblings_may_read_each_other()) GTEST_SKIP() << "ranks may not read each other";
+  const std::size_t bytes = std::size_t{8} << 20;
+  two_rank_processes(
+      shm_region_bytes(2),
+      [&](ShmCollectives& second) {
+        std::vector<std::uint8_t> in(bytes, 1), out(bytes * 2);
+        for (int i = 0; i < 100000; ++i) second.allgather(in.data(), out.data(), bytes);
+        return 0;
+      },
+      [&](ShmCollectives& first, pid_t child) {
+        std::atomic<bool> started{false};
+        std::thread killer([&] {  // once a single-copy call has run, and at most 20 s on
+          for (int i = 0; i < 2000 && !started.load(); ++i)
+            std::this_thread::sleep_for(milliseconds(10));
+          std::this_thread::sleep_for(milliseconds(100));
+          kill(child, SIGKILL);
+        });
+        std::vector<std::uint8_t> in(bytes, 0), out(bytes * 2);
+        std::string error;
+        int blamed = -1;
+        try {
+          for (int i = 0; i < 100000; ++i) {  // about 1 ms each: the kill comes long before
+            first.allgather(in.data(), out.data(), bytes);
+            if (first.last_was_single_copy()) started = true;
+          }
+        } catch (const PeerError& e) {
+          error = e.what();
+          blamed = e.peer_rank();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        killer.join();
+        waitpid(child, nullptr, 0);
+        EXPECT_TRUE(started.load());
+        EXPECT_EQ(blamed, 1) << error;
+        EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+      });
+}
+
+// A read the kernel refuses after the ranks agreed (here: rank 1 makes itself undumpable, and
+// rank 0 lacks CAP_SYS_PTRACE) is told to every rank, which all run that call again through
+// the slots, with the right results, and keep to the slots.
+TEST(Shm, ASingleCopyReadThatFailsRunsTheCallAgainThroughTheSlots) {
+  if (!testing::siblings_may_read_each_other()) GTEST_SKIP() << "ranks may not read each other";
+  const std::size_t n = (std::size_t{1} << 20) / 8;  // 1 MiB blocks of i64
+  // Rank r's block in call c, and whether `out` holds both ranks' blocks of call c.
+  auto value = [](int r, int c, std::size_t i) {
+    return std::int64_t{r} * 1000003 + c * 7 + static_cast<std::int64_t>(i);
+  };
+  auto right = [&](const std::vector<std::int64_t>& out, int c) {
+    for (int r = 0; r < 2; ++r) {
+      for (std::size_t i = 0; i < n; i += 101) {
+        if (out[r * n + i] != value(r, c, i)) return false;
+      }
+    }
+    return true;
+  };
+  // Per call, as the bits of an exit status: 1 wrong results, 2 the path not as expected.
+  auto run = [&](ShmCollectives& shm, int rank, const std::function<void(int)>& between) {
+    int status = 0;
+    std::vector<std::int64_t> in(n), out(2 * n);
+    for (int c = 0; c < 3; ++c) {
+      for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, c, i);
+      shm.allgather(in.data(), out.data(), n * 8);
+      if (!right(out, c)) status |= 1 << (2 * c);
+      if (shm.last_was_single_copy() != (c == 0)) status |= 2 << (2 * c);
+      between(c);
+    }
+    return status;
+  };
+  two_rank_processes(
+      shm_region_bytes(2),
+      [&](ShmCollectives& second) {
+        return run(second, 1, [](int c) {
+          if (c == 0) prctl(PR_SET_DUMPABLE, 0);
+        });
+      },
+      [&](ShmCollectives& first, pid_t child) {
+        set_ptrace_capability(false);
+        const int mine = run(first, 0, [](int) {});
+        set_ptrace_capability(true);
+        int status = 0;
+        waitpid(child, &status, 0);
+        EXPECT_EQ(mine, 0) << "rank 0: bits 1, 4, 16 wrong results in calls 0-2; 2, 8, 32 the path";
+        EXPECT_TRUE(WIFEXITED(status)) << status;
+        EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1, as rank 0's bits";
+      });
 }
 #endif
 

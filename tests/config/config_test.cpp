@@ -184,6 +184,11 @@ TEST_F(ConfigTest, BadEnumValue) {
             "congestion control (cubic, reno, bbr, ...)");
   EXPECT_EQ(load_config(write("name: x\n"), {"comm.tcp_congestion=system"}).comm.tcp_congestion,
             "system");
+  EXPECT_EQ(error_of("comm: {shm_single_copy: sometimes}\n"),
+            ":1:25: comm.shm_single_copy: expected true or false, got 'sometimes'");
+  EXPECT_TRUE(load_config(write("name: x\n")).comm.shm_single_copy);
+  EXPECT_FALSE(
+      load_config(write("name: x\n"), {"comm.shm_single_copy=false"}).comm.shm_single_copy);
   EXPECT_EQ(error_of("data: {dataset: imagenet}\n"),
             ":1:17: data.dataset: 'imagenet' is not one of cifar100 | cifar10 | fashion-mnist | "
             "mnist | image-folder | tensors | synthetic");

@@ -52,6 +52,10 @@ struct CommConfig {
   // both ends run on one machine (namespaces and containers of one kernel included) and the
   // system's between machines (comm_backends/net/timed_io.cpp).
   std::string tcp_congestion = "auto";
+  // shm and hierarchical (inside a host): on Linux, where the system lets the ranks read one
+  // another's memory, a large allgather copies each rank's block once, straight from its
+  // process (comm_backends/shm/shm_collectives.cpp); false keeps it in shared memory.
+  bool shm_single_copy = true;
   double timeout_s = 300.0;  // 0.1..604800 s: a collective or rendezvous waiting longer fails
   // NIC to bind and advertise (no spaces, '/' or ':'); empty: the one routing to the master.
   std::string interface;

@@ -92,6 +92,7 @@ Json comm_json(const CommConfig& m) {
           {"wire_dtype", comm::dtype_name(m.wire_dtype)},
           {"algorithm", m.algorithm},
           {"tcp_congestion", m.tcp_congestion},
+          {"shm_single_copy", m.shm_single_copy},
           {"timeout_s", m.timeout_s},
           {"interface", m.interface},
           {"host", m.host},

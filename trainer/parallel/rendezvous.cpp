@@ -27,6 +27,7 @@ RankGroup join_rank_group(const Config& cfg, const RankPlace& env, const c10::De
   co.wire_dtype = cfg.comm.wire_dtype;
   co.algorithm = cfg.comm.algorithm;
   co.tcp_congestion = cfg.comm.tcp_congestion;
+  co.shm_single_copy = cfg.comm.shm_single_copy;
   co.device = device.is_cuda() ? comm::DeviceKind::cuda : comm::DeviceKind::cpu;
   co.device_index = device.is_cuda() ? device.index() : 0;
   group.comm = group.ranks->make_communicator(co);
