@@ -525,10 +525,10 @@ void print_table(const json& results, const BenchArgs& args, int world, const st
                  const json& placement) {
   std::printf(
       "# partrain bench allreduce  collective=%s  world=%d  dtype=%s  wire=%s  sum, timing=%s, "
-      "algorithm=%s, tcp congestion=%s, %d processes, %s\n",
+      "algorithm=%s, tcp congestion=%s, shm single copy=%s, %d processes, %s\n",
       args.collective.c_str(), world, args.dtype.c_str(), args.wire_dtype.c_str(),
-      args.timing.c_str(), args.algorithm.c_str(), args.tcp_congestion.c_str(), world,
-      where.c_str());
+      args.timing.c_str(), args.algorithm.c_str(), args.tcp_congestion.c_str(),
+      args.shm_single_copy.c_str(), world, where.c_str());
   // "# hosts: 1 (4 ranks on 2 CPUs): ranks share cores, so ...", the first eight hosts.
   std::string hosts;
   const auto& ranks = placement["host_ranks"];

@@ -57,6 +57,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <random>
 #include <thread>
 
@@ -85,7 +86,7 @@ using Clock = std::chrono::steady_clock;
 
 // Which ranks write which parts of the slots is part of the format: ranks of two builds that
 // split the work differently must not meet in one region.
-constexpr std::uint64_t kRegionMagic = 0x344d485354524150ull;  // "PARTSHM4"
+constexpr std::uint64_t kRegionMagic = 0x354d485354524150ull;  // "PARTSHM5"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
@@ -254,9 +255,15 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions opt
 #endif
   // A value no other process holds at this address by chance (a process of another pid
   // namespace that has the same pid, say, and maps this program at the same place).
-  std::random_device random;
-  probe_word_ = (static_cast<std::uint64_t>(random()) << 32 ^ random()) ^
-                reinterpret_cast<std::uintptr_t>(this);
+  std::uint64_t noise = 0;
+  try {
+    std::random_device random;
+    noise = static_cast<std::uint64_t>(random()) << 32 ^ random();
+  } catch (const std::exception&) {  // no entropy source: the clock and the pid must do
+    noise = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
+            static_cast<std::uint64_t>(process_id()) << 40;
+  }
+  probe_word_ = noise ^ reinterpret_cast<std::uintptr_t>(this);
   RankState& me = state_of(region_, rank);
   me.probe_address.store(reinterpret_cast<std::uintptr_t>(&probe_word_), std::memory_order_relaxed);
   me.probe_value.store(probe_word_, std::memory_order_relaxed);
@@ -659,15 +666,15 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
 //
 // The kernel allows it where this process may trace the other: the same user and a Yama
 // ptrace_scope of 0 (at 1, Ubuntu's default, only a process's own descendants), or
-// CAP_SYS_PTRACE; and the pid each rank publishes must name it here (one pid namespace), and
-// no seccomp filter refuse the call. So the ranks find out once, at the first allgather that
-// would take it: each reads the word whose address and value every other rank published when
-// it was made, and they take the path only if every rank could read every other's and none
-// declines; otherwise every rank goes through the slots. A rank declines where ShmOptions
-// says so (comm.shm_single_copy: false), and where ranks share its cores: there the reads
-// took longer at 64 MiB (W=4 on 2 CPUs, 21.8-25.5 ms against 20.3-20.6) and no less below. Below
-// kSingleCopyBytes a block the second sync and the system call cost about what the copy saves:
-// blocks of 4 and 64 KiB took 1.8 and 8.4-8.5 us against 1.2 and 7.6-7.7 (of 32 KiB 4.9
+// CAP_SYS_PTRACE where the scope is 1 or 2 (at 3 nothing may); and the pid each rank publishes must
+// name it here (one pid namespace), and no seccomp filter refuse the call. So the ranks find out
+// once, at the first allgather that would take it: each reads the word whose address and value
+// every other rank published when it was made, and they take the path only if every rank could read
+// every other's and none declines; otherwise every rank goes through the slots. A rank declines
+// where ShmOptions says so (comm.shm_single_copy: false), and where ranks share its cores: there
+// the reads took longer at 64 MiB (W=4 on 2 CPUs, 21.8-25.5 ms against 20.3-20.6) and no less
+// below. Below kSingleCopyBytes a block the second sync and the system call cost about what the
+// copy saves: blocks of 4 and 64 KiB took 1.8 and 8.4-8.5 us against 1.2 and 7.6-7.7 (of 32 KiB 4.9
 // against 5.7); from 128 KiB it was faster at every size.
 bool ShmCollectives::agree_on_single_copy(const Call& call) {
   sync(call, 0);  // every probe word is published

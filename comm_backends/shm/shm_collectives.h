@@ -27,8 +27,9 @@ struct ShmOptions {
   // larger run of which these ranks are one host's share); every rank passes the same list.
   std::vector<int> rank_names;
   // The ranks outnumber the CPUs they run on (HostLayout::shares_cores()): a wait yields the
-  // CPU at once instead of spinning first, and the allgather copies a rank's own block in one
-  // go rather than a piece at a time while it waits.
+  // CPU at once instead of spinning first, and the allgather keeps to the slots (this rank
+  // votes against single copy) and copies a rank's own block in one go rather than a piece at
+  // a time while it waits.
   bool shared_cores = false;
   // Where the system lets the ranks read one another's memory, a large allgather copies each
   // block straight from its owner's input (Note [Reading another rank's memory] in

@@ -560,9 +560,10 @@ TEST(Shm, RankKilledDuringSingleCopyAllgathersIsNamed) {
       });
 }
 
-// A read the kernel refuses after the ranks agreed (here: rank 1 makes itself undumpable, and
-// rank 0 lacks CAP_SYS_PTRACE) is told to every rank, which all run that call again through
-// the slots, with the right results, and keep to the slots.
+// A read the kernel refuses after the ranks agreed (rank 1 makes itself undumpable after the
+// first call, and rank 0 drops CAP_SYS_PTRACE) is told to every rank, which all run that call
+// again through the slots, with the right results; and they keep to the slots (the third call
+// would be read in one copy again, rank 1 being dumpable again by then).
 TEST(Shm, ASingleCopyReadThatFailsRunsTheCallAgainThroughTheSlots) {
   if (!testing::siblings_may_read_each_other()) GTEST_SKIP() << "ranks may not read each other";
   const std::size_t n = (std::size_t{1} << 20) / 8;  // 1 MiB blocks of i64
@@ -594,17 +595,26 @@ TEST(Shm, ASingleCopyReadThatFailsRunsTheCallAgainThroughTheSlots) {
   two_rank_processes(
       shm_region_bytes(2),
       [&](ShmCollectives& second) {
-        return run(second, 1, [](int c) {
-          if (c == 0) prctl(PR_SET_DUMPABLE, 0);
-        });
+        return run(second, 1, [](int c) { prctl(PR_SET_DUMPABLE, c == 0 ? 0 : 1); });
       },
       [&](ShmCollectives& first, pid_t child) {
-        set_ptrace_capability(false);
-        const int mine = run(first, 0, [](int) {});
-        set_ptrace_capability(true);
+        struct Restore {
+          ~Restore() { set_ptrace_capability(true); }
+        } restore;
+        int mine = -1;
+        std::string error;
+        try {
+          mine = run(first, 0, [](int c) {
+            if (c == 0) set_ptrace_capability(false);
+          });
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
         int status = 0;
-        waitpid(child, &status, 0);
-        EXPECT_EQ(mine, 0) << "rank 0: bits 1, 4, 16 wrong results in calls 0-2; 2, 8, 32 the path";
+        waitpid(child, &status, 0);  // within the timeout, should rank 0 have stopped early
+        EXPECT_EQ(mine, 0) << error
+                           << " (rank 0: bits 1, 4, 16 wrong results in calls 0-2; 2, 8, 32 the "
+                              "path)";
         EXPECT_TRUE(WIFEXITED(status)) << status;
         EXPECT_EQ(WEXITSTATUS(status), 0) << "rank 1, as rank 0's bits";
       });
