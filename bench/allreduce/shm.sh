@@ -3,9 +3,10 @@
 # asio-ring (loopback TCP) and gloo, and Open MPI's MPI_Allreduce over its shared-memory
 # transport (btl vader; bench/peers/collectives/mpi_bench.cc built with Debian's mpicxx), for
 # W=2 and W=4; prints busbw per size and the ratios of shm to each. Each contender keeps its
-# best median over ROUNDS rounds, as the peer figures do. COLLECTIVE=reduce_scatter or
-# allgather times that collective instead (Open MPI's MPI_Reduce_scatter_block and
-# MPI_Allgather); a size is then the reduce-scatter's input or the allgather's output.
+# best median over ROUNDS rounds, as the peer figures do. COLLECTIVE=reduce_scatter, allgather
+# or broadcast times that collective instead (Open MPI's MPI_Reduce_scatter_block,
+# MPI_Allgather and MPI_Bcast); a size is then the reduce-scatter's input or the allgather's
+# output (a broadcast's is its buffer, from rank 0).
 # SHM_SINGLE_COPY=off keeps partrain's allgathers in shared memory (--shm-single-copy).
 #
 #   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")

@@ -16,7 +16,7 @@
 //                     -> sync -> read the others' shares from their slots
 //   reduce_scatter piece:  write the others' blocks of it into my slot -> sync -> reduce my
 //                     block from their slots and my own input into my output
-//   broadcast piece:  the root writes its slot -> sync -> the others read it
+//   broadcast piece:  the root writes its slot -> sync -> the others read it (pieces of 256 KiB)
 //   allgather piece:  write my slot (and, unless in place, my block of the output) -> sync ->
 //                     read the others'
 //   allgather, single copy (blocks from kSingleCopyBytes, Note [Reading another rank's
@@ -86,15 +86,15 @@ using Clock = std::chrono::steady_clock;
 
 // Which ranks write which parts of the slots is part of the format: ranks of two builds that
 // split the work differently must not meet in one region.
-constexpr std::uint64_t kRegionMagic = 0x354d485354524150ull;  // "PARTSHM5"
+constexpr std::uint64_t kRegionMagic = 0x364d485354524150ull;  // "PARTSHM6"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kPage = 4096;
-// The pieces of allreduce_direct(), reduce_scatter_direct() and allgather(): small enough that a
-// piece, the slot it goes through and the others' slots it is reduced with stay in a core's
-// second-level cache between the syncs (BENCHMARKS.md, "Allreduce through shared memory"), and what
-// it sums at a time: a block that stays in the first-level cache.
+// The pieces of allreduce_direct(), reduce_scatter_direct(), allgather() and broadcast(): small
+// enough that a piece, the slot it goes through and the others' slots it is reduced with stay
+// in a core's second-level cache between the syncs (BENCHMARKS.md, "Allreduce through shared
+// memory"), and what it sums at a time: a block that stays in the first-level cache.
 constexpr std::size_t kDirectPieceBytes = 256 << 10;
 constexpr std::size_t kReduceBlockBytes = 16 << 10;
 // A sync's wait: rounds of spinning (none where ranks share cores), then of yielding, then it
@@ -636,8 +636,14 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
   call.words.kind = static_cast<std::uint8_t>(Kind::broadcast);
   if (bytes == 0) return sync(call, 0, extra);
   auto* out = static_cast<std::uint8_t*>(data);
-  for (std::size_t p0 = 0; p0 < bytes; p0 += kShmSlotBytes) {
-    const std::size_t n = std::min(kShmSlotBytes, bytes - p0);
+  // Pieces of 256 KiB, which stay in cache between the root's copy in and the others' copy
+  // out: W=2, 1 MiB 64-65 us against 84 in pieces of a slot, 4 MiB 314-316 against 426; W=4
+  // (on 2 CPUs) 152-154 against 194 and 805-807 against 1019 (BENCHMARKS.md, "The broadcast in
+  // smaller pieces"). Read straight from the root's process (Note [Reading another rank's
+  // memory]) it took 7.7 us against 10.0 at 64 KiB but 78 against 66 at 1 MiB and twice as long
+  // at 64 MiB, where the slots let the root's copy and the others' run on two cores at once.
+  for (std::size_t p0 = 0; p0 < bytes; p0 += kDirectPieceBytes) {
+    const std::size_t n = std::min(kDirectPieceBytes, bytes - p0);
     const int h = half_;
     half_ ^= 1;
     if (rank_ == root) std::memcpy(slot(h, root), out + p0, n);
