@@ -48,6 +48,7 @@ def compare(paths):
         for link, layout, backend, _, n, s in rows(path):
             times[(layout, link, n)][(backend, path)] = s
     ours_backends = sorted({b for t in times.values() for (b, _) in t if b != "mpi"})
+    fmt = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in xs)
     print("| hosts x ranks | link | size | partrain backend | ms, rounds | median | Open MPI ms, rounds | "
           "median | Open MPI / partrain | rounds partrain at or below |")
     print("|---|---|---|---|---|--:|---|--:|--:|--:|")
@@ -60,7 +61,6 @@ def compare(paths):
                 continue
             both = [p for p in paths if (backend, p) in t and ("mpi", p) in t]
             wins = sum(t[(backend, p)] <= t[("mpi", p)] for p in both)
-            fmt = lambda xs: ", ".join(f"{x * 1e3:.2f}" for x in xs)
             print(f"| {layout} | {link} | {size_name(n)} | {backend} | {fmt(ours)} | "
                   f"{statistics.median(ours) * 1e3:.2f} | {fmt(peer)} | {statistics.median(peer) * 1e3:.2f} | "
                   f"{statistics.median(peer) / statistics.median(ours):.2f} | {wins}/{len(both)} |")

@@ -325,23 +325,35 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
   for (const auto& name : names) EXPECT_EQ(name, "shm");
 }
 
+// A region in zeroed pages of this process and one ShmCollectives a rank over it, rank 0 first
+// (it lays out the region), for ranks that run as threads of this process; options_of(rank)
+// gives each rank's options, with a timeout of 20 s.
+struct RanksInThisProcess {
+  struct alignas(4096) Page {
+    std::uint8_t bytes[4096];
+  };
+  std::vector<Page> region;
+  std::vector<std::unique_ptr<ShmCollectives>> ranks;
+
+  RanksInThisProcess(int world, const std::function<void(int rank, ShmOptions&)>& options_of)
+      : region((shm_region_bytes(world) + 4095) / 4096, Page{}) {
+    for (int r = 0; r < world; ++r) {
+      ShmOptions options;
+      options.timeout = milliseconds(20000);
+      options_of(r, options);
+      ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
+    }
+  }
+  ShmCollectives& operator[](int rank) { return *ranks[static_cast<std::size_t>(rank)]; }
+};
+
 // Ranks that share cores wait by yielding from the first round, and the allgather copies a
 // rank's own block in one go, through the slots (ShmOptions::shared_cores): three ranks held to one
 // CPU, each collective several pieces long, still end with the exact results. The region is zeroed
 // pages of this process, the ranks its threads.
 TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
   const int world = 3;
-  struct alignas(4096) Page {
-    std::uint8_t bytes[4096];
-  };
-  std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
-  std::vector<std::unique_ptr<ShmCollectives>> ranks;
-  ShmOptions options;
-  options.timeout = milliseconds(20000);
-  options.shared_cores = true;
-  for (int r = 0; r < world; ++r) {  // rank 0 first: it lays out the region
-    ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
-  }
+  RanksInThisProcess ranks(world, [](int, ShmOptions& options) { options.shared_cores = true; });
   const std::size_t count = kShmSlotBytes / 4 + 1001;  // several pieces of every collective
 #if defined(__linux__)
   const int cpu = sched_getcpu();
@@ -353,7 +365,7 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
     CPU_SET(cpu, &one);
     sched_setaffinity(0, sizeof one, &one);  // best effort: the results must hold either way
 #endif
-    ShmCollectives& shm = *ranks[rank];
+    ShmCollectives& shm = ranks[rank];
     for (int round = 0; round < 3; ++round) {
       std::vector<float> data(count);
       for (std::size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank + i % 7);
@@ -386,22 +398,13 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
 TEST(Shm, LargeAllgatherReadsTheOthersBlocksOnlyWhereEveryRankCan) {
   for (const int world : {2, 3}) {
     for (const int declining : {-1, world - 1}) {
-      struct alignas(4096) Page {
-        std::uint8_t bytes[4096];
-      };
-      std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
-      std::vector<std::unique_ptr<ShmCollectives>> ranks;
-      for (int r = 0; r < world; ++r) {  // rank 0 first: it lays out the region
-        ShmOptions options;
-        options.timeout = milliseconds(20000);
-        options.single_copy = r != declining;
-        ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
-      }
+      RanksInThisProcess ranks(
+          world, [&](int r, ShmOptions& options) { options.single_copy = r != declining; });
       const std::size_t n = (std::size_t{1} << 20) / 8 + 5;  // a block of about 1 MiB of i64
       auto value = [](int r, std::size_t i) { return std::int64_t{r} * 1000003 + 7 * i; };
       std::vector<bool> small_single(world), large_single(world);
       testing::run_ranks(world, [&](int rank) {
-        ShmCollectives& shm = *ranks[rank];
+        ShmCollectives& shm = ranks[rank];
         std::vector<std::int64_t> mine(n), all(n * world, -1), in_place(n * world, -1);
         for (std::size_t i = 0; i < n; ++i) mine[i] = in_place[rank * n + i] = value(rank, i);
         shm.allgather(mine.data(), all.data(), 1000 * 8);  // below 128 KiB: the slots
@@ -442,16 +445,7 @@ TEST(Shm, LargeAllgatherReadsTheOthersBlocksOnlyWhereEveryRankCan) {
 TEST(Shm, SingleCopyAllgatherReturnsOnlyOnceTheOthersHaveRead) {
   if (!testing::may_read_own_memory()) GTEST_SKIP() << "process_vm_readv is refused here";
   const int world = 2;
-  struct alignas(4096) Page {
-    std::uint8_t bytes[4096];
-  };
-  std::vector<Page> region((shm_region_bytes(world) + 4095) / 4096, Page{});
-  std::vector<std::unique_ptr<ShmCollectives>> ranks;
-  ShmOptions options;
-  options.timeout = milliseconds(20000);
-  for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::make_unique<ShmCollectives>(region.data(), r, world, options));
-  }
+  RanksInThisProcess ranks(world, [](int, ShmOptions&) {});
   const std::size_t n = (std::size_t{32} << 20) / 8;  // 32 MiB blocks of i64
   std::vector<std::int64_t> first(n, 5), first_out(n * world, 1);
   for (int round = 0; round < 3; ++round) {
@@ -463,18 +457,18 @@ TEST(Shm, SingleCopyAllgatherReturnsOnlyOnceTheOthersHaveRead) {
     std::fill(first.begin(), first.end(), 5);
     testing::run_ranks(world, [&](int rank) {
       if (rank == 0) {
-        ranks[0]->allgather(first.data(), first_out.data(), n * 8);
+        ranks[0].allgather(first.data(), first_out.data(), n * 8);
         std::fill(first.begin(), first.end(), -2);
       } else {
         std::vector<std::int64_t> second(n, 6);
         auto* out = static_cast<std::int64_t*>(fresh);
-        ranks[1]->allgather(second.data(), out, n * 8);
+        ranks[1].allgather(second.data(), out, n * 8);
         wrong = static_cast<std::size_t>(
             std::count_if(out, out + n, [](std::int64_t v) { return v != 5; }));
       }
     });
     munmap(fresh, out_bytes);
-    EXPECT_TRUE(ranks[0]->last_was_single_copy());
+    EXPECT_TRUE(ranks[0].last_was_single_copy());
     EXPECT_EQ(wrong, 0u) << "round " << round << ": rank 1 read rank 0's input after it changed";
   }
 }
