@@ -14,19 +14,25 @@ const char* kBody = "strategy: single\ntrain: {epochs: 6, threads: 1}\n";
 // resumed until it completes: the epochs' losses must be the same, exactly.
 void expect_kills_resume_to_the_same_losses(const std::string& name, const std::string& body) {
   auto straight = scratch(name + "_straight");
+  const auto started = std::chrono::steady_clock::now();
   ASSERT_EQ(partrain("run " + write_config(straight, body).string(), straight).code, 0);
+  const auto straight_time = std::chrono::steady_clock::now() - started;
   const auto expected = epoch_losses(straight);
   ASSERT_EQ(expected.size(), 6u);
 
   // Kill the run at a spread of moments — during start-up, training, evaluation and the
-  // checkpoint write — then resume until it completes.
+  // checkpoint write — then resume until it completes. The moments are shares of the straight
+  // run's time, so that they fall inside the run on a fast machine as on a slow one: together
+  // they come to 0.7 of it, and every attempt starts up again, so at an even pace each kill
+  // lands before the run is done (three must, to allow for a machine whose pace changes).
   auto dir = scratch(name + "_killed");
   auto cfg = write_config(dir, body);
   int kills = 0;
-  for (int delay_ms : {300, 900, 1500, 2100, 2700}) {
+  for (double share : {0.05, 0.1, 0.15, 0.2, 0.2}) {
     pid_t pid = start_partrain({"run", cfg.string(), "--set", "checkpoint.resume=auto"},
                                dir / "attempt.txt");
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    std::this_thread::sleep_for(
+        std::chrono::duration_cast<std::chrono::milliseconds>(straight_time * share));
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == 0) {  // still running: this kill interrupts it
       kill(pid, SIGKILL);
