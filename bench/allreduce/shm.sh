@@ -6,7 +6,8 @@
 # best median over ROUNDS rounds, as the peer figures do. COLLECTIVE=reduce_scatter, allgather
 # or broadcast times that collective instead (Open MPI's MPI_Reduce_scatter_block,
 # MPI_Allgather and MPI_Bcast); a size is then the reduce-scatter's input or the allgather's
-# output (a broadcast's is its buffer, from rank 0).
+# output (a broadcast's is its buffer, from rank 0). A second table per world gives each
+# round's ratio of Open MPI's median to shm's, the two timed back to back.
 # SHM_SINGLE_COPY=off keeps partrain's allgathers in shared memory (--shm-single-copy).
 #
 #   bench/allreduce/shm.sh [BUILD_DIR] [SIZES] [WORLDS]      (defaults: build 4K,64K,1M,16M,64M "2 4")
@@ -42,18 +43,20 @@ def size_name(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 for w in worlds:
     best = {}  # (contender, bytes) -> (median_us, busbw)
-    def keep(name, b, us, bw, wrong):
+    each = {}  # (contender, bytes, round) -> median_us
+    def keep(name, b, r, us, bw, wrong):
         assert wrong == 0, f"{name} {b}: wrong results"
+        each[(name, b, r)] = us
         if (name, b) not in best or us < best[(name, b)][0]:
             best[(name, b)] = (us, bw)
     for r in range(1, rounds + 1):
         for row in json.load(open(f"{out}/partrain_w{w}_r{r}.json"))["results"]:
-            keep(row["backend"], row["bytes"], row["median_us"], row["busbw_gbps"], row["wrong"])
+            keep(row["backend"], row["bytes"], r, row["median_us"], row["busbw_gbps"], row["wrong"])
         for line in open(f"{out}/mpi_w{w}_r{r}.txt"):
             f = line.split()
             if line.startswith("#") or len(f) < 8:
                 continue
-            keep("mpi-shm", int(f[0]), float(f[3]), float(f[6]), 0 if f[7] == "OK" else 1)
+            keep("mpi-shm", int(f[0]), r, float(f[3]), float(f[6]), 0 if f[7] == "OK" else 1)
     sizes = sorted({b for (_, b) in best})
     print(f"\nW={w}, {collective}: median us / busbw GB/s (best of {rounds}); ratios are shm's busbw over the other's")
     print("| size | shm | asio-ring | gloo | Open MPI shm | shm / asio-ring | shm / gloo | shm / Open MPI |")
@@ -63,4 +66,14 @@ for w in worlds:
         ratio = lambda n: f"{best[('shm', b)][1] / best[(n, b)][1]:.2f}x" if (n, b) in best and best[(n, b)][1] > 0 else "-"
         print(f"| {size_name(b)} | {cell('shm')} | {cell('asio-ring')} | {cell('gloo')} | {cell('mpi-shm')} | "
               f"{ratio('asio-ring')} | {ratio('gloo')} | {ratio('mpi-shm')} |")
+    # This machine changes speed now and then for a while; a round's two runs, back to back,
+    # more likely share one speed than the best of each over all rounds do.
+    print(f"\nW={w}, {collective}, round by round: Open MPI's median over shm's (us), the two run back to back")
+    print("| size | " + " | ".join(f"round {r}" for r in range(1, rounds + 1)) + " |")
+    print("|---|" + "--:|" * rounds)
+    for b in sizes:
+        pair = lambda r: (f"{each[('mpi-shm', b, r)]:.1f} / {each[('shm', b, r)]:.1f} = "
+                          f"{each[('mpi-shm', b, r)] / each[('shm', b, r)]:.2f}x"
+                          if ('mpi-shm', b, r) in each and ('shm', b, r) in each else "-")
+        print(f"| {size_name(b)} | " + " | ".join(pair(r) for r in range(1, rounds + 1)) + " |")
 PY

@@ -3,11 +3,12 @@
 // Note [Shared-memory collectives]
 // Ranks of one host map the same region:
 //
-//   [header | one control block per rank | half 0: W slots + words | half 1: same]
+//   [header | one control block per rank | half 0: W slots + words | half 1: same | stream]
 //
 // A *slot* holds one rank's piece of data (kShmSlotBytes); *words* holds the wire words of a
 // piece when the wire is narrower than the data. Every collective runs in pieces of at most
-// a slot, each on the other half than the piece before, and ranks meet at *syncs*: each rank
+// a slot, each on the other half than the piece before (but the broadcast, which goes
+// through the stream), and ranks meet at *syncs*: each rank
 // counts the syncs it has entered and publishes the count in its control block; a sync ends
 // when every rank's count has reached it.
 //
@@ -16,7 +17,8 @@
 //                     -> sync -> read the others' shares from their slots
 //   reduce_scatter piece:  write the others' blocks of it into my slot -> sync -> reduce my
 //                     block from their slots and my own input into my output
-//   broadcast piece:  the root writes its slot -> sync -> the others read it (pieces of 256 KiB)
+//   broadcast:        the root writes pieces into the stream area, the others read each as
+//                     soon as it is there (Note [The broadcast as a stream])
 //   allgather piece:  write my slot (and, unless in place, my block of the output) -> sync ->
 //                     read the others'
 //   allgather, single copy (blocks from kSingleCopyBytes, Note [Reading another rank's
@@ -86,17 +88,22 @@ using Clock = std::chrono::steady_clock;
 
 // Which ranks write which parts of the slots is part of the format: ranks of two builds that
 // split the work differently must not meet in one region.
-constexpr std::uint64_t kRegionMagic = 0x364d485354524150ull;  // "PARTSHM6"
+constexpr std::uint64_t kRegionMagic = 0x374d485354524150ull;  // "PARTSHM7"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
 constexpr std::size_t kPage = 4096;
-// The pieces of allreduce_direct(), reduce_scatter_direct(), allgather() and broadcast(): small
+// The pieces of allreduce_direct(), reduce_scatter_direct() and allgather(): small
 // enough that a piece, the slot it goes through and the others' slots it is reduced with stay
 // in a core's second-level cache between the syncs (BENCHMARKS.md, "Allreduce through shared
 // memory"), and what it sums at a time: a block that stays in the first-level cache.
 constexpr std::size_t kDirectPieceBytes = 256 << 10;
 constexpr std::size_t kReduceBlockBytes = 16 << 10;
+// The broadcast's pieces (Note [The broadcast as a stream]): at W=2, 4 MiB took 312-315 us in
+// pieces of 8 KiB, 326-329 in 16, 318-335 in 32 and 328-332 in 64; 64 KiB 4.6-4.8, 4.7-4.8,
+// 4.9-5.1 and 6.3-6.5 (BENCHMARKS.md, "The broadcast as a stream").
+constexpr std::size_t kStreamPieceBytes = 8 << 10;
+static_assert(kShmSlotBytes % kStreamPieceBytes == 0, "the stream is a ring of whole pieces");
 // A sync's wait: rounds of spinning (none where ranks share cores), then of yielding, then it
 // sleeps (sync()).
 constexpr std::uint64_t kSpins = 2000, kYieldRounds = 2000;
@@ -122,6 +129,10 @@ struct alignas(128) RankState {
   std::atomic<std::int32_t> single_copy_verdict;
   std::atomic<std::uint64_t> block_address;
   std::atomic<std::uint64_t> read_failed;
+  // The broadcast's stream (Note [The broadcast as a stream]): pieces this rank has written
+  // as a root, and read from a root, counted over all broadcasts of the communicator.
+  std::atomic<std::uint64_t> published;
+  std::atomic<std::uint64_t> consumed;
   // What the rank called, published with `arrived` of the call's first sync; two, by the
   // call's sequence number, because a rank may enter its next call while a slower one still
   // compares this one (a one-sync call lets it).
@@ -225,7 +236,9 @@ struct ShmCollectives::Call {
   CollectiveCall words;
 };
 
-std::size_t shm_region_bytes(int world) { return control_bytes(world) + 2 * half_bytes(world); }
+std::size_t shm_region_bytes(int world) {
+  return control_bytes(world) + 2 * half_bytes(world) + kShmSlotBytes;
+}
 
 ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions options)
     : region_(static_cast<std::uint8_t*>(region)),
@@ -275,6 +288,10 @@ std::uint8_t* ShmCollectives::slot(int half, int rank) const {
          static_cast<std::size_t>(rank) * kShmSlotBytes;
 }
 
+std::uint8_t* ShmCollectives::stream_area() const {
+  return region_ + control_bytes(world_) + 2 * half_bytes(world_);
+}
+
 std::uint16_t* ShmCollectives::words(int half) const {
   return reinterpret_cast<std::uint16_t*>(slot(half, world_));
 }
@@ -284,7 +301,21 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
   if (phase == 0) me.call[call.words.sequence % 2] = call.words;
   const std::uint64_t target = ++syncs_;
   me.arrived.store(target, std::memory_order_release);
+  wait_for(call, extra, [&] { return first_not_arrived(target); });
+  if (phase == 0) check_peers(call, phase);
+}
 
+int ShmCollectives::first_not_arrived(std::uint64_t target) const {
+  for (int r = 0; r < world_; ++r) {
+    if (state_of(region_, r).arrived.load(std::memory_order_acquire) < target) return r;
+  }
+  return -1;
+}
+
+template <typename Missing>
+void ShmCollectives::wait_for(const Call& call, std::chrono::milliseconds extra,
+                              Missing&& missing) {
+  if (missing() < 0) return;
   // Spin briefly (a peer on another core arrives within microseconds), then yield, then
   // sleep, so that more ranks than cores still make progress; the deadline bounds it all.
   // Where the ranks share cores the peer being waited for may need this core, so the wait
@@ -304,11 +335,8 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
   const auto deadline = start + bound;
   auto next_pid_check = start + std::chrono::milliseconds(1);
   for (std::uint64_t round = 0;; ++round) {
-    int missing = -1;
-    for (int r = 0; r < world_ && missing < 0; ++r) {
-      if (state_of(region_, r).arrived.load(std::memory_order_acquire) < target) missing = r;
-    }
-    if (missing < 0) break;
+    const int waited_for = missing();
+    if (waited_for < 0) return;
     if (round % 256 == 255 || patient) {
       for (int r = 0; r < world_; ++r) {
         const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
@@ -320,7 +348,7 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
         }
       }
       const auto now = Clock::now();
-      const std::int64_t pid = state_of(region_, missing).pid.load(std::memory_order_acquire);
+      const std::int64_t pid = state_of(region_, waited_for).pid.load(std::memory_order_acquire);
       bool gone = false;
       if (now >= next_pid_check) {  // a system call: not on every round
         gone = process_gone(pid);
@@ -328,10 +356,10 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
       }
       if (gone || now >= deadline) {
         broken_ = true;
-        me.blamed.store(name_of(missing) + 1, std::memory_order_release);
+        state_of(region_, rank_).blamed.store(name_of(waited_for) + 1, std::memory_order_release);
         throw PeerError(
-            name_of(missing),
-            "shm: rank " + std::to_string(name_of(missing)) +
+            name_of(waited_for),
+            "shm: rank " + std::to_string(name_of(waited_for)) +
                 (gone ? " (pid " + std::to_string(pid) + ") exited"
                       : " did not arrive within " + std::to_string(bound.count()) + " ms") +
                 " during " + call.words.describe() +
@@ -349,18 +377,19 @@ void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds
       patient = Clock::now() - start >= kPatientAfter;
     }
   }
-  if (phase == 0) check_peers(call, phase);
 }
 
 void ShmCollectives::check_peers(const Call& call, int) {
-  for (int r = 0; r < world_; ++r) {
-    const CollectiveCall& theirs = state_of(region_, r).call[call.words.sequence % 2];
-    if (std::memcmp(&theirs, &call.words, sizeof theirs) != 0) {
-      broken_ = true;
-      throw CommError("shm: ranks disagree: rank " + std::to_string(name_of(r)) + " called " +
-                      theirs.describe() + " while rank " + std::to_string(name_of(rank_)) +
-                      " called " + call.words.describe());
-    }
+  for (int r = 0; r < world_; ++r) check_peer(call, r);
+}
+
+void ShmCollectives::check_peer(const Call& call, int r) {
+  const CollectiveCall& theirs = state_of(region_, r).call[call.words.sequence % 2];
+  if (std::memcmp(&theirs, &call.words, sizeof theirs) != 0) {
+    broken_ = true;
+    throw CommError("shm: ranks disagree: rank " + std::to_string(name_of(r)) + " called " +
+                    theirs.describe() + " while rank " + std::to_string(name_of(rank_)) +
+                    " called " + call.words.describe());
   }
 }
 
@@ -622,6 +651,30 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
   broadcast(data, bytes, root, std::chrono::milliseconds(0));
 }
 
+// Note [The broadcast as a stream]
+// The region ends in a stream area of a slot's size, a ring of kStreamPieceBytes pieces. The
+// root copies its data into the ring a piece at a time and after each publishes how many
+// pieces it has written (RankState::published, counted over all broadcasts); every other rank
+// copies each piece out as soon as it is published, as many at a time as are there, and
+// publishes how many it has read (consumed). The root's copy and the others' overlap from the
+// first piece and meet at no sync: through the slots, a piece at a time with a sync between,
+// 64 KiB at W=2 took 9.6 us, one copy after the other, against vader's 7.7 (BENCHMARKS.md,
+// "The broadcast in smaller pieces" and "The broadcast as a stream").
+//
+// No piece is overwritten unread: before a call's first piece the root waits until every
+// other rank has read all pieces of the calls before (by then long done, as a rule), and
+// before a piece a ring's length into the call, until they have read the one it replaces. So
+// the root leaves without waiting for the others to read. A call of one piece puts it at the
+// ring's first piece every time, a longer one goes on where the last call's ended: at W=2, 4
+// KiB took 1.2-1.3 us at the first piece every time, 1.6-1.7 going on around the ring; 64 KiB
+// 4.8-5.0 going on, 7.8-8.0 from the first piece every time. Why the two differ so is not
+// known; each is kept where it measured faster.
+//
+// Entering counts as arriving at a sync, and a rank leaves once every rank has entered, so
+// that no rank is more than one call ahead of another (each control block holds a rank's
+// last two calls, which the others check theirs against); before reading, the others check
+// that the root called the same broadcast. The slots' halves are left as the collective
+// before left them.
 void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
                                std::chrono::milliseconds extra) {
   PARTRAIN_CHECK(!broken_, CommError,
@@ -636,24 +689,85 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
   call.words.kind = static_cast<std::uint8_t>(Kind::broadcast);
   if (bytes == 0) return sync(call, 0, extra);
   auto* out = static_cast<std::uint8_t*>(data);
-  // Pieces of 256 KiB, which stay in cache between the root's copy in and the others' copy
-  // out: W=2, 1 MiB 64-65 us against 84 in pieces of a slot, 4 MiB 314-316 against 426; W=4
-  // (on 2 CPUs) 152-154 against 194 and 805-807 against 1019 (BENCHMARKS.md, "The broadcast in
-  // smaller pieces"). Read straight from the root's process (Note [Reading another rank's
-  // memory]) it took 7.7 us against 10.0 at 64 KiB but 78 against 66 at 1 MiB and twice as long
-  // at 64 MiB, where the slots let the root's copy and the others' run on two cores at once.
-  for (std::size_t p0 = 0; p0 < bytes; p0 += kDirectPieceBytes) {
-    const std::size_t n = std::min(kDirectPieceBytes, bytes - p0);
-    const int h = half_;
-    half_ ^= 1;
-    if (rank_ == root) std::memcpy(slot(h, root), out + p0, n);
-    if (p0 == 0) {
-      sync(call, 0, extra);
-    } else {
-      sync(call, 1);
+  if (shared_cores_ && bytes > kDirectPieceBytes) {
+    // Where ranks share cores, larger data goes in step, a piece at a time: the root copies a
+    // piece into its slot and, after a sync, the others copy it out while the root copies
+    // the next into the other half. W=4 on 2 CPUs, 4 MiB took 833-853 us so against 941-945
+    // as a stream, 16 MiB 3418-3541 against 3658-3746 (BENCHMARKS.md, "The broadcast as a
+    // stream"): the syncs hand the CPU to the rank that needs it next.
+    for (std::size_t p0 = 0; p0 < bytes; p0 += kDirectPieceBytes) {
+      const std::size_t n = std::min(kDirectPieceBytes, bytes - p0);
+      const int h = half_;
+      half_ ^= 1;
+      if (rank_ == root) std::memcpy(slot(h, root), out + p0, n);
+      if (p0 == 0) {
+        sync(call, 0, extra);
+      } else {
+        sync(call, 1);
+      }
+      if (rank_ != root) std::memcpy(out + p0, slot(h, root), n);
     }
-    if (rank_ != root) std::memcpy(out + p0, slot(h, root), n);
+    return;
   }
+  // Note [The broadcast as a stream]
+  RankState& me = state_of(region_, rank_);
+  RankState& source = state_of(region_, root);
+  me.call[call.words.sequence % 2] = call.words;
+  const std::uint64_t target = ++syncs_;
+  me.arrived.store(target, std::memory_order_release);
+  const std::size_t pieces = (bytes + kStreamPieceBytes - 1) / kStreamPieceBytes;
+  const std::size_t ring = kShmSlotBytes / kStreamPieceBytes;
+  const std::uint64_t base = streamed_;
+  const std::size_t start = pieces == 1 ? 0 : stream_next_;
+  streamed_ += pieces;
+  stream_next_ = (start + pieces) % ring;
+  auto piece_at = [&, stream = stream_area()](std::size_t i) {
+    return stream + (start + i) % ring * kStreamPieceBytes;
+  };
+  if (rank_ == root) {
+    std::uint64_t read_by_all = 0;  // pieces every other rank has read, at least
+    for (std::size_t i = 0; i < pieces; ++i) {
+      // Every piece of the calls before, and this call's piece a ring ago, must have been read.
+      const std::uint64_t read = base + (i >= ring ? i - ring + 1 : 0);
+      if (read > read_by_all) {
+        wait_for(call, std::chrono::milliseconds(0), [&] {
+          read_by_all = ~std::uint64_t{0};
+          int behind = -1;
+          for (int r = 0; r < world_; ++r) {
+            if (r == root) continue;
+            const std::uint64_t done =
+                state_of(region_, r).consumed.load(std::memory_order_acquire);
+            read_by_all = std::min(read_by_all, done);
+            if (done < read && behind < 0) behind = r;
+          }
+          return behind;
+        });
+      }
+      const std::size_t p0 = i * kStreamPieceBytes;
+      std::memcpy(piece_at(i), out + p0, std::min(kStreamPieceBytes, bytes - p0));
+      me.published.store(base + i + 1, std::memory_order_release);
+    }
+    me.consumed.store(base + pieces, std::memory_order_release);  // nothing of its own to read
+  } else {
+    wait_for(call, extra,
+             [&] { return source.arrived.load(std::memory_order_acquire) >= target ? -1 : root; });
+    check_peer(call, root);
+    for (std::size_t i = 0; i < pieces;) {
+      wait_for(call, std::chrono::milliseconds(0), [&] {
+        return source.published.load(std::memory_order_acquire) > base + i ? -1 : root;
+      });
+      // Every piece published so far, up to the end of the ring, in one copy.
+      const std::uint64_t ready = source.published.load(std::memory_order_acquire) - base;
+      const std::size_t ring_end = i + ring - (start + i) % ring;
+      const std::size_t last = std::min<std::size_t>({ready, pieces, ring_end});
+      const std::size_t p0 = i * kStreamPieceBytes, p1 = std::min(last * kStreamPieceBytes, bytes);
+      std::memcpy(out + p0, piece_at(i), p1 - p0);
+      i = last;
+      me.consumed.store(base + i, std::memory_order_release);
+    }
+  }
+  wait_for(call, extra, [&] { return first_not_arrived(target); });
+  check_peers(call, 0);
 }
 
 // Note [Reading another rank's memory]

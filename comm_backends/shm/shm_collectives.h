@@ -18,7 +18,7 @@ namespace partrain::comm {
 inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
 
 // The size of the region for `world` ranks (control blocks, then two halves of `world`
-// slots and one wire-word area each).
+// slots and one wire-word area each, then the broadcast's stream of a slot's size).
 std::size_t shm_region_bytes(int world);
 
 struct ShmOptions {
@@ -27,9 +27,10 @@ struct ShmOptions {
   // larger run of which these ranks are one host's share); every rank passes the same list.
   std::vector<int> rank_names;
   // The ranks outnumber the CPUs they run on (HostLayout::shares_cores()): a wait yields the
-  // CPU at once instead of spinning first, and the allgather keeps to the slots (this rank
-  // votes against single copy) and copies a rank's own block in one go rather than a piece at
-  // a time while it waits.
+  // CPU at once instead of spinning first, the allgather keeps to the slots (this rank votes
+  // against single copy) and copies a rank's own block in one go rather than a piece at a time
+  // while it waits, and a broadcast of more than a piece goes in step through syncs rather
+  // than as a stream. The same on every rank of the region.
   bool shared_cores = false;
   // Where the system lets the ranks read one another's memory, a large allgather copies each
   // block straight from its owner's input (Note [Reading another rank's memory] in
@@ -97,17 +98,27 @@ class ShmCollectives {
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));
   int name_of(int rank) const { return rank_names_.empty() ? rank : rank_names_[rank]; }
   void check_peers(const Call& call, int phase);
+  void check_peer(const Call& call, int rank);  // what `rank` called is this call
+  // Waits until missing() returns -1; until then it returns the rank waited for, which the
+  // wait names when it fails. Bounded by the timeout plus `extra`.
+  template <typename Missing>
+  void wait_for(const Call& call, std::chrono::milliseconds extra, Missing&& missing);
+  // The first rank that has not entered sync `target`, or -1.
+  int first_not_arrived(std::uint64_t target) const;
   std::uint8_t* slot(int half, int rank) const;
   std::uint16_t* words(int half) const;
+  std::uint8_t* stream_area() const;  // the broadcast's ring of pieces
 
   std::uint8_t* region_;
   int rank_;
   int world_;
   std::chrono::milliseconds timeout_;
   std::vector<int> rank_names_;
-  std::uint64_t syncs_ = 0;     // syncs this rank has entered
-  std::uint64_t sequence_ = 0;  // collectives called
-  int half_ = 0;                // the half the next piece uses
+  std::uint64_t syncs_ = 0;      // syncs this rank has entered
+  std::uint64_t sequence_ = 0;   // collectives called
+  int half_ = 0;                 // the half the next piece uses
+  std::uint64_t streamed_ = 0;   // pieces of all broadcasts so far
+  std::size_t stream_next_ = 0;  // the stream's piece after the last broadcast's
   bool shared_cores_ = false;
   bool broken_ = false;
   enum class SingleCopy : std::uint8_t { unknown, yes, no };

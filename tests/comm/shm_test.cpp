@@ -286,28 +286,33 @@ TEST(Shm, LargeBroadcastAndAllgather) {
   }
 }
 
+// Rank 1 broadcasts while rank 0 allreduces: as a rank that reads the root's stream, and as
+// the root.
 TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
   const int world = 2;
-  testing::ScratchDir dir;
-  std::vector<std::string> errors(world);
-  testing::run_ranks(world, [&](int rank) {
-    CommOptions options;
-    options.backend = "shm";
-    options.timeout = milliseconds(3000);
-    auto [store, comm] = connect(dir, rank, world, options);
-    float value = 1;
-    try {
-      if (rank == 0) {
-        comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum);
-      } else {
-        comm->broadcast({&value, 1, DType::f32}, 0);
+  for (const int root : {0, 1}) {
+    testing::ScratchDir dir;
+    std::vector<std::string> errors(world);
+    testing::run_ranks(world, [&](int rank) {
+      CommOptions options;
+      options.backend = "shm";
+      options.timeout = milliseconds(3000);
+      auto [store, comm] = connect(dir, rank, world, options);
+      float value = 1;
+      try {
+        if (rank == 0) {
+          comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum);
+        } else {
+          comm->broadcast({&value, 1, DType::f32}, root);
+        }
+      } catch (const Error& e) {
+        errors[rank] = e.what();
       }
-    } catch (const Error& e) {
-      errors[rank] = e.what();
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_NE(errors[r].find("ranks disagree"), std::string::npos)
+          << "root " << root << ": " << errors[r];
     }
-  });
-  for (int r = 0; r < world; ++r) {
-    EXPECT_NE(errors[r].find("ranks disagree"), std::string::npos) << errors[r];
   }
 }
 
@@ -385,7 +390,46 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
       for (std::size_t i = 0; i < all.size(); i += 997) {
         ASSERT_EQ(all[i], data[i]) << "allgather, element " << i;
       }
+      std::vector<float> sent(count, static_cast<float>(rank));
+      shm.broadcast(sent.data(), count * sizeof(float), round % world);  // in step, by pieces
+      for (std::size_t i = 0; i < count; i += 997) {
+        ASSERT_EQ(sent[i], static_cast<float>(round % world)) << "broadcast, element " << i;
+      }
       shm.barrier();
+    }
+  });
+}
+
+// The broadcast streams through a ring of pieces, and its root leaves without waiting for the
+// others to read; a rank leaves once every rank has entered (Note [The broadcast as a
+// stream]). Rank 2 enters the first and the third broadcast late. Ranks 0 and 1 must not run
+// on into later calls meanwhile (what they publish of those would stand where rank 2 checks
+// the first); the second's root, rank 1, must take rank 0, the first's root, for having read
+// the first; and the third, from rank 0 and longer than the ring, must wait for rank 2 before
+// it writes a piece over one not yet read.
+TEST(Shm, StreamedBroadcastsWaitForEveryRankToEnter) {
+  const int world = 3;
+  RanksInThisProcess ranks(world, [](int, ShmOptions&) {});
+  const std::size_t small = 100 * 1000 + 3, large = kShmSlotBytes + kShmSlotBytes / 2 + 5;
+  const int roots[] = {0, 1, 0};
+  const std::size_t sizes[] = {small, small, large};
+  // Not periodic in the ring's length, so that a piece written over another shows.
+  auto value = [](int call, std::size_t i) {
+    return static_cast<std::uint8_t>(call * 101 + i * 7 + i / 251);
+  };
+  testing::run_ranks(world, [&](int rank) {
+    ShmCollectives& shm = ranks[rank];
+    for (int call = 0; call < 3; ++call) {
+      if (rank == 2 && call != 1) std::this_thread::sleep_for(milliseconds(200));
+      std::vector<std::uint8_t> data(sizes[call], 0xee);
+      if (rank == roots[call]) {
+        for (std::size_t i = 0; i < data.size(); ++i) data[i] = value(call, i);
+      }
+      shm.broadcast(data.data(), data.size(), roots[call]);
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        ASSERT_EQ(data[i], value(call, i))
+            << "rank " << rank << ", call " << call << ", byte " << i;
+      }
     }
   });
 }
@@ -510,6 +554,24 @@ void two_rank_processes(std::size_t region_bytes, Child&& child, Parent&& parent
   munmap(region, region_bytes);
 }
 
+// What ended `calls`: the rank a PeerError blamed (-1 for none or another error) and the message.
+struct Failure {
+  int blamed = -1;
+  std::string error;
+};
+template <typename Calls>
+Failure failure_of(Calls&& calls) {
+  Failure failure;
+  try {
+    calls();
+  } catch (const PeerError& e) {
+    failure = {e.peer_rank(), e.what()};
+  } catch (const std::exception& e) {
+    failure.error = e.what();
+  }
+  return failure;
+}
+
 // A rank process killed while the two read each other's blocks: the survivor ends with an
 // error naming it, instead of hanging or reading freed memory. (A read under way holds the
 // dead process's memory until it ends; the wait that follows finds the rank gone. A read that
@@ -533,25 +595,50 @@ TEST(Shm, RankKilledDuringSingleCopyAllgathersIsNamed) {
           kill(child, SIGKILL);
         });
         std::vector<std::uint8_t> in(bytes, 0), out(bytes * 2);
-        std::string error;
-        int blamed = -1;
-        try {
+        const Failure failure = failure_of([&] {
           for (int i = 0; i < 100000; ++i) {  // about 1 ms each: the kill comes long before
             first.allgather(in.data(), out.data(), bytes);
             if (first.last_was_single_copy()) started = true;
           }
-        } catch (const PeerError& e) {
-          error = e.what();
-          blamed = e.peer_rank();
-        } catch (const std::exception& e) {
-          error = e.what();
-        }
+        });
         killer.join();
         waitpid(child, nullptr, 0);
         EXPECT_TRUE(started.load());
-        EXPECT_EQ(blamed, 1) << error;
-        EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+        EXPECT_EQ(failure.blamed, 1) << failure.error;
+        EXPECT_NE(failure.error.find("rank 1"), std::string::npos) << failure.error;
       });
+}
+
+// A rank process killed while broadcasts stream through the region, as the root and as the
+// rank that reads: the survivor ends with an error naming it. Each broadcast is longer than
+// the stream's ring, so that a root waits on the reader within the call too.
+TEST(Shm, RankKilledDuringStreamedBroadcastsIsNamed) {
+  const std::size_t bytes = std::size_t{8} << 20;
+  for (const int root : {0, 1}) {
+    two_rank_processes(
+        shm_region_bytes(2),
+        [&](ShmCollectives& second) {
+          std::vector<std::uint8_t> data(bytes, 1);
+          for (int i = 0; i < 100000; ++i) second.broadcast(data.data(), bytes, root);
+          return 0;
+        },
+        [&](ShmCollectives& first, pid_t child) {
+          std::thread killer([&] {
+            std::this_thread::sleep_for(milliseconds(200));
+            kill(child, SIGKILL);
+          });
+          std::vector<std::uint8_t> data(bytes, 0);
+          const Failure failure = failure_of([&] {
+            for (int i = 0; i < 100000; ++i) {  // about 0.5 ms each: the kill comes long before
+              first.broadcast(data.data(), bytes, root);
+            }
+          });
+          killer.join();
+          waitpid(child, nullptr, 0);
+          EXPECT_EQ(failure.blamed, 1) << "root " << root << ": " << failure.error;
+          EXPECT_NE(failure.error.find("rank 1"), std::string::npos) << failure.error;
+        });
+  }
 }
 
 // A read the kernel refuses after the ranks agreed (rank 1 makes itself undumpable after the
