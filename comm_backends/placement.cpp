@@ -65,6 +65,7 @@ void HostLayout::append(int host, int count, const std::string& identity) {
     identities.push_back(identity);
     host_sizes.push_back(0);
     host_cpus.push_back(0);
+    host_shm_room.push_back(0);
   }
   host_sizes[static_cast<std::size_t>(host)] += count;
   if (!runs.empty() && runs.back().host == host) {
@@ -105,6 +106,11 @@ HostLayout group_by_host(const std::vector<RankSite>& sites) {
     lists[static_cast<std::size_t>(layout.host_of(static_cast<int>(r)))].push_back(sites[r].cpus);
   }
   for (std::size_t h = 0; h < lists.size(); ++h) layout.host_cpus[h] = distinct_cpus(lists[h]);
+  for (std::size_t r = 0; r < sites.size(); ++r) {
+    std::uint64_t& room =
+        layout.host_shm_room[static_cast<std::size_t>(layout.host_of(static_cast<int>(r)))];
+    if (sites[r].shm_room > 0 && (room == 0 || sites[r].shm_room < room)) room = sites[r].shm_room;
+  }
   return layout;
 }
 
@@ -127,10 +133,17 @@ void put_identities(std::vector<std::uint8_t>& out, const std::vector<std::strin
   for (const auto& identity : identities) put_text(out, identity);
 }
 
-// A rank's site as its own value and a group's value hold it: the host, then the CPUs.
+void put64(std::vector<std::uint8_t>& out, std::uint64_t value) {
+  put32(out, static_cast<std::size_t>(value & 0xffffffffu));
+  put32(out, static_cast<std::size_t>(value >> 32));
+}
+
+// A rank's site as its own value and a group's value hold it: the host, the CPUs, the room
+// for shared memory.
 void put_site(std::vector<std::uint8_t>& out, const RankSite& site) {
   put_text(out, site.host);
   put_text(out, site.cpus);
+  put64(out, site.shm_room);
 }
 
 // Reads a published value field by field; `what` names it in the CommError of a value that
@@ -143,6 +156,10 @@ class Reader {
     const auto value = get_le<std::uint32_t>(bytes_.data() + at_);
     at_ += 4;
     return value;
+  }
+  std::uint64_t u64() {
+    const std::uint64_t low = u32();
+    return low | std::uint64_t{u32()} << 32;
   }
   std::string text() {
     const std::uint32_t length = u32();
@@ -171,6 +188,7 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
   put_identities(out, layout.identities);
   for (std::size_t h = 0; h < layout.identities.size(); ++h) {
     put32(out, h < layout.host_cpus.size() ? static_cast<std::size_t>(layout.host_cpus[h]) : 0);
+    put64(out, h < layout.host_shm_room.size() ? layout.host_shm_room[h] : 0);
   }
   // The runs themselves: small whatever the world (one for a world on one host).
   put32(out, layout.runs.size());
@@ -186,7 +204,11 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
   std::vector<std::string> hosts(in.u32());
   for (auto& identity : hosts) identity = in.text();
   std::vector<std::uint32_t> cpus(hosts.size());
-  for (auto& count : cpus) count = in.u32();
+  std::vector<std::uint64_t> rooms(hosts.size());
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    cpus[h] = in.u32();
+    rooms[h] = in.u64();
+  }
   // The runs as they are (nothing a rank): every rank of a large job decodes this at once.
   // Hosts are renumbered in the order of their lowest rank, as group_by_host() numbers them,
   // whatever order the value lists them in.
@@ -203,6 +225,7 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
     if (index < 0) index = static_cast<int>(layout.host_count());
     layout.append(index, static_cast<int>(length), hosts[host]);
     layout.host_cpus[static_cast<std::size_t>(index)] = static_cast<int>(cpus[host]);
+    layout.host_shm_room[static_cast<std::size_t>(index)] = rooms[host];
   }
   PARTRAIN_CHECK(layout.ranks() == ranks && in.done(), CommError,
                  "host layout: the published layout holds ", layout.ranks(), " ranks, not ", ranks);
@@ -261,6 +284,7 @@ RankSite read_site(Reader& in) {
   RankSite site;
   site.host = in.text();
   site.cpus = in.text();
+  site.shm_room = in.u64();
   return site;
 }
 
@@ -306,7 +330,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
                  " is outside a world of ", size);
   PARTRAIN_CHECK(fan_in >= 0 && fan_in != 1, UsageError, "host layout: a fan-in of ", fan_in);
   if (fan_in == 0) fan_in = default_fan_in(size);
-  const RankSite mine{host_identity(), cpu_affinity()};
+  const RankSite mine{host_identity(), cpu_affinity(), shm_room()};
   if (size == 1) return group_by_host(std::vector<RankSite>{mine});
   std::vector<std::uint8_t> own;
   put_site(own, mine);
@@ -357,8 +381,8 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
 
 HostLayout layout_on_this_host(int ranks) {
   PARTRAIN_CHECK(ranks >= 1, UsageError, "a layout of ", ranks, " ranks");
-  return group_by_host(std::vector<RankSite>(static_cast<std::size_t>(ranks),
-                                             RankSite{host_identity(), cpu_affinity()}));
+  return group_by_host(std::vector<RankSite>(
+      static_cast<std::size_t>(ranks), RankSite{host_identity(), cpu_affinity(), shm_room()}));
 }
 
 RankHosts::RankHosts(HostLayout layout) : ranks_(layout.ranks()), layout_(std::move(layout)) {}

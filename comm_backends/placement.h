@@ -36,6 +36,9 @@ struct HostLayout {
   // host -> how many distinct CPUs its ranks may run on, all together (the union of their
   // cpu_affinity()); 0 where not known.
   std::vector<int> host_cpus;
+  // host -> the bytes free for shared memory there (shm_room(), the least any of its ranks
+  // saw); 0 where not known.
+  std::vector<std::uint64_t> host_shm_room;
 
   int ranks() const { return runs.empty() ? 0 : runs.back().first + runs.back().count; }
   std::size_t host_count() const { return identities.size(); }
@@ -54,11 +57,12 @@ struct HostLayout {
   bool operator==(const HostLayout&) const = default;
 };
 
-// Where one rank runs: its host_identity() and the CPUs it may run on (cpu_affinity(); empty:
-// not known).
+// Where one rank runs: its host_identity(), the CPUs it may run on (cpu_affinity(); empty: not
+// known) and the room for shared memory there (shm_room(); 0: not known).
 struct RankSite {
   std::string host;
   std::string cpus;
+  std::uint64_t shm_room = 0;
 };
 
 // Ranks grouped by host, from each rank's host_identity() in rank order (host_cpus not known),

@@ -66,6 +66,12 @@ std::optional<std::string> usable(const Placement& placement) {
   const HostLayout& layout = placement.hosts.layout();
   if (layout.host_count() < 2) return "every rank on one host (shm serves that)";
   if (layout.largest_host() < 2) return "one rank per host (asio-ring serves that)";
+  for (std::size_t h = 0; h < layout.host_count(); ++h) {
+    if (layout.host_sizes[h] < 2) continue;
+    if (auto misfit = shm_region_misfit(layout.host_sizes[h], layout.host_shm_room[h])) {
+      return "on host '" + layout.identities[h] + "', " + *misfit;
+    }
+  }
   return std::nullopt;
 }
 

@@ -15,6 +15,7 @@
 #include <windows.h>
 #else
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #endif
 
 namespace partrain::comm {
@@ -98,6 +99,16 @@ std::string steady_clock_identity() {
   // namespace: read once, as every store client asks for it.
   static const std::string identity = read_steady_clock_identity();
   return identity;
+}
+
+std::uint64_t shm_room() {
+#if defined(__linux__)
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) != 0) return 0;
+  return static_cast<std::uint64_t>(fs.f_bavail) * static_cast<std::uint64_t>(fs.f_frsize);
+#else
+  return 0;
+#endif
 }
 
 }  // namespace partrain::comm

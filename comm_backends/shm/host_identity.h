@@ -4,6 +4,7 @@
 // placement.h; the peer transport's addresses).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace partrain::comm {
@@ -24,6 +25,12 @@ std::string kernel_identity();
 // where the system does not say. A CPU quota (a cgroup's cpu.max, `docker run --cpus`) limits
 // time, not CPUs, and does not show here.
 std::string cpu_affinity();
+
+// The bytes free where this host keeps shared-memory regions (/dev/shm, where the shm and
+// hierarchical backends make theirs) for an unprivileged process: what ranks of one host
+// compare with the region they would need (HostLayout::host_shm_room, placement.h). 0 where
+// not known (outside Linux, or no /dev/shm).
+std::uint64_t shm_room();
 
 // A text that two processes share when their steady clocks read the same: on Linux the
 // kernel's boot id and the time namespace (CLOCK_MONOTONIC is one clock for a whole boot,

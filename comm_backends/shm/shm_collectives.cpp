@@ -240,6 +240,15 @@ std::size_t shm_region_bytes(int world) {
   return control_bytes(world) + 2 * half_bytes(world) + kShmSlotBytes;
 }
 
+std::optional<std::string> shm_region_misfit(int world, std::uint64_t room) {
+  const std::size_t region = shm_region_bytes(world);
+  if (room == 0 || region <= room) return std::nullopt;
+  constexpr std::uint64_t kMiB = 1 << 20;
+  return "the shared region of " + std::to_string((region + kMiB - 1) / kMiB) + " MiB for " +
+         std::to_string(world) + " ranks does not fit in /dev/shm (" + std::to_string(room / kMiB) +
+         " MiB free; docker run --shm-size gives a container more)";
+}
+
 ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions options)
     : region_(static_cast<std::uint8_t*>(region)),
       rank_(rank),

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,10 @@ inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
 // The size of the region for `world` ranks (control blocks, then two halves of `world`
 // slots and one wire-word area each, then the broadcast's stream of a slot's size).
 std::size_t shm_region_bytes(int world);
+// Why the region for `world` ranks does not fit where a host has `room` bytes free for shared
+// memory (HostLayout::host_shm_room; 0: not known, and then nothing), or nothing: what keeps
+// `auto` from shm and hierarchical there.
+std::optional<std::string> shm_region_misfit(int world, std::uint64_t room);
 
 struct ShmOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // every wait's bound

@@ -78,7 +78,7 @@ void populate(void* address, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
   if (::madvise(address, bytes, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) return;
   const int error = errno;
-  throw CommError("shm: the shared region of " + std::to_string(bytes >> 20) +
+  throw CommError("shm: the shared region of " + std::to_string((bytes + (1 << 20) - 1) >> 20) +
                   " MiB does not fit in /dev/shm (" + std::strerror(error) +
                   "): give /dev/shm more room (docker run --shm-size) or set comm.backend to "
                   "asio-ring");

@@ -202,24 +202,29 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   }
 }
 
-// A shared region larger than /dev/shm's room (4 MiB, in a mount namespace of the test's own)
-// stops the run at setup with a line that says so and what to do, not with a SIGBUS in the
-// middle of a collective.
+// With /dev/shm too small for the shared region (4 MiB, in a mount namespace of the test's own),
+// `auto` takes asio-ring and says why not shm; shm named anyway stops the run at setup with a
+// line that says so and what to do, not with a SIGBUS in the middle of a collective.
 TEST(BenchCommand, ShmRegionThatDoesNotFitInDevShmIsNamedAtSetup) {
   const std::string exe = partrain_exe();
   if (exe.empty()) GTEST_SKIP() << "PARTRAIN_EXE not set (run through ctest)";
   if (::geteuid() != 0) GTEST_SKIP() << "a mount namespace needs root";
   std::string output;
-  const int code =
-      run("unshare -m sh -c 'mount -t tmpfs -o size=4m partrain-test-shm /dev/shm "
-          "|| { echo cannot-mount; exit 77; }; exec " +
-              exe + " bench allreduce --backend shm --world 2 --sizes 4K'",
-          output);
+  const int code = run(
+      "unshare -m sh -c 'mount -t tmpfs -o size=4m partrain-test-shm /dev/shm "
+      "|| { echo cannot-mount; exit 77; }; " +
+          exe + " version && exec " + exe + " bench allreduce --backend shm --world 2 --sizes 4K'",
+      output);
   if (output.find("cannot-mount") != std::string::npos || code == 77) {
     GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace here: " << output;
   }
+  EXPECT_NE(output.find("auto: asio-ring"), std::string::npos) << output;
+  EXPECT_NE(output.find("shm: compiled in, not usable here: the shared region of 13 MiB for 2 "
+                        "ranks does not fit in /dev/shm (4 MiB free"),
+            std::string::npos)
+      << output;
   EXPECT_NE(code, 0) << output;
-  EXPECT_NE(output.find("shm: the shared region of 12 MiB does not fit in /dev/shm"),
+  EXPECT_NE(output.find("shm: the shared region of 13 MiB does not fit in /dev/shm"),
             std::string::npos)
       << output;
   EXPECT_NE(output.find("--shm-size"), std::string::npos) << output;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/shm/shm_collectives.h"
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
@@ -360,6 +361,36 @@ TEST(Communicator, AutoTakesTheFirstUsableBackendForThePlacement) {
     }
   }
   EXPECT_THROW(choose_backend("mpi", Placement{cpu, hosts_on({0})}), UsageError);
+}
+
+// Where a host's /dev/shm has no room for the region its ranks would share, auto leaves shm and
+// hierarchical alone and says why; where the room is not known, it does not.
+TEST(Communicator, AutoLeavesSharedMemoryWhereTheRegionDoesNotFit) {
+  // What auto takes for ranks at these sites (a Placement only refers to its RankHosts).
+  auto chosen = [](const std::vector<RankSite>& sites) {
+    const RankHosts hosts(group_by_host(sites));
+    return choose_backend("auto", Placement{DeviceKind::cpu, hosts});
+  };
+  const std::uint64_t fits = shm_region_bytes(3), short_of = shm_region_bytes(3) - 1;
+  EXPECT_EQ(chosen({{"a", "", fits}, {"a", "", fits}, {"a", "", fits}}), "shm");
+  EXPECT_EQ(chosen({{"a", "", 0}, {"a", "", 0}, {"a", "", 0}}), "shm");
+  const std::vector<RankSite> cramped = {{"a", "", fits}, {"a", "", short_of}, {"a", "", fits}};
+  EXPECT_EQ(chosen(cramped), "asio-ring");
+  const RankHosts cramped_hosts(group_by_host(cramped));
+  for (const auto& status : probe_backends(Placement{DeviceKind::cpu, cramped_hosts})) {
+    if (status.name == "shm") {
+      EXPECT_NE(status.why_not.find("does not fit in /dev/shm"), std::string::npos)
+          << status.why_not;
+    }
+  }
+  // Two hosts of three ranks each; the second's room is short of a region for three.
+  const std::vector<RankSite> two_hosts = {{"a", "", fits},     {"a", "", fits},
+                                           {"a", "", fits},     {"b", "", short_of},
+                                           {"b", "", short_of}, {"b", "", short_of}};
+  EXPECT_EQ(chosen(two_hosts), "asio-ring");
+  auto roomy = two_hosts;
+  for (auto& site : roomy) site.shm_room = fits;
+  EXPECT_EQ(chosen(roomy), "hierarchical");
 }
 
 // Each backend says why auto leaves it alone for a placement, in the order auto asks.

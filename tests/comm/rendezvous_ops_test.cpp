@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -175,6 +176,24 @@ TEST(Rendezvous, AHostsCpusAreTheUnionOfItsRanksAffinities) {
   EXPECT_FALSE(group_by_host(std::vector<RankSite>{{"a", "0"}, {"a", ""}}).shares_cores());
 #if defined(__linux__)
   EXPECT_GT(distinct_cpus({cpu_affinity()}), 0) << cpu_affinity();
+#endif
+}
+
+// A host's room for shared memory is the least any of its ranks saw (0: not known, and not
+// taken for none), and travels in the value.
+TEST(Rendezvous, AHostsShmRoomIsTheLeastItsRanksSaw) {
+  const std::vector<RankSite> sites = {
+      {"a", "0", 64 << 20}, {"b", "1", 0}, {"a", "1", 0}, {"a", "2", 48 << 20}, {"c", "0", 0}};
+  const HostLayout layout = group_by_host(sites);
+  EXPECT_EQ(layout.host_shm_room, (std::vector<std::uint64_t>{std::uint64_t{48} << 20, 0, 0}));
+  EXPECT_EQ(decode_host_layout(encode_host_layout(layout), 5), layout);
+  const std::uint64_t large = std::uint64_t{5} << 40;  // more than 32 bits' worth
+  const HostLayout big = group_by_host(std::vector<RankSite>{{"a", "0", large}, {"a", "1", large}});
+  EXPECT_EQ(decode_host_layout(encode_host_layout(big), 2).host_shm_room[0], large);
+#if defined(__linux__)
+  if (std::filesystem::exists("/dev/shm")) {
+    EXPECT_GT(shm_room(), 0u);
+  }
 #endif
 }
 
