@@ -65,7 +65,7 @@ void HostLayout::append(int host, int count, const std::string& identity) {
     identities.push_back(identity);
     host_sizes.push_back(0);
     host_cpus.push_back(0);
-    host_shm_room.push_back(0);
+    host_shm_room.push_back(kShmRoomUnknown);
   }
   host_sizes[static_cast<std::size_t>(host)] += count;
   if (!runs.empty() && runs.back().host == host) {
@@ -109,7 +109,7 @@ HostLayout group_by_host(const std::vector<RankSite>& sites) {
   for (std::size_t r = 0; r < sites.size(); ++r) {
     std::uint64_t& room =
         layout.host_shm_room[static_cast<std::size_t>(layout.host_of(static_cast<int>(r)))];
-    if (sites[r].shm_room > 0 && (room == 0 || sites[r].shm_room < room)) room = sites[r].shm_room;
+    room = std::min(room, sites[r].shm_room);
   }
   return layout;
 }
@@ -188,7 +188,7 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
   put_identities(out, layout.identities);
   for (std::size_t h = 0; h < layout.identities.size(); ++h) {
     put32(out, h < layout.host_cpus.size() ? static_cast<std::size_t>(layout.host_cpus[h]) : 0);
-    put64(out, h < layout.host_shm_room.size() ? layout.host_shm_room[h] : 0);
+    put64(out, h < layout.host_shm_room.size() ? layout.host_shm_room[h] : kShmRoomUnknown);
   }
   // The runs themselves: small whatever the world (one for a world on one host).
   put32(out, layout.runs.size());

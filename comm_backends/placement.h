@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm_backends/buffer.h"
+#include "comm_backends/shm/host_identity.h"
 
 namespace partrain::comm {
 
@@ -37,7 +38,7 @@ struct HostLayout {
   // cpu_affinity()); 0 where not known.
   std::vector<int> host_cpus;
   // host -> the bytes free for shared memory there (shm_room(), the least any of its ranks
-  // saw); 0 where not known.
+  // saw); kShmRoomUnknown where none could say.
   std::vector<std::uint64_t> host_shm_room;
 
   int ranks() const { return runs.empty() ? 0 : runs.back().first + runs.back().count; }
@@ -51,6 +52,10 @@ struct HostLayout {
   bool shares_cores() const;
   // Whether host `host` does.
   bool shares_cores(int host) const;
+  // host_shm_room[host], or kShmRoomUnknown where the layout does not hold it.
+  std::uint64_t shm_room_of(std::size_t host) const {
+    return host < host_shm_room.size() ? host_shm_room[host] : kShmRoomUnknown;
+  }
   // Adds `count` ranks after the last, on host `host` (an existing index, or the next one
   // with `identity`).
   void append(int host, int count, const std::string& identity);
@@ -58,11 +63,11 @@ struct HostLayout {
 };
 
 // Where one rank runs: its host_identity(), the CPUs it may run on (cpu_affinity(); empty: not
-// known) and the room for shared memory there (shm_room(); 0: not known).
+// known) and the room for shared memory there (shm_room()).
 struct RankSite {
   std::string host;
   std::string cpus;
-  std::uint64_t shm_room = 0;
+  std::uint64_t shm_room = kShmRoomUnknown;
 };
 
 // Ranks grouped by host, from each rank's host_identity() in rank order (host_cpus not known),

@@ -68,7 +68,7 @@ std::optional<std::string> usable(const Placement& placement) {
   if (layout.largest_host() < 2) return "one rank per host (asio-ring serves that)";
   for (std::size_t h = 0; h < layout.host_count(); ++h) {
     if (layout.host_sizes[h] < 2) continue;
-    if (auto misfit = shm_region_misfit(layout.host_sizes[h], layout.host_shm_room[h])) {
+    if (auto misfit = shm_region_misfit(layout.host_sizes[h], layout.shm_room_of(h))) {
       return "on host '" + layout.identities[h] + "', " + *misfit;
     }
   }

@@ -24,9 +24,7 @@ std::optional<std::string> usable(const Placement& placement) {
     return "ranks on " + std::to_string(hosts) +
            " hosts (shared memory joins the ranks of one host)";
   }
-  const HostLayout& layout = placement.hosts.layout();
-  return shm_region_misfit(layout.ranks(),
-                           layout.host_shm_room.empty() ? 0 : layout.host_shm_room[0]);
+  return shm_region_misfit(placement.hosts.ranks(), placement.hosts.layout().shm_room_of(0));
 }
 
 // Every rank on this rank's host, or a UsageError naming one that is not.

@@ -104,10 +104,10 @@ std::string steady_clock_identity() {
 std::uint64_t shm_room() {
 #if defined(__linux__)
   struct statvfs fs {};
-  if (::statvfs("/dev/shm", &fs) != 0) return 0;
+  if (::statvfs("/dev/shm", &fs) != 0) return kShmRoomUnknown;
   return static_cast<std::uint64_t>(fs.f_bavail) * static_cast<std::uint64_t>(fs.f_frsize);
 #else
-  return 0;
+  return kShmRoomUnknown;
 #endif
 }
 

@@ -1,5 +1,5 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
-// host and may map the same shared memory — kernel_identity(), cpu_affinity() and
+// host and may map the same shared memory — kernel_identity(), cpu_affinity(), shm_room() and
 // steady_clock_identity(). Ranks compare them through the store (exchange_host_layout(),
 // placement.h; the peer transport's addresses).
 #pragma once
@@ -28,8 +28,9 @@ std::string cpu_affinity();
 
 // The bytes free where this host keeps shared-memory regions (/dev/shm, where the shm and
 // hierarchical backends make theirs) for an unprivileged process: what ranks of one host
-// compare with the region they would need (HostLayout::host_shm_room, placement.h). 0 where
-// not known (outside Linux, or no /dev/shm).
+// compare with the region they would need (HostLayout::host_shm_room, placement.h).
+// kShmRoomUnknown where the system does not say (outside Linux, or no /dev/shm).
+inline constexpr std::uint64_t kShmRoomUnknown = ~std::uint64_t{0};
 std::uint64_t shm_room();
 
 // A text that two processes share when their steady clocks read the same: on Linux the

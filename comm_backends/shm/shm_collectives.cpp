@@ -7,8 +7,8 @@
 //
 // A *slot* holds one rank's piece of data (kShmSlotBytes); *words* holds the wire words of a
 // piece when the wire is narrower than the data. Every collective runs in pieces of at most
-// a slot, each on the other half than the piece before (but the broadcast, which goes
-// through the stream), and ranks meet at *syncs*: each rank
+// a slot, each on the other half than the piece before (but the broadcast's stream, Note
+// [The broadcast as a stream]), and ranks meet at *syncs*: each rank
 // counts the syncs it has entered and publishes the count in its control block; a sync ends
 // when every rank's count has reached it.
 //
@@ -144,6 +144,9 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
 struct RegionHeader {
   std::uint64_t magic;
   std::uint32_t world;
+  // ShmOptions::shared_cores of rank 0, which every rank must share: it decides how a
+  // broadcast goes (in step, or as a stream).
+  std::uint32_t shared_cores;
 };
 static_assert(sizeof(RegionHeader) <= kHeaderBytes && kHeaderBytes % alignof(RankState) == 0,
               "the control blocks must start on their alignment");
@@ -242,7 +245,7 @@ std::size_t shm_region_bytes(int world) {
 
 std::optional<std::string> shm_region_misfit(int world, std::uint64_t room) {
   const std::size_t region = shm_region_bytes(world);
-  if (room == 0 || region <= room) return std::nullopt;
+  if (region <= room) return std::nullopt;
   constexpr std::uint64_t kMiB = 1 << 20;
   return "the shared region of " + std::to_string((region + kMiB - 1) / kMiB) + " MiB for " +
          std::to_string(world) + " ranks does not fit in /dev/shm (" + std::to_string(room / kMiB) +
@@ -267,11 +270,16 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions opt
     // maps it (the backend publishes the region's name only afterwards).
     for (int r = 0; r < world; ++r) new (&state_of(region_, r)) RankState{};
     header->world = static_cast<std::uint32_t>(world);
+    header->shared_cores = shared_cores_ ? 1 : 0;
     header->magic = kRegionMagic;
   }
   PARTRAIN_CHECK(
       header->magic == kRegionMagic && header->world == static_cast<std::uint32_t>(world),
       CommError, "shm: the shared region is not one of this run's (", world, " ranks expected)");
+  PARTRAIN_CHECK(header->shared_cores == (shared_cores_ ? 1u : 0u), CommError, "shm: rank ",
+                 name_of(rank), (shared_cores_ ? " shares" : " does not share"),
+                 " cores with the other ranks of its host, and rank ", name_of(0),
+                 " says otherwise");
 #if !defined(__linux__)
   single_copy_ = SingleCopy::no;  // no cross-memory reads (the same on every rank of a host)
 #endif
@@ -306,12 +314,17 @@ std::uint16_t* ShmCollectives::words(int half) const {
 }
 
 void ShmCollectives::sync(const Call& call, int phase, std::chrono::milliseconds extra) {
-  RankState& me = state_of(region_, rank_);
-  if (phase == 0) me.call[call.words.sequence % 2] = call.words;
-  const std::uint64_t target = ++syncs_;
-  me.arrived.store(target, std::memory_order_release);
+  const std::uint64_t target = arrive(call, phase == 0);
   wait_for(call, extra, [&] { return first_not_arrived(target); });
   if (phase == 0) check_peers(call, phase);
+}
+
+std::uint64_t ShmCollectives::arrive(const Call& call, bool first) {
+  RankState& me = state_of(region_, rank_);
+  if (first) me.call[call.words.sequence % 2] = call.words;
+  const std::uint64_t target = ++syncs_;
+  me.arrived.store(target, std::memory_order_release);
+  return target;
 }
 
 int ShmCollectives::first_not_arrived(std::uint64_t target) const {
@@ -666,8 +679,8 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
 // pieces it has written (RankState::published, counted over all broadcasts); every other rank
 // copies each piece out as soon as it is published, as many at a time as are there, and
 // publishes how many it has read (consumed). The root's copy and the others' overlap from the
-// first piece and meet at no sync: through the slots, a piece at a time with a sync between,
-// 64 KiB at W=2 took 9.6 us, one copy after the other, against vader's 7.7 (BENCHMARKS.md,
+// first piece and meet at no sync between pieces: through the slots, a piece at a time with a sync
+// between, 64 KiB at W=2 took 9.6 us, one copy after the other, against vader's 7.7 (BENCHMARKS.md,
 // "The broadcast in smaller pieces" and "The broadcast as a stream").
 //
 // No piece is overwritten unread: before a call's first piece the root waits until every
@@ -719,11 +732,9 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
     return;
   }
   // Note [The broadcast as a stream]
+  const std::uint64_t target = arrive(call, true);
   RankState& me = state_of(region_, rank_);
   RankState& source = state_of(region_, root);
-  me.call[call.words.sequence % 2] = call.words;
-  const std::uint64_t target = ++syncs_;
-  me.arrived.store(target, std::memory_order_release);
   const std::size_t pieces = (bytes + kStreamPieceBytes - 1) / kStreamPieceBytes;
   const std::size_t ring = kShmSlotBytes / kStreamPieceBytes;
   const std::uint64_t base = streamed_;

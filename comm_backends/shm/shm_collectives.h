@@ -1,6 +1,6 @@
 // defines: ShmCollectives — allreduce, reduce_scatter, broadcast, allgather and barrier among the
-// ranks of one host through a shared memory region; shm_region_bytes(). The algorithm and the
-// region's layout: Note [Shared-memory collectives] in shm_collectives.cpp.
+// ranks of one host through a shared memory region; shm_region_bytes(), shm_region_misfit(). The
+// algorithm and the region's layout: Note [Shared-memory collectives] in shm_collectives.cpp.
 #pragma once
 
 #include <chrono>
@@ -22,7 +22,7 @@ inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
 // slots and one wire-word area each, then the broadcast's stream of a slot's size).
 std::size_t shm_region_bytes(int world);
 // Why the region for `world` ranks does not fit where a host has `room` bytes free for shared
-// memory (HostLayout::host_shm_room; 0: not known, and then nothing), or nothing: what keeps
+// memory (HostLayout::host_shm_room; kShmRoomUnknown fits anything), or nothing: what keeps
 // `auto` from shm and hierarchical there.
 std::optional<std::string> shm_region_misfit(int world, std::uint64_t room);
 
@@ -34,8 +34,8 @@ struct ShmOptions {
   // The ranks outnumber the CPUs they run on (HostLayout::shares_cores()): a wait yields the
   // CPU at once instead of spinning first, the allgather keeps to the slots (this rank votes
   // against single copy) and copies a rank's own block in one go rather than a piece at a time
-  // while it waits, and a broadcast of more than a piece goes in step through syncs rather
-  // than as a stream. The same on every rank of the region.
+  // while it waits, and a broadcast of more than 256 KiB goes in step through syncs rather
+  // than as a stream. The same on every rank of the region (checked when it is made).
   bool shared_cores = false;
   // Where the system lets the ranks read one another's memory, a large allgather copies each
   // block straight from its owner's input (Note [Reading another rank's memory] in
@@ -101,6 +101,9 @@ class ShmCollectives {
                              std::size_t bytes_per_rank);
   void sync(const Call& call, int phase,
             std::chrono::milliseconds extra = std::chrono::milliseconds(0));
+  // Enters the next sync (publishing the call first when it is the call's first) and returns
+  // the count every rank must reach; sync() waits for it, a broadcast's stream later.
+  std::uint64_t arrive(const Call& call, bool first);
   int name_of(int rank) const { return rank_names_.empty() ? rank : rank_names_[rank]; }
   void check_peers(const Call& call, int phase);
   void check_peer(const Call& call, int rank);  // what `rank` called is this call

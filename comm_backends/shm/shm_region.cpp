@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include "comm_backends/store/store.h"
@@ -78,15 +79,22 @@ void populate(void* address, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
   if (::madvise(address, bytes, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) return;
   const int error = errno;
-  throw CommError("shm: the shared region of " + std::to_string((bytes + (1 << 20) - 1) >> 20) +
-                  " MiB does not fit in /dev/shm (" + std::strerror(error) +
-                  "): give /dev/shm more room (docker run --shm-size) or set comm.backend to "
-                  "asio-ring");
+  const std::string size = std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+  // EFAULT: a page would have raised SIGBUS, which is how a full tmpfs answers.
+  PARTRAIN_CHECK(error != EFAULT, CommError, "shm: the shared region of ", size,
+                 " does not fit in /dev/shm: give /dev/shm more room (docker run --shm-size) or "
+                 "set comm.backend to asio-ring");
+  throw CommError("shm: cannot map the shared region of " + size + " (" + std::strerror(error) +
+                  ")");
 #else
   (void)address;
   (void)bytes;
 #endif
 }
+
+// What rank 0 publishes in place of the region's name when it cannot make the region, before
+// why (a name never starts so).
+constexpr std::string_view kNoRegion = "!";
 
 }  // namespace
 
@@ -105,26 +113,40 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
   try {
     if (rank == 0) {
       name = region_name(token, prefix);
+      try {
 #if defined(_WIN32)
-      // The creating user's default security: Windows grants it, SYSTEM and administrators.
-      bip::permissions owner_only;
-      handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
-                                                        bip::read_write, bytes, owner_only);
+        // The creating user's default security: Windows grants it, SYSTEM and administrators.
+        bip::permissions owner_only;
+        handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
+                                                          bip::read_write, bytes, owner_only);
 #else
-      bip::permissions owner_only(0600);
-      handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
-                                                        bip::read_write, owner_only);
-      handles_->owned_name.own(name);
-      handles_->memory->truncate(static_cast<bip::offset_t>(bytes));
+        bip::permissions owner_only(0600);
+        handles_->memory = std::make_unique<SharedMemory>(bip::create_only, name.c_str(),
+                                                          bip::read_write, owner_only);
+        handles_->owned_name.own(name);
+        handles_->memory->truncate(static_cast<bip::offset_t>(bytes));
 #endif
-      handles_->region =
-          std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
-      populate(handles_->region->get_address(), bytes);
-      prepare(handles_->region->get_address());
+        handles_->region =
+            std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
+        populate(handles_->region->get_address(), bytes);
+        prepare(handles_->region->get_address());
+      } catch (const std::exception& e) {
+        // The others wait for the region's name: they get why there is none instead, and fail
+        // at once rather than when their wait runs out.
+        const std::string why = std::string(kNoRegion) + e.what();
+        try {
+          store.set(prefix + "region", std::vector<std::uint8_t>(why.begin(), why.end()));
+        } catch (const std::exception&) {  // the store is gone too: the others' wait ends it
+        }
+        throw;
+      }
       store.set(prefix + "region", std::vector<std::uint8_t>(name.begin(), name.end()));
     } else {
       const auto published = store.get(prefix + "region");
       name.assign(published.begin(), published.end());
+      PARTRAIN_CHECK(
+          name.rfind(kNoRegion, 0) != 0, CommError,
+          "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
       handles_->memory =
           std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
       handles_->region =

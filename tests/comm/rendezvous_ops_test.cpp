@@ -179,20 +179,24 @@ TEST(Rendezvous, AHostsCpusAreTheUnionOfItsRanksAffinities) {
 #endif
 }
 
-// A host's room for shared memory is the least any of its ranks saw (0: not known, and not
-// taken for none), and travels in the value.
+// A host's room for shared memory is the least any of its ranks saw (a rank that could not say
+// leaves it to the others; a full /dev/shm is no room), and travels in the value.
 TEST(Rendezvous, AHostsShmRoomIsTheLeastItsRanksSaw) {
-  const std::vector<RankSite> sites = {
-      {"a", "0", 64 << 20}, {"b", "1", 0}, {"a", "1", 0}, {"a", "2", 48 << 20}, {"c", "0", 0}};
+  const std::uint64_t unknown = kShmRoomUnknown;
+  const std::vector<RankSite> sites = {{"a", "0", 64 << 20}, {"b", "1", 0},
+                                       {"a", "1", unknown},  {"a", "2", 48 << 20},
+                                       {"c", "0", unknown},  {"b", "2", 8 << 20}};
   const HostLayout layout = group_by_host(sites);
-  EXPECT_EQ(layout.host_shm_room, (std::vector<std::uint64_t>{std::uint64_t{48} << 20, 0, 0}));
-  EXPECT_EQ(decode_host_layout(encode_host_layout(layout), 5), layout);
+  EXPECT_EQ(layout.host_shm_room, (std::vector<std::uint64_t>{48 << 20, 0, unknown}));
+  EXPECT_EQ(decode_host_layout(encode_host_layout(layout), 6), layout);
   const std::uint64_t large = std::uint64_t{5} << 40;  // more than 32 bits' worth
   const HostLayout big = group_by_host(std::vector<RankSite>{{"a", "0", large}, {"a", "1", large}});
   EXPECT_EQ(decode_host_layout(encode_host_layout(big), 2).host_shm_room[0], large);
+  EXPECT_EQ(group_by_host(std::vector<std::string>{"a", "b"}).host_shm_room,
+            (std::vector<std::uint64_t>{unknown, unknown}));
 #if defined(__linux__)
   if (std::filesystem::exists("/dev/shm")) {
-    EXPECT_GT(shm_room(), 0u);
+    EXPECT_LE(shm_room(), std::filesystem::space("/dev/shm").capacity);
   }
 #endif
 }

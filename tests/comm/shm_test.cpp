@@ -29,6 +29,7 @@
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/shm/shm_collectives.h"
+#include "comm_backends/shm/shm_region.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
 #include "common/hash.h"
@@ -316,6 +317,38 @@ TEST(Shm, RanksCallingDifferentCollectivesFailWithAMessage) {
   }
 }
 
+// A rank 0 that cannot make the region tells the others why, and they fail at once rather
+// than when their wait for the region's name runs out (20 s here).
+TEST(Shm, RankZeroThatCannotMakeTheRegionStopsTheOthersAtOnce) {
+  const int world = 3;
+  testing::ScratchDir dir;
+  std::vector<std::string> errors(world);
+  std::vector<milliseconds> took(world);
+  testing::run_ranks(world, [&](int rank) {
+    StoreOptions so;
+    so.rank = rank;
+    so.world_size = world;
+    so.timeout = milliseconds(20000);
+    auto store = open_store(dir.url(), so);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      ShmRegion region(*store, "test/", "token", rank, world, 1 << 20, milliseconds(20000),
+                       [&](void*) {
+                         if (rank == 0) throw CommError("no room made up for the test");
+                       });
+    } catch (const CommError& e) {
+      errors[rank] = e.what();
+    }
+    took[rank] = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  });
+  EXPECT_EQ(errors[0], "no room made up for the test");
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(errors[r],
+              "shm: rank 0 could not make the shared region: no room made up for the test");
+    EXPECT_LT(took[r], milliseconds(10000)) << "rank " << r;
+  }
+}
+
 TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
   const int world = 3;
   testing::ScratchDir dir;
@@ -351,6 +384,17 @@ struct RanksInThisProcess {
   }
   ShmCollectives& operator[](int rank) { return *ranks[static_cast<std::size_t>(rank)]; }
 };
+
+// Whether ranks share cores decides how a broadcast goes, so all must say the same: a rank that
+// says otherwise than rank 0 is refused when it joins, naming itself.
+TEST(Shm, RanksThatDisagreeOnSharingCoresAreRefused) {
+  try {
+    RanksInThisProcess ranks(2, [](int r, ShmOptions& options) { options.shared_cores = r == 1; });
+    ADD_FAILURE() << "rank 1 joined";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 shares cores"), std::string::npos) << e.what();
+  }
+}
 
 // Ranks that share cores wait by yielding from the first round, and the allgather copies a
 // rank's own block in one go, through the slots (ShmOptions::shared_cores): three ranks held to one
@@ -395,6 +439,10 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
       for (std::size_t i = 0; i < count; i += 997) {
         ASSERT_EQ(sent[i], static_cast<float>(round % world)) << "broadcast, element " << i;
       }
+      std::vector<float> few(5000, static_cast<float>(rank));  // a stream, between the steps
+      shm.broadcast(few.data(), few.size() * sizeof(float), (round + 1) % world);
+      ASSERT_EQ(few.front(), static_cast<float>((round + 1) % world));
+      ASSERT_EQ(few.back(), static_cast<float>((round + 1) % world));
       shm.barrier();
     }
   });
@@ -405,29 +453,59 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
 // stream]). Rank 2 enters the first and the third broadcast late. Ranks 0 and 1 must not run
 // on into later calls meanwhile (what they publish of those would stand where rank 2 checks
 // the first); the second's root, rank 1, must take rank 0, the first's root, for having read
-// the first; and the third, from rank 0 and longer than the ring, must wait for rank 2 before
-// it writes a piece over one not yet read.
+// the first; the third, from rank 0 and longer than the ring, must wait for rank 2 before it
+// writes a piece over one not yet read. Rank 2 enters the fourth a millisecond late, once it
+// is all written: a little shorter than the ring, it starts where the third ended and wraps to
+// the ring's start. The fifth, one piece from rank 1, goes at the ring's start, and must wait
+// until rank 2, reading the fourth in order, has read what stands there. The buffers are
+// filled before and checked after all the calls, and rank 2 has a CPU to itself where there
+// are two, so that nothing holds ranks 0 and 1 up while it reads; the waits are bounded at 5 s.
 TEST(Shm, StreamedBroadcastsWaitForEveryRankToEnter) {
   const int world = 3;
-  RanksInThisProcess ranks(world, [](int, ShmOptions&) {});
+  RanksInThisProcess ranks(world,
+                           [](int, ShmOptions& options) { options.timeout = milliseconds(5000); });
   const std::size_t small = 100 * 1000 + 3, large = kShmSlotBytes + kShmSlotBytes / 2 + 5;
-  const int roots[] = {0, 1, 0};
-  const std::size_t sizes[] = {small, small, large};
+  const int roots[] = {0, 1, 0, 0, 1};
+  const std::size_t sizes[] = {small, small, large, kShmSlotBytes - small, 5000};
+  const milliseconds late[] = {milliseconds(200), milliseconds(0), milliseconds(200),
+                               milliseconds(1), milliseconds(0)};
   // Not periodic in the ring's length, so that a piece written over another shows.
   auto value = [](int call, std::size_t i) {
     return static_cast<std::uint8_t>(call * 101 + i * 7 + i / 251);
   };
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  sched_getaffinity(0, sizeof allowed, &allowed);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+#endif
   testing::run_ranks(world, [&](int rank) {
+#if defined(__linux__)
+    if (cpus.size() >= 2) {  // best effort: the results must hold either way
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[rank == 2 ? 0 : 1], &one);
+      sched_setaffinity(0, sizeof one, &one);
+    }
+#endif
     ShmCollectives& shm = ranks[rank];
-    for (int call = 0; call < 3; ++call) {
-      if (rank == 2 && call != 1) std::this_thread::sleep_for(milliseconds(200));
-      std::vector<std::uint8_t> data(sizes[call], 0xee);
+    std::vector<std::vector<std::uint8_t>> data;
+    for (int call = 0; call < 5; ++call) {
+      data.emplace_back(sizes[call], 0xee);
       if (rank == roots[call]) {
-        for (std::size_t i = 0; i < data.size(); ++i) data[i] = value(call, i);
+        for (std::size_t i = 0; i < sizes[call]; ++i) data[call][i] = value(call, i);
       }
-      shm.broadcast(data.data(), data.size(), roots[call]);
-      for (std::size_t i = 0; i < data.size(); ++i) {
-        ASSERT_EQ(data[i], value(call, i))
+    }
+    for (int call = 0; call < 5; ++call) {
+      if (rank == 2) std::this_thread::sleep_for(late[call]);
+      shm.broadcast(data[call].data(), sizes[call], roots[call]);
+    }
+    for (int call = 0; call < 5; ++call) {
+      for (std::size_t i = 0; i < sizes[call]; ++i) {
+        ASSERT_EQ(data[call][i], value(call, i))
             << "rank " << rank << ", call " << call << ", byte " << i;
       }
     }
