@@ -773,11 +773,13 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
              [&] { return source.arrived.load(std::memory_order_acquire) >= target ? -1 : root; });
     check_peer(call, root);
     for (std::size_t i = 0; i < pieces;) {
+      std::uint64_t published = 0;
       wait_for(call, std::chrono::milliseconds(0), [&] {
-        return source.published.load(std::memory_order_acquire) > base + i ? -1 : root;
+        published = source.published.load(std::memory_order_acquire);
+        return published > base + i ? -1 : root;
       });
       // Every piece published so far, up to the end of the ring, in one copy.
-      const std::uint64_t ready = source.published.load(std::memory_order_acquire) - base;
+      const std::uint64_t ready = published - base;
       const std::size_t ring_end = i + ring - (start + i) % ring;
       const std::size_t last = std::min<std::size_t>({ready, pieces, ring_end});
       const std::size_t p0 = i * kStreamPieceBytes, p1 = std::min(last * kStreamPieceBytes, bytes);

@@ -111,9 +111,9 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
     : bytes_(bytes), handles_(std::make_unique<Handles>()) {
   std::string name;
   try {
-    if (rank == 0) {
-      name = region_name(token, prefix);
-      try {
+    try {
+      if (rank == 0) {
+        name = region_name(token, prefix);
 #if defined(_WIN32)
         // The creating user's default security: Windows grants it, SYSTEM and administrators.
         bip::permissions owner_only;
@@ -126,33 +126,33 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
         handles_->owned_name.own(name);
         handles_->memory->truncate(static_cast<bip::offset_t>(bytes));
 #endif
-        handles_->region =
-            std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
-        populate(handles_->region->get_address(), bytes);
-        prepare(handles_->region->get_address());
-      } catch (const std::exception& e) {
-        // The others wait for the region's name: they get why there is none instead, and fail
-        // at once rather than when their wait runs out.
+      } else {
+        const auto published = store.get(prefix + "region");
+        name.assign(published.begin(), published.end());
+        PARTRAIN_CHECK(
+            name.rfind(kNoRegion, 0) != 0, CommError,
+            "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
+        handles_->memory =
+            std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
+      }
+      handles_->region =
+          std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
+      populate(handles_->region->get_address(), bytes);
+      prepare(handles_->region->get_address());
+    } catch (const std::exception& e) {
+      // The others wait for the region's name: rank 0 gives them why there is none instead, so
+      // that they fail at once rather than when their wait runs out.
+      if (rank == 0) {
         const std::string why = std::string(kNoRegion) + e.what();
         try {
           store.set(prefix + "region", std::vector<std::uint8_t>(why.begin(), why.end()));
         } catch (const std::exception&) {  // the store is gone too: the others' wait ends it
         }
-        throw;
       }
+      throw;
+    }
+    if (rank == 0) {
       store.set(prefix + "region", std::vector<std::uint8_t>(name.begin(), name.end()));
-    } else {
-      const auto published = store.get(prefix + "region");
-      name.assign(published.begin(), published.end());
-      PARTRAIN_CHECK(
-          name.rfind(kNoRegion, 0) != 0, CommError,
-          "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
-      handles_->memory =
-          std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
-      handles_->region =
-          std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);
-      populate(handles_->region->get_address(), bytes);
-      prepare(handles_->region->get_address());
     }
   } catch (const bip::interprocess_exception& e) {
     throw CommError("shm: cannot " + std::string(rank == 0 ? "create" : "open") +

@@ -28,9 +28,11 @@
 #endif
 
 #include "comm_backends/communicator.h"
+#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/shm/shm_collectives.h"
 #include "comm_backends/shm/shm_region.h"
 #include "comm_backends/store/store.h"
+#include "common/cpu_list.h"
 #include "common/errors.h"
 #include "common/hash.h"
 #include "tests/support/cross_memory.h"
@@ -366,6 +368,20 @@ TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
 // A region in zeroed pages of this process and one ShmCollectives a rank over it, rank 0 first
 // (it lays out the region), for ranks that run as threads of this process; options_of(rank)
 // gives each rank's options, with a timeout of 20 s.
+// Keeps the calling thread on CPU `cpu` (Linux; -1: leaves it where it may run). Best effort:
+// the tests that call it must hold wherever their threads run.
+void hold_this_thread_to(int cpu) {
+#if defined(__linux__)
+  if (cpu < 0) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+#else
+  (void)cpu;
+#endif
+}
+
 struct RanksInThisProcess {
   struct alignas(4096) Page {
     std::uint8_t bytes[4096];
@@ -406,14 +422,11 @@ TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
   const std::size_t count = kShmSlotBytes / 4 + 1001;  // several pieces of every collective
 #if defined(__linux__)
   const int cpu = sched_getcpu();
+#else
+  const int cpu = -1;
 #endif
   testing::run_ranks(world, [&](int rank) {
-#if defined(__linux__)
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof one, &one);  // best effort: the results must hold either way
-#endif
+    hold_this_thread_to(cpu);
     ShmCollectives& shm = ranks[rank];
     for (int round = 0; round < 3; ++round) {
       std::vector<float> data(count);
@@ -473,24 +486,9 @@ TEST(Shm, StreamedBroadcastsWaitForEveryRankToEnter) {
   auto value = [](int call, std::size_t i) {
     return static_cast<std::uint8_t>(call * 101 + i * 7 + i / 251);
   };
-#if defined(__linux__)
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  sched_getaffinity(0, sizeof allowed, &allowed);
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-  }
-#endif
+  const std::vector<int> cpus = cpus_of(cpu_affinity());  // empty where not known
   testing::run_ranks(world, [&](int rank) {
-#if defined(__linux__)
-    if (cpus.size() >= 2) {  // best effort: the results must hold either way
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[rank == 2 ? 0 : 1], &one);
-      sched_setaffinity(0, sizeof one, &one);
-    }
-#endif
+    if (cpus.size() >= 2) hold_this_thread_to(cpus[rank == 2 ? 0 : 1]);
     ShmCollectives& shm = ranks[rank];
     std::vector<std::vector<std::uint8_t>> data;
     for (int call = 0; call < 5; ++call) {
