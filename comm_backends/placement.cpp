@@ -138,6 +138,15 @@ void put64(std::vector<std::uint8_t>& out, std::uint64_t value) {
   put32(out, static_cast<std::size_t>(value >> 32));
 }
 
+// Every value of the exchange opens with this mark, "PTL" and its format's digit, so
+// that ranks running builds that lay the values out differently stop with a message naming the
+// rank of the other build instead of misreading its value. Values of builds before the mark
+// open with a length or a count, far below it.
+constexpr std::uint32_t kLayoutFormat = 1;
+constexpr std::uint32_t kLayoutMark = 0x004c5450u | ('0' + kLayoutFormat) << 24;
+
+void put_mark(std::vector<std::uint8_t>& out) { put32(out, kLayoutMark); }
+
 // A rank's site as its own value and a group's value hold it: the host, the CPUs, the room
 // for shared memory.
 void put_site(std::vector<std::uint8_t>& out, const RankSite& site) {
@@ -170,6 +179,18 @@ class Reader {
     return out;
   }
   bool done() const { return at_ == bytes_.size(); }
+  // Reads the mark a value opens with; `who` (the rank that published it) runs another build
+  // where it is not this build's.
+  void mark(const std::string& who) {
+    const std::uint32_t mark = bytes_.size() >= 4 ? u32() : 0;
+    if (mark == kLayoutMark) return;
+    const bool marked = (mark & 0x00ffffffu) == (kLayoutMark & 0x00ffffffu);
+    throw CommError("host layout: " + who + " runs another build of partrain (" +
+                    (marked ? "layout format " + std::to_string(static_cast<int>(mark >> 24) - '0')
+                            : std::string("a layout without a format mark")) +
+                    ", this build's " + std::to_string(kLayoutFormat) +
+                    "): run the same build on every rank");
+  }
 
  private:
   void need(std::size_t bytes) const {
@@ -185,6 +206,7 @@ class Reader {
 
 std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
   std::vector<std::uint8_t> out;
+  put_mark(out);
   put_identities(out, layout.identities);
   for (std::size_t h = 0; h < layout.identities.size(); ++h) {
     put32(out, h < layout.host_cpus.size() ? static_cast<std::size_t>(layout.host_cpus[h]) : 0);
@@ -201,6 +223,7 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
 
 HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks) {
   Reader in(bytes, "the published layout");
+  in.mark("rank 0");
   std::vector<std::string> hosts(in.u32());
   for (auto& identity : hosts) identity = in.text();
   std::vector<std::uint32_t> cpus(hosts.size());
@@ -289,9 +312,10 @@ RankSite read_site(Reader& in) {
 }
 
 // Appends the sites of a group's value, which must hold `count` ranks, to `out`.
-void decode_group(const std::vector<std::uint8_t>& bytes, std::size_t count,
+void decode_group(const std::vector<std::uint8_t>& bytes, int leader, std::size_t count,
                   std::vector<RankSite>& out) {
   Reader in(bytes, "a group's value");
+  in.mark("rank " + std::to_string(leader));
   PARTRAIN_CHECK(in.u32() == count, CommError, "host layout: a group's value holds another ",
                  "number of ranks than ", count);
   for (std::size_t i = 0; i < count; ++i) out.push_back(read_site(in));
@@ -308,8 +332,10 @@ std::vector<RankSite> gather_group(Store& store, const std::string& prefix, int 
   sites.reserve(static_cast<std::size_t>(last - first));
   sites.push_back(mine);
   if (keys.empty()) return sites;
-  for (const auto& theirs : get_all(store, prefix, keys, first + 1, last, "")) {
-    Reader in(theirs, "a rank's value");
+  const auto values = get_all(store, prefix, keys, first + 1, last, "");
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    Reader in(values[i], "a rank's value");
+    in.mark("rank " + std::to_string(first + 1 + static_cast<int>(i)));
     sites.push_back(read_site(in));
     PARTRAIN_CHECK(in.done(), CommError, "host layout: a rank's value runs on");
   }
@@ -333,6 +359,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
   const RankSite mine{host_identity(), cpu_affinity(), shm_room()};
   if (size == 1) return group_by_host(std::vector<RankSite>{mine});
   std::vector<std::uint8_t> own;
+  put_mark(own);
   put_site(own, mine);
   store.set(host_key(prefix, rank), own);
   const std::string layout_key = prefix + "layout";
@@ -341,6 +368,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
         gather_group(store, prefix, rank, std::min(size, rank + fan_in), mine);
     if (rank != 0) {
       std::vector<std::uint8_t> value;
+      put_mark(value);
       put32(value, sites.size());
       for (const RankSite& p : sites) put_site(value, p);
       store.set(group_key(prefix, rank), value);
@@ -357,7 +385,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
         const auto groups = get_all(store, prefix, keys, 0, size, leaders);
         for (std::size_t g = 0; g < groups.size(); ++g) {
           const int leader = static_cast<int>(g + 1) * fan_in;
-          decode_group(groups[g],
+          decode_group(groups[g], leader,
                        static_cast<std::size_t>(std::min(size, leader + fan_in) - leader), sites);
         }
       }

@@ -9,6 +9,7 @@
 #endif
 
 #if defined(__linux__)
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -68,24 +69,48 @@ class RegionName {
   bool owned_ = false;
 };
 
+#if defined(__linux__)
+// A region of `bytes` that does not fit where the system keeps shared memory.
+CommError does_not_fit(std::size_t bytes) {
+  return CommError("shm: the shared region of " + std::to_string((bytes + (1 << 20) - 1) >> 20) +
+                   " MiB does not fit in /dev/shm: give /dev/shm more room (docker run "
+                   "--shm-size) or set comm.backend to asio-ring");
+}
+
+// Takes the region's pages from /dev/shm on rank 0, before any rank maps them, so that a region
+// that does not fit fails here with a message on every kernel, not as a SIGBUS in the middle of
+// a collective (populate(), below, finds it too, but only from Linux 5.14). A file system that
+// cannot reserve (EOPNOTSUPP) leaves it to populate(). The call may be cut short by a signal;
+// it is tried again a few times, then the signal's error stands.
+void reserve(int fd, std::size_t bytes) {
+  constexpr int kTries = 4;
+  int error = 0;
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return;
+    error = errno;
+    if (error != EINTR) break;
+  }
+  if (error == EOPNOTSUPP) return;
+  if (error == ENOSPC) throw does_not_fit(bytes);
+  throw CommError("shm: cannot reserve the shared region of " + std::to_string(bytes) +
+                  " bytes in /dev/shm (" + std::strerror(error) + ")");
+}
+#endif
+
 // Maps every page of the region into this process now, so that no collective pays for a page
 // fault: broadcasts of 16 KiB at W=2 going round the stream for the first time took 9.2-9.8 us
 // (median of 200), 2.6-2.9 with the pages mapped beforehand (BENCHMARKS.md, "The broadcast as
-// a stream"). The content stays as it is (rank 0 lays it out before the others map it). A
-// region that does not fit where the system keeps shared memory fails here, with a message,
-// rather than as a SIGBUS in the middle of a collective. Kernels before 5.14 and Windows map
-// the pages as they are first touched.
+// a stream"). The content stays as it is (rank 0 lays it out before the others map it). Where
+// reserve() could not take the pages beforehand, a region that does not fit fails here too.
+// Kernels before 5.14 and Windows map the pages as they are first touched.
 void populate(void* address, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
   if (::madvise(address, bytes, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) return;
   const int error = errno;
-  const std::string size = std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
   // EFAULT: a page would have raised SIGBUS, which is how a full tmpfs answers.
-  PARTRAIN_CHECK(error != EFAULT, CommError, "shm: the shared region of ", size,
-                 " does not fit in /dev/shm: give /dev/shm more room (docker run --shm-size) or "
-                 "set comm.backend to asio-ring");
-  throw CommError("shm: cannot map the shared region of " + size + " (" + std::strerror(error) +
-                  ")");
+  if (error == EFAULT) throw does_not_fit(bytes);
+  throw CommError("shm: cannot map the shared region of " + std::to_string(bytes) + " bytes (" +
+                  std::strerror(error) + ")");
 #else
   (void)address;
   (void)bytes;
@@ -125,6 +150,9 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
                                                           bip::read_write, owner_only);
         handles_->owned_name.own(name);
         handles_->memory->truncate(static_cast<bip::offset_t>(bytes));
+#if defined(__linux__)
+        reserve(handles_->memory->get_mapping_handle().handle, bytes);
+#endif
 #endif
       } else {
         const auto published = store.get(prefix + "region");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store_barrier.h"
 #include "comm_backends/store/tcp_store.h"
+#include "common/byte_codec.h"
 #include "common/cpu_list.h"
 #include "common/errors.h"
 #include "tests/support/rank_threads.h"
@@ -99,6 +101,81 @@ TEST(Rendezvous, TheLayoutGatheredInGroupsIsTheSame) {
   });
   TcpStore store("127.0.0.1", 0, options(true));
   EXPECT_THROW(exchange_host_layout(store, kHostLayoutPrefix, 0, kWorld, 1), UsageError);
+}
+
+// A value laid out as builds before the format mark laid a rank's site: the host, the CPUs,
+// the room for shared memory, with nothing before them.
+std::vector<std::uint8_t> unmarked_site(const std::string& host) {
+  std::vector<std::uint8_t> out(4 + host.size() + 4 + 1 + 8);
+  put_le<std::uint32_t>(out.data(), static_cast<std::uint32_t>(host.size()));
+  std::copy(host.begin(), host.end(), out.begin() + 4);
+  std::uint8_t* after = out.data() + 4 + host.size();
+  put_le<std::uint32_t>(after, 1);
+  after[4] = '0';  // CPU 0
+  put_le<std::uint64_t>(after + 5, kShmRoomUnknown);
+  return out;
+}
+
+// A rank of another build is named by the rank that reads its value (a member by its leader, a
+// leader by rank 0, rank 0 by the others), rather than its value misread.
+TEST(Rendezvous, ARankOfAnotherBuildIsNamed) {
+  const auto expect_named = [](const std::function<void()>& exchange, const std::string& who) {
+    try {
+      exchange();
+      FAIL() << "a layout with " << who << " of another build";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("host layout: " + who +
+                                           " runs another build of partrain (a layout without a "
+                                           "format mark, this build's 1)"),
+                std::string::npos)
+          << e.what();
+    }
+  };
+  {  // rank 1 of 2, older, set its value: rank 0 names it
+    TcpStore store("127.0.0.1", 0, options(true));
+    store.set(std::string(kHostLayoutPrefix) + "1", unmarked_site(host_identity()));
+    expect_named([&] { exchange_host_layout(store, kHostLayoutPrefix, 0, 2); }, "rank 1");
+  }
+  {  // rank 2 of 4 leads the second group of two: rank 0 names it by the group's value
+    TcpStore store("127.0.0.1", 0, options(true));
+    std::vector<std::uint8_t> group = {2, 0, 0, 0};
+    for (int r = 0; r < 2; ++r) {
+      const auto site = unmarked_site(host_identity());
+      group.insert(group.end(), site.begin(), site.end());
+    }
+    store.set(std::string(kHostLayoutPrefix) + "group/2", group);
+    TcpStore rank1("127.0.0.1", store.port(), options(false, milliseconds(300)));
+    testing::run_ranks(2, [&](int rank) {
+      if (rank == 0) {
+        expect_named([&] { exchange_host_layout(store, kHostLayoutPrefix, 0, 4, 2); }, "rank 2");
+      } else {
+        try {  // rank 1, of this build, publishes its value, then waits for no layout
+          exchange_host_layout(rank1, kHostLayoutPrefix, 1, 4, 2);
+        } catch (const CommError&) {
+        }
+      }
+    });
+  }
+  {  // rank 0, older, published its layout: rank 1 names it
+    TcpStore store("127.0.0.1", 0, options(true));
+    std::vector<std::uint8_t> layout =
+        encode_host_layout(group_by_host(std::vector<std::string>{"a", "a"}));
+    layout.erase(layout.begin(), layout.begin() + 4);  // the format as it was before the mark
+    store.set(std::string(kHostLayoutPrefix) + "layout", layout);
+    expect_named([&] { exchange_host_layout(store, kHostLayoutPrefix, 1, 2); }, "rank 0");
+  }
+  std::vector<std::uint8_t> other =
+      encode_host_layout(group_by_host(std::vector<std::string>{"a"}));
+  other[3] = '7';  // a later format
+  try {
+    decode_host_layout(other, 1);
+    FAIL() << "a layout of format 7 was read";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 runs another build of partrain (layout format "
+                                         "7, this build's 1)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
