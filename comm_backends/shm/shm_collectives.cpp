@@ -41,9 +41,9 @@
 // A rank's own values never pass through its slot: a piece costs each rank one copy of what
 // the others reduce, the sum, and one copy of what the others reduced. The first form copied
 // the whole piece in, reduced in place across the slots and copied the whole piece out (at
-// W=2, 2.5 buffers written a rank, now 2); with that and pieces of a slot (2 MiB), not 256 KiB,
-// which keeps a piece and the slots it meets in a core's cache, W=2 took 1.5-1.7x as long
-// from 1 MiB (BENCHMARKS.md, "Allreduce through shared memory").
+// W=2, 2.5 buffers written a rank, now 2); with that and pieces of 2 MiB (a slot then), not
+// 256 KiB, which keeps a piece and the slots it meets in a core's cache, W=2 took 1.5-1.7x as
+// long from 1 MiB (BENCHMARKS.md, "Allreduce through shared memory").
 //
 // That form stays where the values change type on the way: data reduced in a wider type
 // (f16 and bf16 in f32), or a reduced-precision wire. There the ring sends wire words and
@@ -103,7 +103,7 @@ constexpr std::size_t kReduceBlockBytes = 16 << 10;
 // pieces of 8 KiB, 326-329 in 16, 318-335 in 32 and 328-332 in 64; 64 KiB 4.6-4.8, 4.7-4.8,
 // 4.9-5.1 and 6.3-6.5 (BENCHMARKS.md, "The broadcast as a stream").
 constexpr std::size_t kStreamPieceBytes = 8 << 10;
-static_assert(kShmSlotBytes % kStreamPieceBytes == 0, "the stream is a ring of whole pieces");
+static_assert(kShmStreamBytes % kStreamPieceBytes == 0, "the stream is a ring of whole pieces");
 // A sync's wait: rounds of spinning (none where ranks share cores), then of yielding, then it
 // sleeps (sync()).
 constexpr std::uint64_t kSpins = 2000, kYieldRounds = 2000;
@@ -240,7 +240,7 @@ struct ShmCollectives::Call {
 };
 
 std::size_t shm_region_bytes(int world) {
-  return control_bytes(world) + 2 * half_bytes(world) + kShmSlotBytes;
+  return control_bytes(world) + 2 * half_bytes(world) + kShmStreamBytes;
 }
 
 std::optional<std::string> shm_region_misfit(int world, std::uint64_t room) {
@@ -674,7 +674,7 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root) {
 }
 
 // Note [The broadcast as a stream]
-// The region ends in a stream area of a slot's size, a ring of kStreamPieceBytes pieces. The
+// The region ends in a stream area (kShmStreamBytes), a ring of kStreamPieceBytes pieces. The
 // root copies its data into the ring a piece at a time and after each publishes how many
 // pieces it has written (RankState::published, counted over all broadcasts); every other rank
 // copies each piece out as soon as it is published, as many at a time as are there, and
@@ -736,7 +736,7 @@ void ShmCollectives::broadcast(void* data, std::size_t bytes, int root,
   RankState& me = state_of(region_, rank_);
   RankState& source = state_of(region_, root);
   const std::size_t pieces = (bytes + kStreamPieceBytes - 1) / kStreamPieceBytes;
-  const std::size_t ring = kShmSlotBytes / kStreamPieceBytes;
+  const std::size_t ring = kShmStreamBytes / kStreamPieceBytes;
   const std::uint64_t base = streamed_;
   const std::size_t start = pieces == 1 ? 0 : stream_next_;
   streamed_ += pieces;

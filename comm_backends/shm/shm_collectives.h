@@ -15,11 +15,20 @@
 namespace partrain::comm {
 
 // Bytes of one rank's slot in each of the region's two halves: collectives larger than a
-// slot run in pieces of at most this much.
-inline constexpr std::size_t kShmSlotBytes = std::size_t{2} << 20;
+// slot run in pieces of at most this much. The pieces of an allreduce or reduce-scatter of data
+// in its own type, and of the allgather, were 256 KiB already; those through a wider type or a
+// narrow wire took a whole slot of 2 MiB, and in pieces of 256 KiB took 0.78-1.07x as long (W=2
+// and 4, 64 KiB to 64 MiB; reduce-scatter of bf16 at W=2, 1 MiB: 270-277 us against 344-388;
+// the bf16 wire at W=2, 1 MiB: 293-308 against 273-289), while the region for 16 ranks shrank
+// from 68 MiB, more than a container's /dev/shm holds by default, to 10 (BENCHMARKS.md, "Slots
+// of 256 KiB").
+inline constexpr std::size_t kShmSlotBytes = std::size_t{256} << 10;
+// Bytes of the broadcast's stream (Note [The broadcast as a stream] in shm_collectives.cpp),
+// at the region's end: a ring of 256 pieces of 8 KiB, whatever the world.
+inline constexpr std::size_t kShmStreamBytes = std::size_t{2} << 20;
 
 // The size of the region for `world` ranks (control blocks, then two halves of `world`
-// slots and one wire-word area each, then the broadcast's stream of a slot's size).
+// slots and one wire-word area each, then the broadcast's stream).
 std::size_t shm_region_bytes(int world);
 // Why the region for `world` ranks does not fit where a host has `room` bytes free for shared
 // memory (HostLayout::host_shm_room; kShmRoomUnknown fits anything), or nothing: what keeps

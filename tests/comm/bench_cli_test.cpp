@@ -202,7 +202,7 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
   }
 }
 
-// With /dev/shm too small for the shared region (4 MiB, in a mount namespace of the test's own),
+// With /dev/shm too small for the shared region (1 MiB, in a mount namespace of the test's own),
 // `auto` takes asio-ring and says why not shm; shm named anyway stops the run at setup with a
 // line that says so and what to do, not with a SIGBUS in the middle of a collective, on any
 // kernel (rank 0 reserves the region's pages; Linux 5.14 and later also map them all).
@@ -212,7 +212,7 @@ TEST(BenchCommand, ShmRegionThatDoesNotFitInDevShmIsNamedAtSetup) {
   if (::geteuid() != 0) GTEST_SKIP() << "a mount namespace needs root";
   std::string output;
   const int code = run(
-      "unshare -m sh -c 'mount -t tmpfs -o size=4m partrain-test-shm /dev/shm "
+      "unshare -m sh -c 'mount -t tmpfs -o size=1m partrain-test-shm /dev/shm "
       "|| { echo cannot-mount; exit 77; }; " +
           exe + " version && exec " + exe + " bench allreduce --backend shm --world 2 --sizes 4K'",
       output);
@@ -220,12 +220,12 @@ TEST(BenchCommand, ShmRegionThatDoesNotFitInDevShmIsNamedAtSetup) {
     GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace here: " << output;
   }
   EXPECT_NE(output.find("auto: asio-ring"), std::string::npos) << output;
-  EXPECT_NE(output.find("shm: compiled in, not usable here: the shared region of 13 MiB for 2 "
-                        "ranks does not fit in /dev/shm (4 MiB free"),
+  EXPECT_NE(output.find("shm: compiled in, not usable here: the shared region of 4 MiB for 2 "
+                        "ranks does not fit in /dev/shm (1 MiB free"),
             std::string::npos)
       << output;
   EXPECT_NE(code, 0) << output;
-  EXPECT_NE(output.find("shm: the shared region of 13 MiB does not fit in /dev/shm"),
+  EXPECT_NE(output.find("shm: the shared region of 4 MiB does not fit in /dev/shm"),
             std::string::npos)
       << output;
   EXPECT_NE(output.find("--shm-size"), std::string::npos) << output;

@@ -389,6 +389,9 @@ TEST(Communicator, AutoLeavesSharedMemoryWhereTheRegionDoesNotFit) {
                                            {"a", "", fits},     {"b", "", short_of},
                                            {"b", "", short_of}, {"b", "", short_of}};
   EXPECT_EQ(chosen(two_hosts), "asio-ring");
+  // A container's /dev/shm of 64 MiB (Docker's default) holds the region of 64 ranks.
+  const std::uint64_t container = std::uint64_t{64} << 20;
+  EXPECT_EQ(chosen(std::vector<RankSite>(64, RankSite{"a", "", container})), "shm");
   auto roomy = two_hosts;
   for (auto& site : roomy) site.shm_room = fits;
   EXPECT_EQ(chosen(roomy), "hierarchical");

@@ -136,7 +136,7 @@ std::vector<Case> cases() {
   }
   list.push_back({DType::f32, ReduceOp::sum, DType::bf16, 4099});
   list.push_back({DType::f32, ReduceOp::avg, DType::f16, 4099});
-  // Several pieces of the shared-memory slots (2 MiB each) and several ring chunks.
+  // Several pieces of the shared-memory slots (256 KiB each) and several ring chunks.
   list.push_back({DType::f32, ReduceOp::sum, DType::f32, 700001});
   return list;
 }

@@ -255,7 +255,7 @@ TEST(Shm, ReduceScatterOfEveryElementSizeHasTheRingsBitsAcrossPieces) {
 // then copies a rank's own block in one go instead of with each piece.
 TEST(Shm, LargeBroadcastAndAllgather) {
   for (const int world : {2, 3}) {
-    const std::size_t bytes = kShmSlotBytes * 2 + 77;
+    const std::size_t bytes = kShmStreamBytes * 2 + 77;  // twice round the stream
     testing::ScratchDir dir;
     testing::run_ranks(world, [&](int rank) {
       CommOptions options;
@@ -419,7 +419,7 @@ TEST(Shm, RanksThatDisagreeOnSharingCoresAreRefused) {
 TEST(Shm, RanksOnOneCpuThatYieldAtOnceAgree) {
   const int world = 3;
   RanksInThisProcess ranks(world, [](int, ShmOptions& options) { options.shared_cores = true; });
-  const std::size_t count = kShmSlotBytes / 4 + 1001;  // several pieces of every collective
+  const std::size_t count = 3 * kShmSlotBytes / 4 + 1001;  // several pieces of every collective
 #if defined(__linux__)
   const int cpu = sched_getcpu();
 #else
@@ -477,9 +477,9 @@ TEST(Shm, StreamedBroadcastsWaitForEveryRankToEnter) {
   const int world = 3;
   RanksInThisProcess ranks(world,
                            [](int, ShmOptions& options) { options.timeout = milliseconds(5000); });
-  const std::size_t small = 100 * 1000 + 3, large = kShmSlotBytes + kShmSlotBytes / 2 + 5;
+  const std::size_t small = 100 * 1000 + 3, large = kShmStreamBytes + kShmStreamBytes / 2 + 5;
   const int roots[] = {0, 1, 0, 0, 1};
-  const std::size_t sizes[] = {small, small, large, kShmSlotBytes - small, 5000};
+  const std::size_t sizes[] = {small, small, large, kShmStreamBytes - small, 5000};
   const milliseconds late[] = {milliseconds(200), milliseconds(0), milliseconds(200),
                                milliseconds(1), milliseconds(0)};
   // Not periodic in the ring's length, so that a piece written over another shows.
