@@ -178,6 +178,14 @@ class Reader {
     at_ += length;
     return out;
   }
+  // A count of items of at least `least_bytes` each that follow: refused when they could not
+  // fit in what is left, before anything is made for them.
+  std::uint32_t count(std::size_t least_bytes) {
+    const std::uint32_t n = u32();
+    PARTRAIN_CHECK(n <= (bytes_.size() - at_) / least_bytes, CommError, "host layout: ", what_,
+                   " counts ", n, " items in ", bytes_.size() - at_, " bytes");
+    return n;
+  }
   bool done() const { return at_ == bytes_.size(); }
   // Reads the mark a value opens with; `who` (the rank that published it) runs another build
   // where it is not this build's.
@@ -224,7 +232,7 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
 HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks) {
   Reader in(bytes, "the published layout");
   in.mark("rank 0");
-  std::vector<std::string> hosts(in.u32());
+  std::vector<std::string> hosts(in.count(4 + 4 + 8));  // a length, and CPUs and room below
   for (auto& identity : hosts) identity = in.text();
   std::vector<std::uint32_t> cpus(hosts.size());
   std::vector<std::uint64_t> rooms(hosts.size());
@@ -235,7 +243,7 @@ HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks)
   // The runs as they are (nothing a rank): every rank of a large job decodes this at once.
   // Hosts are renumbered in the order of their lowest rank, as group_by_host() numbers them,
   // whatever order the value lists them in.
-  const std::uint32_t runs = in.u32();
+  const std::uint32_t runs = in.count(4 + 4);  // a host and a length each
   HostLayout layout;
   std::vector<int> renumbered(hosts.size(), -1);
   for (std::uint32_t i = 0; i < runs; ++i) {

@@ -1,4 +1,5 @@
-// defines: the fuzz targets' bodies (fuzz_config, fuzz_idx, fuzz_cifar, fuzz_ring, fuzz_store),
+// defines: the fuzz targets' bodies (fuzz_config, fuzz_idx, fuzz_cifar, fuzz_ring, fuzz_store,
+// fuzz_layout),
 // kFuzzTargets, and InvariantBroken.
 //
 // Each body feeds one input to a parser of untrusted bytes. The contract it checks: the input
@@ -31,6 +32,8 @@ void fuzz_cifar(const std::uint8_t* data, std::size_t size);
 void fuzz_ring(const std::uint8_t* data, std::size_t size);
 // Bytes arriving on a tcp store port: hello, token, then requests served on a table.
 void fuzz_store(const std::uint8_t* data, std::size_t size);
+// u8 world - 1 | the host layout's value as rank 0 publishes it -> decode_host_layout.
+void fuzz_layout(const std::uint8_t* data, std::size_t size);
 
 struct FuzzTarget {
   const char* name;
@@ -38,7 +41,7 @@ struct FuzzTarget {
 };
 inline constexpr FuzzTarget kFuzzTargets[] = {
     {"config", fuzz_config}, {"idx", fuzz_idx},     {"cifar", fuzz_cifar},
-    {"ring", fuzz_ring},     {"store", fuzz_store},
+    {"ring", fuzz_ring},     {"store", fuzz_store}, {"layout", fuzz_layout},
 };
 
 }  // namespace partrain::fuzz

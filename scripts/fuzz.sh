@@ -8,13 +8,13 @@
 # in the normal build) and makes the script exit 1.
 #
 # Environment: JOBS (build parallelism, default 1), PARTRAIN_FUZZ_BUILD (build folder),
-# TARGETS (default "config idx cifar ring store").
+# TARGETS (default "config idx cifar ring store layout").
 set -euo pipefail
 
 seconds=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PARTRAIN_FUZZ_BUILD:-$root/build-fuzz}
-targets=${TARGETS:-config idx cifar ring store}
+targets=${TARGETS:-config idx cifar ring store layout}
 jobs=${JOBS:-1}
 cc=${CC:-clang}
 cxx=${CXX:-clang++}
@@ -33,7 +33,7 @@ cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' $targets)
 seeds=$build/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds"
-for t in config idx cifar ring store; do mkdir -p "$seeds/$t"; done
+for t in config idx cifar ring store layout; do mkdir -p "$seeds/$t"; done
 cp "$root"/configs/*.yaml "$seeds/config/"
 python3 - "$seeds" <<'PY'
 import gzip, struct, sys
@@ -69,6 +69,16 @@ store = b"PTSTORE1" + struct.pack("<II", 1, len(token)) + token
 store += request(1, b"k", b"value") + request(2, b"k") + request(3, b"n", struct.pack("<q", 5))
 store += request(3, b"n", struct.pack("<q", -2)) + request(2, b"absent")
 put("store", "conversation", store)
+
+# Layout: u8 world - 1 | "PTL1" | hosts (length, identity) | per host CPUs (u32), room (u64)
+# | runs (host, count): hosts a and b, ranks 0-1 on a, 2 on b, 3 on a
+def text(t):
+    return struct.pack("<I", len(t)) + t
+layout = b"PTL1" + struct.pack("<I", 2) + text(b"a boot 1") + text(b"b boot 1")
+layout += struct.pack("<IQ", 2, 1 << 26) + struct.pack("<IQ", 0, (1 << 64) - 1)
+layout += struct.pack("<I", 3) + struct.pack("<II", 0, 2) + struct.pack("<II", 1, 1)
+layout += struct.pack("<II", 0, 1)
+put("layout", "two-hosts", bytes([3]) + layout)
 PY
 
 # ---- run ------------------------------------------------------------------------------------
