@@ -88,7 +88,7 @@ using Clock = std::chrono::steady_clock;
 
 // Which ranks write which parts of the slots is part of the format: ranks of two builds that
 // split the work differently must not meet in one region.
-constexpr std::uint64_t kRegionMagic = 0x374d485354524150ull;  // "PARTSHM7"
+constexpr std::uint64_t kRegionMagic = 0x384d485354524150ull;  // "PARTSHM8"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).
 constexpr std::size_t kHeaderBytes = 128;
@@ -275,7 +275,9 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions opt
   }
   PARTRAIN_CHECK(
       header->magic == kRegionMagic && header->world == static_cast<std::uint32_t>(world),
-      CommError, "shm: the shared region is not one of this run's (", world, " ranks expected)");
+      CommError, "shm: the shared region is not one of this run's (", world,
+      " ranks expected), or another build of partrain laid it out: run the same build on every "
+      "rank");
   PARTRAIN_CHECK(header->shared_cores == (shared_cores_ ? 1u : 0u), CommError, "shm: rank ",
                  name_of(rank), (shared_cores_ ? " shares" : " does not share"),
                  " cores with the other ranks of its host, and rank ", name_of(0),

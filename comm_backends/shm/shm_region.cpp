@@ -162,6 +162,15 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
             "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
         handles_->memory =
             std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
+#if !defined(_WIN32)
+        // Before mapping: a rank of another build lays the region out otherwise, and mapping
+        // more than rank 0 made would fault past its end.
+        bip::offset_t made = 0;
+        PARTRAIN_CHECK(
+            !handles_->memory->get_size(made) || made == static_cast<bip::offset_t>(bytes),
+            CommError, "shm: rank 0 made a shared region of ", made, " bytes, and this rank's ",
+            "build lays out ", bytes, ": run the same build on every rank");
+#endif
       }
       handles_->region =
           std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);

@@ -72,6 +72,16 @@ std::vector<std::uint8_t> random_input(DType dtype, std::size_t count, int rank)
   return bytes;
 }
 
+// One rank's store over the file store in `dir`.
+std::unique_ptr<Store> rank_store(const testing::ScratchDir& dir, int rank, int world,
+                                  milliseconds timeout = StoreOptions{}.timeout) {
+  StoreOptions so;
+  so.rank = rank;
+  so.world_size = world;
+  so.timeout = timeout;
+  return open_store(dir.url(), so);
+}
+
 // One rank's store and communicator over the file store in `dir`.
 struct RankComm {
   std::unique_ptr<Store> store;
@@ -79,12 +89,8 @@ struct RankComm {
 };
 RankComm connect(const testing::ScratchDir& dir, int rank, int world, const CommOptions& options,
                  milliseconds store_timeout = StoreOptions{}.timeout) {
-  StoreOptions so;
-  so.rank = rank;
-  so.world_size = world;
-  so.timeout = store_timeout;
   RankComm r;
-  r.store = open_store(dir.url(), so);
+  r.store = rank_store(dir, rank, world, store_timeout);
   r.comm = make_communicator(options, *r.store, rank, world);
   return r;
 }
@@ -327,11 +333,7 @@ TEST(Shm, RankZeroThatCannotMakeTheRegionStopsTheOthersAtOnce) {
   std::vector<std::string> errors(world);
   std::vector<milliseconds> took(world);
   testing::run_ranks(world, [&](int rank) {
-    StoreOptions so;
-    so.rank = rank;
-    so.world_size = world;
-    so.timeout = milliseconds(20000);
-    auto store = open_store(dir.url(), so);
+    auto store = rank_store(dir, rank, world, milliseconds(20000));
     const auto start = std::chrono::steady_clock::now();
     try {
       ShmRegion region(*store, "test/", "token", rank, world, 1 << 20, milliseconds(20000),
@@ -349,6 +351,28 @@ TEST(Shm, RankZeroThatCannotMakeTheRegionStopsTheOthersAtOnce) {
               "shm: rank 0 could not make the shared region: no room made up for the test");
     EXPECT_LT(took[r], milliseconds(10000)) << "rank " << r;
   }
+}
+
+// A rank whose build lays the region out at another size than rank 0's made it stops before it
+// maps it (mapping more would fault past the end), saying why.
+TEST(Shm, ARankOfABuildThatSizesTheRegionOtherwiseIsRefused) {
+  const int world = 2;
+  testing::ScratchDir dir;
+  std::vector<std::string> errors(world);
+  testing::run_ranks(world, [&](int rank) {
+    auto store = rank_store(dir, rank, world, milliseconds(20000));
+    const std::size_t bytes = std::size_t{1} << (rank == 0 ? 20 : 21);
+    try {  // rank 0 waits for rank 1 to attach, which it never does
+      ShmRegion region(*store, "test/", "token", rank, world, bytes, milliseconds(1000),
+                       [](void*) {});
+    } catch (const CommError& e) {
+      errors[rank] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[1],
+            "shm: rank 0 made a shared region of 1048576 bytes, and this rank's build lays out "
+            "2097152: run the same build on every rank");
+  EXPECT_FALSE(errors[0].empty());
 }
 
 TEST(Shm, AutoPicksShmWhenEveryRankSharesTheHost) {
