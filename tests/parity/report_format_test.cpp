@@ -14,6 +14,7 @@
 #include "common/errors.h"
 #include "tests/parity/synthetic_reports.h"
 #include "tests/support/usage_error.h"
+#include "trainer/report/metrics_log.h"
 #include "trainer/report/report_reader.h"
 #include "trainer/report/report_writer.h"
 
@@ -347,6 +348,20 @@ TEST(ReportFormat, EpochRecordsFromBeforeTheLaterFieldsReadThemAsZero) {
 
   old.erase("steps");
   EXPECT_EQ(usage_error_of([&] { epoch_from_json(old); }), "epoch record: steps: missing");
+}
+
+// A resumed run keeps metrics.jsonl's lines up to where it resumes; lines that are not its own
+// (a "type" that is not text, half a line from a killed run) are dropped, not fatal.
+TEST(ReportFormat, AResumedMetricsLogDropsLinesThatAreNotItsOwn) {
+  ScratchDir dir;
+  std::ofstream(dir / "metrics.jsonl")
+      << "{\"type\":\"step\",\"epoch\":1,\"step\":2,\"loss\":1.5}\n"
+      << "{\"type\":5,\"epoch\":1,\"step\":3}\n"
+      << "{\"type\":\"step\",\"epoch\":1,\"step\":9,\"loss\":1.0}\n"
+      << "{\"type\":\"step\",\"epo";
+  { MetricsLog resumed(dir.string(), {}, 4); }
+  EXPECT_EQ(read_text(dir / "metrics.jsonl"),
+            "{\"type\":\"step\",\"epoch\":1,\"step\":2,\"loss\":1.5}\n");
 }
 
 }  // namespace

@@ -122,7 +122,7 @@ CheckpointMeta full_meta() {
 
 TEST(CheckpointMeta, EveryFieldReadsBackAsWritten) {
   const CheckpointMeta in = full_meta();
-  const CheckpointMeta out = meta_from_text(meta_to_text(in));
+  const CheckpointMeta out = meta_from_text(meta_to_text(in), "c.pt");
   EXPECT_EQ(out.epoch, 2);
   EXPECT_EQ(out.step, 938);
   EXPECT_EQ(out.world_size, 4);
@@ -146,7 +146,7 @@ TEST(CheckpointMeta, WithoutALossScalerNoneComesBack) {
   in.loss_scaler.reset();
   const std::string text = meta_to_text(in);
   EXPECT_FALSE(Json::parse(text).contains("loss_scale"));
-  EXPECT_FALSE(meta_from_text(text).loss_scaler.has_value());
+  EXPECT_FALSE(meta_from_text(text, "c.pt").loss_scaler.has_value());
 }
 
 TEST(CheckpointMeta, TheMetaOfTheFirstVersionStillReads) {
@@ -157,7 +157,7 @@ TEST(CheckpointMeta, TheMetaOfTheFirstVersionStillReads) {
       "epochs": [{"epoch": 1, "seconds": 3.5, "train_seconds": 3.0, "train_images_per_s": 20000.0,
                   "images": 60000, "steps": 469, "train_loss": 0.25, "test_loss": 0.125,
                   "test_accuracy": 0.96}]})";
-  const CheckpointMeta meta = meta_from_text(first_version);
+  const CheckpointMeta meta = meta_from_text(first_version, "c.pt");
   EXPECT_EQ(meta.epoch, 1);
   EXPECT_EQ(meta.step, 469);
   EXPECT_EQ(meta.world_size, 2);
@@ -170,11 +170,22 @@ TEST(CheckpointMeta, TheMetaOfTheFirstVersionStillReads) {
   EXPECT_EQ(meta.epochs[0].skipped_steps, 0);
 }
 
+// A meta that is not JSON, lacks a field or holds one of another type is a usage error naming
+// the checkpoint, not nlohmann's exception (which would end a resume as an internal error).
 TEST(CheckpointMeta, AMissingFieldIsAnError) {
   Json json = Json::parse(meta_to_text(full_meta()));
   json.erase("world_size");
-  EXPECT_THROW(meta_from_text(json.dump()), nlohmann::json::exception);
-  EXPECT_THROW(meta_from_text("not json"), nlohmann::json::exception);
+  Json typed = Json::parse(meta_to_text(full_meta()));
+  typed["optimizer"] = 3;
+  for (const std::string& text : {json.dump(), std::string("not json"), typed.dump()}) {
+    try {
+      meta_from_text(text, "c.pt");
+      FAIL() << text;
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("checkpoint c.pt: its meta is not valid: ", 0), 0u)
+          << e.what();
+    }
+  }
 }
 
 TEST(CheckpointMeta, TheMidEpochPositionReadsBackAsWritten) {
@@ -186,7 +197,7 @@ TEST(CheckpointMeta, TheMidEpochPositionReadsBackAsWritten) {
   in.mid_epoch.skipped_steps = 4;
   const std::string text = meta_to_text(in);
   EXPECT_EQ(Json::parse(text).at("micro_step_in_epoch"), 17);
-  const CheckpointMeta out = meta_from_text(text);
+  const CheckpointMeta out = meta_from_text(text, "c.pt");
   EXPECT_EQ(out.mid_epoch.micro_step, 17);
   EXPECT_EQ(out.mid_epoch.loss_sums, in.mid_epoch.loss_sums);
   EXPECT_EQ(out.mid_epoch.images, in.mid_epoch.images);
@@ -203,7 +214,7 @@ TEST(CheckpointMeta, TheGlobalBatchReadsBackAsWritten) {
   in.shares = {12, 12, 12, 12};
   const std::string text = meta_to_text(in);
   EXPECT_EQ(Json::parse(text).at("global_batch_size"), 96);
-  const CheckpointMeta out = meta_from_text(text);
+  const CheckpointMeta out = meta_from_text(text, "c.pt");
   EXPECT_EQ(out.global_batch_size, 96);
   EXPECT_EQ(out.accumulate_steps, 2);
   EXPECT_EQ(out.shares_rule, "even");
@@ -212,14 +223,14 @@ TEST(CheckpointMeta, TheGlobalBatchReadsBackAsWritten) {
   const std::string per_rank = meta_to_text(full_meta());
   EXPECT_FALSE(Json::parse(per_rank).contains("global_batch_size"));
   EXPECT_FALSE(Json::parse(per_rank).contains("shares"));
-  EXPECT_EQ(meta_from_text(per_rank).global_batch_size, 0);
-  EXPECT_TRUE(meta_from_text(per_rank).shares.empty());
+  EXPECT_EQ(meta_from_text(per_rank, "c.pt").global_batch_size, 0);
+  EXPECT_TRUE(meta_from_text(per_rank, "c.pt").shares.empty());
 }
 
 TEST(CheckpointMeta, AtAnEpochsEndNoMidEpochKeysAreWritten) {
   const std::string text = meta_to_text(full_meta());
   EXPECT_FALSE(Json::parse(text).contains("micro_step_in_epoch"));
-  EXPECT_FALSE(meta_from_text(text).mid_epoch.any());
+  EXPECT_FALSE(meta_from_text(text, "c.pt").mid_epoch.any());
 }
 
 TEST(CheckpointNames, SortInTheOrderTheyWereTaken) {

@@ -132,6 +132,44 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << read_text(grads / "python.txt");
   EXPECT_NE(read_text(grads / "python.txt").find("consistent 10 10"), std::string::npos)
       << read_text(grads / "python.txt");
+
+  // The checkpoint re-saved from Python with an entry of another type (a shard count that is
+  // not one, a meta that is a number, a model entry that is not a tensor): resuming from it and
+  // exporting it stop with one line naming the file and what is wrong (exit 2), not an internal
+  // error, and a negative shard count does not resume without the optimizer's state.
+  const fs::path damage = grads / "damage.py";
+  std::ofstream(damage) << "import sys, torch\n"
+                           "c = torch.load(sys.argv[1])\n"
+                           "what = sys.argv[3]\n"
+                           "if what == 'shards': c['optimizer']['shards'] = -2\n"
+                           "if what == 'meta': c['meta'] = 7\n"
+                           "if what == 'model': c['model']['fc.weight'] = 'weights'\n"
+                           "torch.save(c, sys.argv[2])\n";
+  const std::vector<std::pair<std::string, std::string>> damages = {
+      {"shards", ": its optimizer state names -2 shards, not a count of 1 or more"},
+      {"meta", " is not a partrain.checkpoint/1 checkpoint"},
+      {"model", " cannot be loaded: "}};
+  for (const auto& [what, says] : damages) {
+    const fs::path bad = ckpt / ("bad-" + what + ".pt");
+    for (int s = 0; s < 2; ++s) {  // the shards beside it, as the file name finds them
+      fs::copy_file(ckpt / ("epoch-0002.pt.shard-0000" + std::to_string(s) + "-of-00002"),
+                    fs::path(bad.string() + ".shard-0000" + std::to_string(s) + "-of-00002"),
+                    fs::copy_options::overwrite_existing);
+    }
+    const std::string save = "/usr/bin/python3 " + damage.string() + " " +
+                             (ckpt / "epoch-0002.pt").string() + " " + bad.string() + " " + what;
+    ASSERT_EQ(std::system(save.c_str()), 0) << what;
+    for (const std::string& command :
+         {"export " + bad.string() + " --out " + (grads / "x.pt").string(),
+          shard_args(grads / "config.yaml", 2, "gradients") + " --set checkpoint.resume=" +
+              bad.string() + " --set output.dir=" + (grads / ("resumed-" + what)).string()}) {
+      r = partrain(command, grads);
+      EXPECT_EQ(r.code, 2) << command << ": " << r.output;
+      EXPECT_NE(r.output.find("checkpoint " + bad.string() + says), std::string::npos)
+          << command << ": " << r.output;
+      EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+    }
+  }
 }
 
 // A checkpoint of 2 sharded ranks, resumed by 3 ranks sharding the other way (one of them

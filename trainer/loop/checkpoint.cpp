@@ -43,6 +43,7 @@
 #include "trainer/model/train_model.h"
 #include "trainer/observe/test_injection.h"
 #include "trainer/optim/optimizer.h"
+#include "trainer/optim/optimizer_state.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/parallel/strategy_state.h"
 #include "trainer/parallel/tensor_buffer.h"
@@ -73,7 +74,8 @@ c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes, const
   auto top = loaded.toGenericDict();
   PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
                      top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-                     top.contains("meta") &&
+                     top.at("model").isGenericDict() && top.contains("meta") &&
+                     top.at("meta").isString() &&
                      (top.contains("optimizer") || top.contains("momentum")),
                  UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat, " checkpoint");
   return top;
@@ -379,19 +381,20 @@ TrainingPosition Checkpointer::resume(TrainModel& model, Strategy& strategy) {
   saved.checkpoint = unpickle_checkpoint(fetched.bytes, fetched.rank0_path, path);
   fetched.bytes = std::vector<char>();  // the tensors are unpickled: the bytes may go
   upgrade_older_formats(saved.checkpoint);
-  const CheckpointMeta meta = meta_from_text(saved.checkpoint.at("meta").toStringRef());
+  const CheckpointMeta meta = meta_from_text(saved.checkpoint.at("meta").toStringRef(), path);
   check_fits_this_run(meta, path);
   saved.written_by = meta.world_size;
-  const auto optimizer = saved.checkpoint.at("optimizer");
-  if (optimizer.isGenericDict() && optimizer.toGenericDict().contains("shards")) {
-    saved.shards = static_cast<int>(optimizer.toGenericDict().at("shards").toInt());
+  saved.shards = SavedOptimizerState::shards_of(saved.checkpoint.at("optimizer"), path);
+  if (saved.shards > 0) {
     saved.read_shard = [this, &fetched, &strategy, &saved](int shard) {
       return read_shard(fetched.rank0_path, shard, saved.shards, strategy.comm());
     };
   }
   torch::NoGradGuard no_grad;  // loading writes into parameters, outside any graph
-  load_model(model.module(), saved.checkpoint, meta, path);
-  strategy.load_state(saved);
+  reading_checkpoint(path, [&] {
+    load_model(model.module(), saved.checkpoint, meta, path);
+    strategy.load_state(saved);
+  });
   previous_epochs_ = meta.epochs;
   TrainingPosition position = position_of(meta, path);
   position.shares = resumed_shares(meta);

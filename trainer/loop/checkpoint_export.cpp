@@ -71,10 +71,8 @@ void write_safetensors(const std::string& path, const c10::impl::GenericDict& mo
   write_file_atomically(path, bytes);
 }
 
-}  // namespace
-
-ExportSummary export_checkpoint(const std::string& path, const std::string& out,
-                                const std::string& safetensors) {
+ExportSummary export_read(const std::string& path, const std::string& out,
+                          const std::string& safetensors) {
   ExportSummary summary;
   const c10::IValue loaded = load_pickle(read_file_bytes(path, kMaxCheckpointBytes), path);
   PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
@@ -83,7 +81,8 @@ ExportSummary export_checkpoint(const std::string& path, const std::string& out,
   PARTRAIN_CHECK(
       top.contains("format") && top.at("format").isString() &&
           top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-          top.contains("meta") && top.contains("optimizer"),
+          top.at("model").isGenericDict() && top.contains("meta") && top.at("meta").isString() &&
+          top.contains("optimizer"),
       UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat,
       " checkpoint (checkpoints of the first version hold no optimizer entry to export)");
   const auto model = top.at("model").toGenericDict();
@@ -94,8 +93,7 @@ ExportSummary export_checkpoint(const std::string& path, const std::string& out,
   PARTRAIN_CHECK(optimizer.isGenericDict() && optimizer.toGenericDict().contains("name"),
                  UsageError, "checkpoint ", path, ": its optimizer state is not readable");
   const auto entry = optimizer.toGenericDict();
-  int shards = 0;
-  if (entry.contains("shards")) shards = static_cast<int>(entry.at("shards").toInt());
+  const int shards = SavedOptimizerState::shards_of(optimizer, path);
   const std::string dir = fs::path(path).parent_path().string();
   const std::string file = fs::path(path).filename().string();
   const SavedOptimizerState saved(
@@ -141,6 +139,15 @@ ExportSummary export_checkpoint(const std::string& path, const std::string& out,
   }
   summary.bytes = write_pickle_atomically(out, consolidated);
   if (!safetensors.empty()) write_safetensors(safetensors, model);
+  return summary;
+}
+
+}  // namespace
+
+ExportSummary export_checkpoint(const std::string& path, const std::string& out,
+                                const std::string& safetensors) {
+  ExportSummary summary;
+  reading_checkpoint(path, [&] { summary = export_read(path, out, safetensors); });
   return summary;
 }
 

@@ -127,8 +127,9 @@ std::string meta_to_text(const CheckpointMeta& meta) {
   return json.dump();
 }
 
-CheckpointMeta meta_from_text(const std::string& text) {
-  const Json json = Json::parse(text);
+namespace {
+
+CheckpointMeta meta_from_json(const Json& json) {
   CheckpointMeta meta;
   meta.epoch = json.at("epoch").get<int>();
   meta.step = json.at("step").get<std::int64_t>();
@@ -160,6 +161,16 @@ CheckpointMeta meta_from_text(const std::string& text) {
     meta.mid_epoch.skipped_steps = json.at("skipped_steps").get<std::int64_t>();
   }
   return meta;
+}
+
+}  // namespace
+
+CheckpointMeta meta_from_text(const std::string& text, const std::string& path) {
+  try {
+    return meta_from_json(Json::parse(text));
+  } catch (const Json::exception& e) {
+    throw UsageError("checkpoint " + path + ": its meta is not valid: " + e.what());
+  }
 }
 
 std::string read_checkpoint_file(const std::string& path) {

@@ -98,8 +98,8 @@ struct CheckpointMeta {
 };
 
 std::string meta_to_text(const CheckpointMeta& meta);
-// Throws nlohmann's exceptions when the text is not JSON or lacks a field.
-CheckpointMeta meta_from_text(const std::string& text);
+// A UsageError naming `path` where `text` is not such a meta.
+CheckpointMeta meta_from_text(const std::string& text, const std::string& path);
 
 // The whole file; throws UsageError naming `path` when it cannot be read or is larger than any
 // checkpoint partrain writes.

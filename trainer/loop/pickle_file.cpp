@@ -101,6 +101,16 @@ c10::IValue load_pickle_file(const std::string& path) {
   }
 }
 
+void reading_checkpoint(const std::string& path, const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw UsageError("checkpoint " + path +
+                     " cannot be loaded: " + what.substr(0, what.find('\n')));
+  }
+}
+
 std::uint64_t file_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   PARTRAIN_CHECK(in.good(), UsageError, "checkpoint ", path, ": cannot read");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,10 @@ c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path)
 // The value of such a file, read record by record: each tensor's bytes go from the file into
 // its own memory, so the file is never held whole beside them.
 c10::IValue load_pickle_file(const std::string& path);
+// Runs `read` over values unpickled from checkpoint `path`. LibTorch's error where one holds
+// another type than partrain writes (toTensor() of a string, say) becomes a UsageError naming
+// `path` and the first line of LibTorch's message.
+void reading_checkpoint(const std::string& path, const std::function<void()>& read);
 // FNV-1a over a file's bytes, read a MiB at a time; throws UsageError when it cannot be read.
 std::uint64_t file_hash(const std::string& path);
 

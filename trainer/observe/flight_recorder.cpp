@@ -88,7 +88,7 @@ RankDump read_dump(const std::filesystem::path& path) {
   const auto bad = [&](const std::string& why) {
     return UsageError(detail::concat(path.string(), ": ", why));
   };
-  if (!j.is_object() || j.value("schema", "") != "partrain.flight/1") {
+  if (!j.is_object() || !j.contains("schema") || j["schema"] != "partrain.flight/1") {
     throw bad("not a partrain flight record (schema partrain.flight/1)");
   }
   RankDump d;

@@ -4,6 +4,8 @@
 #include <ATen/core/ivalue.h>
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
 #include "common/errors.h"
 #include "trainer/optim/optimizer.h"
@@ -80,6 +82,17 @@ SavedOptimizerState::SavedOptimizerState(const c10::IValue& entry, int shards,
 }
 
 SavedOptimizerState::~SavedOptimizerState() = default;
+
+int SavedOptimizerState::shards_of(const c10::IValue& entry, const std::string& path) {
+  if (!entry.isGenericDict() || !entry.toGenericDict().contains("shards")) return 0;
+  const c10::IValue& count = entry.toGenericDict().at("shards");
+  PARTRAIN_CHECK(
+      count.isInt() && count.toInt() >= 1 && count.toInt() <= std::numeric_limits<int>::max(),
+      UsageError, "checkpoint ", path, ": its optimizer state names ",
+      count.isInt() ? std::to_string(count.toInt()) : count.tagKind(),
+      " shards, not a count of 1 or more");
+  return static_cast<int>(count.toInt());
+}
 
 void SavedOptimizerState::check_optimizer(OptimizerName expected) const {
   const std::string name = optimizer_name(expected);

@@ -67,6 +67,10 @@ class SavedOptimizerState {
   SavedOptimizerState(const c10::IValue& entry, int shards,
                       std::function<c10::IValue(int)> read_shard, std::string path);
   ~SavedOptimizerState();
+  // How many shards `entry` (a checkpoint's "optimizer" entry) says its state was written in:
+  // 0 where it is whole. A UsageError naming `path` where the count is not a whole number of
+  // at least 1.
+  static int shards_of(const c10::IValue& entry, const std::string& path);
 
   // Throws UsageError when the checkpoint's optimizer is not `expected`.
   void check_optimizer(OptimizerName expected) const;

@@ -33,7 +33,7 @@ std::string lines_up_to(const std::string& path, int last_epoch, std::int64_t la
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("epoch") || !j["epoch"].is_number_integer()) continue;
-    const bool step_line = j.value("type", "") == "step";
+    const bool step_line = j.contains("type") && j["type"] == "step";
     if (step_line) {
       if (!j.contains("step") || !j["step"].is_number_integer()) continue;
       if (j["step"].get<std::int64_t>() > last_step) continue;
