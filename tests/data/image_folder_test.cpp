@@ -250,6 +250,19 @@ TEST_F(ImageFolder, HugeAnnouncedSizesAreRefusedBeforeDecoding) {
               HasSubstr("huge.png: 20000x20000 pixels, more than 67108864 an image may have"));
 }
 
+// A strip resized so its shorter side is image_size would hold far more pixels than it has
+// (40000 x 1 at 224: 224 x 8960000) before the crop: refused, not allocated.
+TEST_F(ImageFolder, AStripTooLongToResizeIsRefused) {
+  ScratchDir other;
+  write_image(other / "k", "strip.png", pattern(40000, 1, 0));
+  ImageFolderOptions options;
+  options.image_size = 224;
+  EXPECT_THAT(usage_error_of([&] { read_image_folder(other.path(), options); }),
+              HasSubstr("strip.png: 40000x1 pixels, resized to 224 on its shorter side, would "
+                        "have more than 67108864 pixels (an aspect ratio of at most 1337 to 1 "
+                        "fits)"));
+}
+
 TEST_F(ImageFolder, BrokenLayoutsAreOneLineErrors) {
   fs::create_directories(dir / "train/dog");
   write_bytes(dir / "train/dog/readme.txt", {'x'});

@@ -216,12 +216,21 @@ cv::Mat decode_image(const std::string& path, int size) {
   const int h = image.rows, w = image.cols;
   // torchvision's Resize(int): the shorter side becomes `size`, the longer one
   // int(size * long / short).
-  int new_h = size, new_w = size;
+  std::int64_t long_side = size;
   if (w <= h) {
-    new_h = static_cast<int>(static_cast<std::int64_t>(size) * h / w);
+    long_side = std::int64_t{size} * h / w;
   } else {
-    new_w = static_cast<int>(static_cast<std::int64_t>(size) * w / h);
+    long_side = std::int64_t{size} * w / h;
   }
+  // A strip (1 x 100000 pixels, say) would be resized to far more pixels than it has before the
+  // crop keeps size x size of them.
+  PARTRAIN_CHECK(
+      static_cast<std::uint64_t>(long_side) * static_cast<std::uint64_t>(size) <= kMaxImagePixels,
+      UsageError, path, ": ", w, "x", h, " pixels, resized to ", size,
+      " on its shorter side, would have more than ", kMaxImagePixels,
+      " pixels (an aspect ratio of at most ", kMaxImagePixels / size / size, " to 1 fits)");
+  const int new_h = w <= h ? static_cast<int>(long_side) : size;
+  const int new_w = w <= h ? size : static_cast<int>(long_side);
   if (new_h != h || new_w != w) {
     // INTER_AREA averages the source pixels each output pixel covers (antialiased, like
     // PIL's resampling that torchvision uses); for enlarging it is bilinear.
