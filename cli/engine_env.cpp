@@ -364,10 +364,14 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& list, const st
         PARTRAIN_CHECK(!inside.empty(), UsageError, what, "='", list, "': empty '[]' at offset ",
                        at);
         const auto pieces = parse_bracket(inside, what, list);
-        std::uint64_t count = 0;
-        for (const auto& p : pieces) count += p.high - p.low + 1;
-        PARTRAIN_CHECK(count <= max_hosts && names.size() * count + hosts.size() <= max_hosts,
-                       UsageError, what, "='", list, "' names more than ", max_hosts, " hosts");
+        std::uint64_t count = 0;  // at most max_hosts, so that the sum cannot wrap
+        for (const auto& p : pieces) {
+          PARTRAIN_CHECK(p.high - p.low < max_hosts - count, UsageError, what, "='", list,
+                         "' names more than ", max_hosts, " hosts");
+          count += p.high - p.low + 1;
+        }
+        PARTRAIN_CHECK(names.size() * count + hosts.size() <= max_hosts, UsageError, what, "='",
+                       list, "' names more than ", max_hosts, " hosts");
         std::vector<std::string> grown;
         grown.reserve(names.size() * count);
         for (const auto& prefix : names) {

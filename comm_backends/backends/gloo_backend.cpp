@@ -370,9 +370,10 @@ class GlooCommunicator : public Communicator {
     return endpoints;
   }
 
-  // The rank that holds the endpoint the message names; -1 when it names none we know.
+  // The rank that holds the endpoint the message names (a port of at most five digits, which
+  // std::stoi reads without overflow); -1 when it names none we know.
   int rank_named_in(const std::string& message) {
-    static const std::regex kAddress(R"((\[[^\]]+\]):([0-9]+))");
+    static const std::regex kAddress(R"((\[[^\]]+\]):([0-9]{1,5})\b)");
     std::smatch match;
     if (!std::regex_search(message, match, kAddress)) return -1;
     // This libgloo prints the port as it sits in the socket address, in network byte order

@@ -117,6 +117,17 @@ void populate(void* address, std::size_t bytes) {
 #endif
 }
 
+// The bytes of a region as the system holds it; -1 where it does not say.
+bip::offset_t size_of(const SharedMemory& memory) {
+#if defined(_WIN32)
+  const bip::offset_t size = memory.get_size();
+  return size > 0 ? size : -1;
+#else
+  bip::offset_t size = 0;
+  return memory.get_size(size) ? size : -1;
+#endif
+}
+
 // What rank 0 publishes in place of the region's name when it cannot make the region, before
 // why (a name never starts so).
 constexpr std::string_view kNoRegion = "!";
@@ -162,15 +173,12 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
             "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
         handles_->memory =
             std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
-#if !defined(_WIN32)
         // Before mapping: a rank of another build lays the region out otherwise, and mapping
         // more than rank 0 made would fault past its end.
-        bip::offset_t made = 0;
-        PARTRAIN_CHECK(
-            !handles_->memory->get_size(made) || made == static_cast<bip::offset_t>(bytes),
-            CommError, "shm: rank 0 made a shared region of ", made, " bytes, and this rank's ",
-            "build lays out ", bytes, ": run the same build on every rank");
-#endif
+        const bip::offset_t made = size_of(*handles_->memory);
+        PARTRAIN_CHECK(made < 0 || made == static_cast<bip::offset_t>(bytes), CommError,
+                       "shm: rank 0 made a shared region of ", made, " bytes, and this rank's ",
+                       "build lays out ", bytes, ": run the same build on every rank");
       }
       handles_->region =
           std::make_unique<bip::mapped_region>(*handles_->memory, bip::read_write, 0, bytes);

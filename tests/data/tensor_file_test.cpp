@@ -44,6 +44,20 @@ torch.save({"images": images, "targets": labels}, d + "/no_labels.pt")
 torch.save({"images": images, "labels": torch.tensor([0, 1, 2, 1, 0, 4])}, d + "/label_4_of_4.pt")
 torch.save({"images": images, "labels": torch.tensor([0, 1, 9, 1, 0, 2]), "classes": ["a", "b", "c"]}, d + "/outside_classes.pt")
 torch.save({"images": images, "labels": torch.tensor([0, -1, 2, 1, 0, 2])}, d + "/negative.pt")
+# One byte of storage seen as 200 million images (12 GB once copied): refused before any copy.
+one = torch.zeros(1, dtype=torch.uint8)
+torch.save({"images": one.expand(200000000, 3, 4, 5), "labels": torch.zeros(1, dtype=torch.int64).expand(200000000)}, d + "/expanded.pt")
+# The file's sizes say 60 images where its storage holds 6 (torch.save never writes that: the
+# pickle's size tuple changed in the archive, which Python's torch.load refuses too).
+import zipfile
+src = zipfile.ZipFile(d + "/good/train.pt")
+out = zipfile.ZipFile(d + "/outrun.pt", "w", zipfile.ZIP_STORED)
+for info in src.infolist():
+    data = src.read(info.filename)
+    if info.filename.endswith("data.pkl"):
+        data = data.replace(b"K\x06K\x03K\x04K\x05", b"K\x3cK\x03K\x04K\x05")
+    out.writestr(info, data)
+out.close()
 )";
 
 class TensorFile : public ::testing::Test {
@@ -146,6 +160,10 @@ TEST_F(TensorFile, MalformedFilesAreNamed) {
   EXPECT_THAT(error("outside_classes.pt"),
               HasSubstr("\"labels\"[2] is 9, outside the 3 classes \"classes\" names"));
   EXPECT_THAT(error("negative.pt"), HasSubstr("\"labels\"[1] is -1"));
+  EXPECT_THAT(error("expanded.pt"), HasSubstr("200000000 images of 60 bytes exceed the "
+                                              "4294967296 bytes held in memory"));
+  EXPECT_THAT(error("outrun.pt"), HasSubstr("\"images\" of shape [60, 3, 4, 5] reaches past "
+                                            "the data the file holds for it"));
 
   // Cut in half, and bytes that were never a torch.save file.
   const std::vector<std::uint8_t> whole = test_files::read_bytes(path("good/train.pt"));

@@ -297,6 +297,11 @@ TEST(SlurmHostlist, RejectsWhatSlurmNeverWrites) {
   }
   EXPECT_THROW(expand_slurm_hostlist("n[1-3],m[1-3]", "L", 5), UsageError);
   EXPECT_THROW(expand_slurm_hostlist("n[1-999999999999]", "L"), UsageError);
+  // Ranges whose sizes add up to 2^64 + 3 (18 of 10^18 names and one of 446744073709551619):
+  // refused, not wrapped to a count of 3 and expanded without end.
+  std::string wraps = "n[0-446744073709551618";
+  for (int i = 0; i < 18; ++i) wraps += ",0-999999999999999999";
+  EXPECT_THROW(expand_slurm_hostlist(wraps + "]", "L"), UsageError);
   EXPECT_EQ(expand_slurm_hostlist("n[1-3],m[1-2]", "L", 5).size(), 5u);
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -30,6 +31,23 @@ std::string shape_of(const at::Tensor& t) {
     out += (d == 0 ? "" : ", ") + std::to_string(t.size(d));
   }
   return out + "]";
+}
+
+// Whether every element `t`'s sizes and strides reach lies inside its storage. The unpickler
+// takes both from the file as they are; a file whose sizes outrun its storage (cut or made by
+// hand: torch.save never writes one) would have its elements read from beyond it.
+bool within_storage(const at::Tensor& t) {
+  if (t.numel() == 0) return true;
+  if (!t.has_storage() || t.storage_offset() < 0) return false;
+  std::uint64_t last = static_cast<std::uint64_t>(t.storage_offset());
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) < 0) return false;
+    const auto reach = static_cast<std::uint64_t>(t.size(d) - 1);
+    const auto stride = static_cast<std::uint64_t>(t.stride(d));
+    if (stride != 0 && reach > (~std::uint64_t{0} - last) / stride) return false;
+    last += reach * stride;
+  }
+  return last < t.storage().nbytes() / t.element_size();
 }
 
 }  // namespace
@@ -75,6 +93,11 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   };
   at::Tensor images = tensor_at("images");
   at::Tensor labels = tensor_at("labels");
+  for (const auto& [key, t] : {std::pair{"images", images}, std::pair{"labels", labels}}) {
+    PARTRAIN_CHECK(within_storage(t), UsageError, path, ": \"", key, "\" of shape ", shape_of(t),
+                   " reaches past the data the file holds for it (a damaged file)");
+  }
+
   PARTRAIN_CHECK(images.scalar_type() == at::kByte, UsageError, path, ": \"images\" is ",
                  images.scalar_type(), ", not uint8 (save images.to(torch.uint8), 0..255)");
   PARTRAIN_CHECK(images.dim() == 4, UsageError, path, ": \"images\" has shape ", shape_of(images),
@@ -105,6 +128,12 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   }
 
   const std::int64_t keep = limit > 0 ? std::min(n, limit) : n;
+  // Checked before the copy below: a stride-0 tensor holds N images in a file of one.
+  const auto sample_bytes =
+      static_cast<std::uint64_t>(images.size(1) * images.size(2) * images.size(3));
+  PARTRAIN_CHECK(static_cast<std::uint64_t>(keep) <= kMaxDatasetBytes / sample_bytes, UsageError,
+                 path, ": ", keep, " images of ", sample_bytes, " bytes exceed the ",
+                 kMaxDatasetBytes, " bytes held in memory; set data.train_limit / data.test_limit");
   images = images.slice(0, 0, keep).contiguous();
   labels = labels.slice(0, 0, keep).contiguous();
   ImageDataset out;
@@ -113,10 +142,7 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   out.channels = static_cast<int>(images.size(1));
   out.height = static_cast<int>(images.size(2));
   out.width = static_cast<int>(images.size(3));
-  const std::uint64_t pixel_bytes = static_cast<std::uint64_t>(keep) * out.sample_bytes();
-  PARTRAIN_CHECK(pixel_bytes <= kMaxDatasetBytes, UsageError, path, ": ", keep, " images (",
-                 pixel_bytes, " bytes) exceed the ", kMaxDatasetBytes,
-                 " bytes held in memory; set data.train_limit / data.test_limit");
+  const std::uint64_t pixel_bytes = static_cast<std::uint64_t>(keep) * sample_bytes;
   const std::uint8_t* pixels = images.data_ptr<std::uint8_t>();
   out.pixels.assign(pixels, pixels + pixel_bytes);
   const std::int64_t* label = labels.data_ptr<std::int64_t>();
