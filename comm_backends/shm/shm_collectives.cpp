@@ -900,7 +900,7 @@ void ShmCollectives::allgather(const void* in, void* out, std::size_t bytes_per_
   }
   // Pieces of 256 KiB a rank. This rank's own block, unless it is in place already, is copied
   // a piece at a time before the sync, while the piece is in cache and the others may still be
-  // on their way (W=2, 16 MiB: 1.50-1.54 ms against 1.78-1.80 in pieces of a slot with one
+  // on their way (W=2, 16 MiB: 1.50-1.54 ms against 1.78-1.80 in pieces of 2 MiB with one
   // copy at the end). Where the ranks share cores there is no such wait to fill: there the
   // copy before each sync took 10 % longer at 64 MiB (W=4 on 2 CPUs), though up to 10 % less
   // from 1 to 16 MiB, and one copy at the end keeps the first form's times at every size

@@ -79,9 +79,9 @@ CommError does_not_fit(std::size_t bytes) {
 
 // Takes the region's pages from /dev/shm on rank 0, before any rank maps them, so that a region
 // that does not fit fails here with a message on every kernel, not as a SIGBUS in the middle of
-// a collective (populate(), below, finds it too, but only from Linux 5.14). A file system that
-// cannot reserve (EOPNOTSUPP) leaves it to populate(). The call may be cut short by a signal;
-// it is tried again a few times, then the signal's error stands.
+// a collective (populate(), below, finds it too, but only from Linux 5.14). A file system or
+// sandbox that cannot reserve (EOPNOTSUPP, ENOSYS) leaves it to populate(). The call may be cut
+// short by a signal; it is tried again a few times, then the signal's error stands.
 void reserve(int fd, std::size_t bytes) {
   constexpr int kTries = 4;
   int error = 0;
@@ -90,7 +90,7 @@ void reserve(int fd, std::size_t bytes) {
     error = errno;
     if (error != EINTR) break;
   }
-  if (error == EOPNOTSUPP) return;
+  if (error == EOPNOTSUPP || error == ENOSYS) return;  // no fallocate here (a sandbox, say)
   if (error == ENOSPC) throw does_not_fit(bytes);
   throw CommError("shm: cannot reserve the shared region of " + std::to_string(bytes) +
                   " bytes in /dev/shm (" + std::strerror(error) + ")");
@@ -173,10 +173,11 @@ ShmRegion::ShmRegion(Store& store, const std::string& prefix, const std::string&
             "shm: rank 0 could not make the shared region: ", name.substr(kNoRegion.size()));
         handles_->memory =
             std::make_unique<SharedMemory>(bip::open_only, name.c_str(), bip::read_write);
-        // Before mapping: a rank of another build lays the region out otherwise, and mapping
-        // more than rank 0 made would fault past its end.
+        // Before mapping: a rank of another build may lay the region out otherwise, and mapping
+        // more than rank 0 made would fault past its end. (A system may round a region up to
+        // its pages; a layout that differs at the same size the region's magic tells.)
         const bip::offset_t made = size_of(*handles_->memory);
-        PARTRAIN_CHECK(made < 0 || made == static_cast<bip::offset_t>(bytes), CommError,
+        PARTRAIN_CHECK(made < 0 || made >= static_cast<bip::offset_t>(bytes), CommError,
                        "shm: rank 0 made a shared region of ", made, " bytes, and this rank's ",
                        "build lays out ", bytes, ": run the same build on every rank");
       }

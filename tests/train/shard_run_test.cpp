@@ -134,7 +134,9 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
       << read_text(grads / "python.txt");
 
   // The checkpoint re-saved from Python with an entry of another type (a shard count that is
-  // not one, a meta that is a number, a model entry that is not a tensor): resuming from it and
+  // not one, a meta that is a number, a model entry that is not a tensor) or a shard re-saved
+  // with a block that lacks its parameters' names (LibTorch's reader refuses that shard whole,
+  // and the shard is named): resuming from it and
   // exporting it stop with one line naming the file and what is wrong (exit 2), not an internal
   // error, and a negative shard count does not resume without the optimizer's state.
   const fs::path damage = grads / "damage.py";
@@ -144,11 +146,16 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
                            "if what == 'shards': c['optimizer']['shards'] = -2\n"
                            "if what == 'meta': c['meta'] = 7\n"
                            "if what == 'model': c['model']['fc.weight'] = 'weights'\n"
-                           "torch.save(c, sys.argv[2])\n";
+                           "torch.save(c, sys.argv[2])\n"
+                           "if what == 'shard':\n"
+                           "    s = torch.load(sys.argv[2] + '.shard-00000-of-00002')\n"
+                           "    del s['blocks'][0]['names']\n"
+                           "    torch.save(s, sys.argv[2] + '.shard-00000-of-00002')\n";
   const std::vector<std::pair<std::string, std::string>> damages = {
-      {"shards", ": its optimizer state names -2 shards, not a count of 1 or more"},
-      {"meta", " is not a partrain.checkpoint/1 checkpoint"},
-      {"model", " cannot be loaded: "}};
+      {"shards", ": its optimizer state's shard count is -2, not a whole number of 1 or more"},
+      {"meta", ": its meta entry holds Int where partrain writes text"},
+      {"model", " cannot be loaded: "},
+      {"shard", ".shard-00000-of-00002 cannot be read"}};
   for (const auto& [what, says] : damages) {
     const fs::path bad = ckpt / ("bad-" + what + ".pt");
     for (int s = 0; s < 2; ++s) {  // the shards beside it, as the file name finds them

@@ -10,13 +10,18 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
+#include "common/errors.h"
 #include "tests/support/rank_threads.h"
+#include "trainer/loop/pickle_file.h"
 #include "trainer/loop/train_step.h"
+#include "trainer/optim/optimizer_state.h"
 #include "trainer/parallel/strategy.h"
 #include "trainer/parallel/strategy_state.h"
 
@@ -291,6 +296,49 @@ TEST(ShardedState, ShardsOfOneWorldLoadIntoAnotherSizedOneShardedOrNot) {
       EXPECT_LT((got - want).abs().max().item<double>(), 2e-5) << name;
     }
   }
+}
+
+// A checkpoint's shard count must be a whole number of at least 1 (a negative one resumed
+// without any optimizer state); LibTorch's errors while its values are read, and a dict that
+// lacks a key, name the file; running out of device memory is left as it is.
+TEST(ShardedState, ShardCountsAndReadingErrorsNameTheCheckpoint) {
+  auto entry = [](const c10::IValue& shards) {
+    c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+    dict.insert("name", std::string("adamw"));
+    dict.insert("shards", shards);
+    return c10::IValue(dict);
+  };
+  auto refusal = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(SavedOptimizerState::shards_of(c10::IValue(std::string("x")), "c.pt"), 0);
+  EXPECT_EQ(SavedOptimizerState::shards_of(entry(std::int64_t{3}), "c.pt"), 3);
+  EXPECT_EQ(refusal([&] { SavedOptimizerState::shards_of(entry(std::int64_t{-2}), "c.pt"); }),
+            "checkpoint c.pt: its optimizer state's shard count is -2, not a whole number of 1 "
+            "or more");
+  EXPECT_EQ(refusal([&] { SavedOptimizerState::shards_of(entry(1.5), "c.pt"); }),
+            "checkpoint c.pt: its optimizer state's shard count is Double, not a whole number "
+            "of 1 or more");
+  EXPECT_NE(refusal([&] { SavedOptimizerState::shards_of(entry(std::int64_t{1} << 40), "c.pt"); }),
+            "(accepted)");
+
+  EXPECT_EQ(refusal([] { reading_checkpoint("c.pt", [] { throw std::out_of_range("k"); }); }),
+            "checkpoint c.pt cannot be loaded: an entry lacks a key (k)");
+  const std::string wrong_type =
+      refusal([] { reading_checkpoint("c.pt", [] { c10::IValue(std::string("s")).toTensor(); }); });
+  EXPECT_EQ(wrong_type.rfind("checkpoint c.pt cannot be loaded: ", 0), 0u) << wrong_type;
+  EXPECT_EQ(wrong_type.find('\n'), std::string::npos) << wrong_type;
+  EXPECT_THROW(reading_checkpoint(
+                   "c.pt",
+                   [] {
+                     throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "out of memory");
+                   }),
+               c10::OutOfMemoryError);
 }
 
 }  // namespace

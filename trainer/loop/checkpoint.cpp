@@ -74,10 +74,10 @@ c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes, const
   auto top = loaded.toGenericDict();
   PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
                      top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-                     top.at("model").isGenericDict() && top.contains("meta") &&
-                     top.at("meta").isString() &&
+                     top.contains("meta") &&
                      (top.contains("optimizer") || top.contains("momentum")),
                  UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat, " checkpoint");
+  check_model_and_meta(loaded, path);
   return top;
 }
 

@@ -81,10 +81,10 @@ ExportSummary export_read(const std::string& path, const std::string& out,
   PARTRAIN_CHECK(
       top.contains("format") && top.at("format").isString() &&
           top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-          top.at("model").isGenericDict() && top.contains("meta") && top.at("meta").isString() &&
-          top.contains("optimizer"),
+          top.contains("meta") && top.contains("optimizer"),
       UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat,
       " checkpoint (checkpoints of the first version hold no optimizer entry to export)");
+  check_model_and_meta(loaded, path);
   const auto model = top.at("model").toGenericDict();
   summary.tensors = model.size();
 

@@ -104,11 +104,25 @@ c10::IValue load_pickle_file(const std::string& path) {
 void reading_checkpoint(const std::string& path, const std::function<void()>& read) {
   try {
     read();
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the device's memory, not the file
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     throw UsageError("checkpoint " + path +
                      " cannot be loaded: " + what.substr(0, what.find('\n')));
+  } catch (const std::out_of_range& e) {  // c10::Dict::at() of a key the value lacks
+    throw UsageError("checkpoint " + path + " cannot be loaded: an entry lacks a key (" + e.what() +
+                     ")");
   }
+}
+
+void check_model_and_meta(const c10::IValue& top, const std::string& path) {
+  const auto dict = top.toGenericDict();
+  const bool meta_text = dict.at("meta").isString();
+  PARTRAIN_CHECK(dict.at("model").isGenericDict() && meta_text, UsageError, "checkpoint ", path,
+                 ": its ", meta_text ? "model" : "meta", " entry holds ",
+                 (meta_text ? dict.at("model") : dict.at("meta")).tagKind(),
+                 " where partrain writes ", meta_text ? "a dict of tensors" : "text");
 }
 
 std::uint64_t file_hash(const std::string& path) {

@@ -33,9 +33,13 @@ c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path)
 // its own memory, so the file is never held whole beside them.
 c10::IValue load_pickle_file(const std::string& path);
 // Runs `read` over values unpickled from checkpoint `path`. LibTorch's error where one holds
-// another type than partrain writes (toTensor() of a string, say) becomes a UsageError naming
-// `path` and the first line of LibTorch's message.
+// another type than partrain writes (toTensor() of a string, say), or a dict that lacks a key,
+// becomes a UsageError naming `path` and the first line of LibTorch's message; running out of
+// device memory stays what it is.
 void reading_checkpoint(const std::string& path, const std::function<void()>& read);
+// Throws a UsageError naming `path` unless checkpoint dict `top` (which has both entries) holds
+// its model as a dict and its meta as text, as partrain writes them.
+void check_model_and_meta(const c10::IValue& top, const std::string& path);
 // FNV-1a over a file's bytes, read a MiB at a time; throws UsageError when it cannot be read.
 std::uint64_t file_hash(const std::string& path);
 

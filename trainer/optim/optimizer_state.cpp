@@ -88,9 +88,9 @@ int SavedOptimizerState::shards_of(const c10::IValue& entry, const std::string& 
   const c10::IValue& count = entry.toGenericDict().at("shards");
   PARTRAIN_CHECK(
       count.isInt() && count.toInt() >= 1 && count.toInt() <= std::numeric_limits<int>::max(),
-      UsageError, "checkpoint ", path, ": its optimizer state names ",
+      UsageError, "checkpoint ", path, ": its optimizer state's shard count is ",
       count.isInt() ? std::to_string(count.toInt()) : count.tagKind(),
-      " shards, not a count of 1 or more");
+      ", not a whole number of 1 or more");
   return static_cast<int>(count.toInt());
 }
 
