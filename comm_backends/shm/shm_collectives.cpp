@@ -86,8 +86,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Which ranks write which parts of the slots is part of the format: ranks of two builds that
-// split the work differently must not meet in one region.
+// Which ranks write which parts of the slots, and how large the slots are, are part of the
+// format: ranks of two builds that lay the region out differently must not meet in one region.
 constexpr std::uint64_t kRegionMagic = 0x384d485354524150ull;  // "PARTSHM8"
 // The control blocks follow the header; the region starts on a page, so a header of 128
 // bytes puts every block on its alignas(128) boundary (checked below).

@@ -216,12 +216,7 @@ cv::Mat decode_image(const std::string& path, int size) {
   const int h = image.rows, w = image.cols;
   // torchvision's Resize(int): the shorter side becomes `size`, the longer one
   // int(size * long / short).
-  std::int64_t long_side = size;
-  if (w <= h) {
-    long_side = std::int64_t{size} * h / w;
-  } else {
-    long_side = std::int64_t{size} * w / h;
-  }
+  const std::int64_t long_side = std::int64_t{size} * std::max(h, w) / std::min(h, w);
   // A strip (1 x 100000 pixels, say) would be resized to far more pixels than it has before the
   // crop keeps size x size of them.
   PARTRAIN_CHECK(

@@ -128,20 +128,19 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   }
 
   const std::int64_t keep = limit > 0 ? std::min(n, limit) : n;
-  // Checked before the copy below: a stride-0 tensor holds N images in a file of one.
-  const auto sample_bytes =
-      static_cast<std::uint64_t>(images.size(1) * images.size(2) * images.size(3));
-  PARTRAIN_CHECK(static_cast<std::uint64_t>(keep) <= kMaxDatasetBytes / sample_bytes, UsageError,
-                 path, ": ", keep, " images of ", sample_bytes, " bytes exceed the ",
-                 kMaxDatasetBytes, " bytes held in memory; set data.train_limit / data.test_limit");
-  images = images.slice(0, 0, keep).contiguous();
-  labels = labels.slice(0, 0, keep).contiguous();
   ImageDataset out;
   out.name = "tensors";
   out.size = keep;
   out.channels = static_cast<int>(images.size(1));
   out.height = static_cast<int>(images.size(2));
   out.width = static_cast<int>(images.size(3));
+  // Checked before the copy below: a stride-0 tensor holds N images in a file of one.
+  const auto sample_bytes = static_cast<std::uint64_t>(out.sample_bytes());
+  PARTRAIN_CHECK(static_cast<std::uint64_t>(keep) <= kMaxDatasetBytes / sample_bytes, UsageError,
+                 path, ": ", keep, " images of ", sample_bytes, " bytes exceed the ",
+                 kMaxDatasetBytes, " bytes held in memory; set data.train_limit / data.test_limit");
+  images = images.slice(0, 0, keep).contiguous();
+  labels = labels.slice(0, 0, keep).contiguous();
   const std::uint64_t pixel_bytes = static_cast<std::uint64_t>(keep) * sample_bytes;
   const std::uint8_t* pixels = images.data_ptr<std::uint8_t>();
   out.pixels.assign(pixels, pixels + pixel_bytes);

@@ -69,16 +69,8 @@ std::string shape_text(const at::Tensor& t) {
 c10::impl::GenericDict unpickle_checkpoint(const std::vector<char>& bytes, const std::string& file,
                                            const std::string& path) {
   const c10::IValue loaded = bytes.empty() ? load_pickle_file(file) : load_pickle(bytes, path);
-  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
-                 " is not a partrain checkpoint");
-  auto top = loaded.toGenericDict();
-  PARTRAIN_CHECK(top.contains("format") && top.at("format").isString() &&
-                     top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-                     top.contains("meta") &&
-                     (top.contains("optimizer") || top.contains("momentum")),
-                 UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat, " checkpoint");
-  check_model_and_meta(loaded, path);
-  return top;
+  check_checkpoint(loaded, path, /*exporting=*/false);
+  return loaded.toGenericDict();
 }
 
 // Checkpoints of earlier versions hold only SGD's momentum buffers, by parameter name, under

@@ -75,16 +75,8 @@ ExportSummary export_read(const std::string& path, const std::string& out,
                           const std::string& safetensors) {
   ExportSummary summary;
   const c10::IValue loaded = load_pickle(read_file_bytes(path, kMaxCheckpointBytes), path);
-  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
-                 " is not a partrain checkpoint");
+  check_checkpoint(loaded, path, /*exporting=*/true);
   const auto top = loaded.toGenericDict();
-  PARTRAIN_CHECK(
-      top.contains("format") && top.at("format").isString() &&
-          top.at("format").toStringRef() == kCheckpointFormat && top.contains("model") &&
-          top.contains("meta") && top.contains("optimizer"),
-      UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat,
-      " checkpoint (checkpoints of the first version hold no optimizer entry to export)");
-  check_model_and_meta(loaded, path);
   const auto model = top.at("model").toGenericDict();
   summary.tensors = model.size();
 

@@ -16,6 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "trainer/loop/checkpoint_format.h"
 
 namespace partrain {
 
@@ -116,8 +117,17 @@ void reading_checkpoint(const std::string& path, const std::function<void()>& re
   }
 }
 
-void check_model_and_meta(const c10::IValue& top, const std::string& path) {
-  const auto dict = top.toGenericDict();
+void check_checkpoint(const c10::IValue& loaded, const std::string& path, bool exporting) {
+  PARTRAIN_CHECK(loaded.isGenericDict(), UsageError, "checkpoint ", path,
+                 " is not a partrain checkpoint");
+  const auto dict = loaded.toGenericDict();
+  PARTRAIN_CHECK(
+      dict.contains("format") && dict.at("format").isString() &&
+          dict.at("format").toStringRef() == kCheckpointFormat && dict.contains("model") &&
+          dict.contains("meta") &&
+          (dict.contains("optimizer") || (!exporting && dict.contains("momentum"))),
+      UsageError, "checkpoint ", path, " is not a ", kCheckpointFormat, " checkpoint",
+      exporting ? " (checkpoints of the first version hold no optimizer entry to export)" : "");
   const bool meta_text = dict.at("meta").isString();
   PARTRAIN_CHECK(dict.at("model").isGenericDict() && meta_text, UsageError, "checkpoint ", path,
                  ": its ", meta_text ? "model" : "meta", " entry holds ",

@@ -37,9 +37,11 @@ c10::IValue load_pickle_file(const std::string& path);
 // becomes a UsageError naming `path` and the first line of LibTorch's message; running out of
 // device memory stays what it is.
 void reading_checkpoint(const std::string& path, const std::function<void()>& read);
-// Throws a UsageError naming `path` unless checkpoint dict `top` (which has both entries) holds
-// its model as a dict and its meta as text, as partrain writes them.
-void check_model_and_meta(const c10::IValue& top, const std::string& path);
+// Throws a UsageError naming `path` unless `loaded`, checkpoint `path` unpickled, is a dict in
+// partrain's checkpoint format that holds its model as a dict, its meta as text, and an
+// optimizer entry: or, where not `exporting`, the momentum entry that checkpoints of the first
+// version hold in its place (resume upgrades it; export has no optimizer entry to write).
+void check_checkpoint(const c10::IValue& loaded, const std::string& path, bool exporting);
 // FNV-1a over a file's bytes, read a MiB at a time; throws UsageError when it cannot be read.
 std::uint64_t file_hash(const std::string& path);
 
