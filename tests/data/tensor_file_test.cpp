@@ -5,6 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +17,7 @@
 #include "tests/data/scratch_files.h"
 #include "trainer/config/config.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/unpickled.h"
 
 namespace partrain::data {
 namespace {
@@ -171,6 +176,44 @@ TEST_F(TensorFile, MalformedFilesAreNamed) {
   EXPECT_THAT(error("cut.pt"), HasSubstr("not a file torch.save wrote, or truncated"));
   test_files::write_bytes(path("text.pt"), {'h', 'e', 'l', 'l', 'o'});
   EXPECT_THAT(error("text.pt"), HasSubstr("not a file torch.save wrote, or truncated"));
+}
+
+// A tensor whose sizes reach past its storage is found wherever a checkpoint's value holds it,
+// and named by its keys; views inside their storage (offsets, strides of 0) pass; a value the
+// pickle's memo shares is looked into once (64 levels of a list holding the one below twice
+// would be 2^64 visits otherwise).
+TEST(Unpickled, ATensorPastItsStorageIsFoundWhereverItLies) {
+  const at::Tensor good = at::arange(12, at::kFloat);
+  at::Tensor outrun = at::zeros({4}, at::kFloat);
+  outrun.unsafeGetTensorImpl()->set_sizes_contiguous({100});  // as a rewritten data.pkl says
+  EXPECT_TRUE(within_storage(good.slice(0, 4).view({2, 4})));
+  EXPECT_TRUE(within_storage(good.slice(0, 11, 12).expand({1000})));
+  EXPECT_TRUE(within_storage(at::zeros({0, 5})));
+  EXPECT_FALSE(within_storage(outrun));
+
+  c10::impl::GenericDict model(c10::StringType::get(), c10::AnyType::get());
+  model.insert("fc.weight", good);
+  model.insert("fc.bias", outrun);
+  c10::impl::GenericList state(c10::AnyType::get());
+  state.push_back(c10::ivalue::Tuple::create({c10::IValue(std::int64_t{3}), c10::IValue(good)}));
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("optimizer", state);
+  EXPECT_EQ(tensor_past_storage(top), "");
+  top.insert("model", model);
+  EXPECT_EQ(tensor_past_storage(top), "model/fc.bias of shape [100]");
+  state.push_back(c10::ivalue::Tuple::create({c10::IValue(std::int64_t{4}), c10::IValue(outrun)}));
+  EXPECT_EQ(model.erase("fc.bias"), 1u);
+  EXPECT_EQ(tensor_past_storage(top), "optimizer/1/1 of shape [100]");
+  EXPECT_EQ(tensor_past_storage(c10::IValue(outrun)), "a tensor of shape [100]");
+
+  c10::IValue shared(good);
+  for (int level = 0; level < 64; ++level) {
+    c10::impl::GenericList twice(c10::AnyType::get());
+    twice.push_back(shared);
+    twice.push_back(shared);
+    shared = twice;
+  }
+  EXPECT_EQ(tensor_past_storage(shared), "");
 }
 
 }  // namespace

@@ -134,7 +134,8 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
       << read_text(grads / "python.txt");
 
   // The checkpoint re-saved from Python with an entry of another type (a shard count that is
-  // not one, a meta that is a number, a model entry that is not a tensor) or a shard re-saved
+  // not one, a meta that is a number, a model entry that is not a tensor), with a tensor whose
+  // storage offset was rewritten in data.pkl to reach past its storage, or a shard re-saved
   // with a block that lacks its parameters' names (LibTorch's reader refuses that shard whole,
   // and the shard is named): resuming from it and
   // exporting it stop with one line naming the file and what is wrong (exit 2), not an internal
@@ -146,7 +147,24 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
                            "if what == 'shards': c['optimizer']['shards'] = -2\n"
                            "if what == 'meta': c['meta'] = 7\n"
                            "if what == 'model': c['model']['fc.weight'] = 'weights'\n"
+                           "if what == 'outrun':\n"
+                           "    b = c['model']['fc.bias']\n"
+                           "    base = torch.zeros(233 + b.numel(), dtype=b.dtype)\n"
+                           "    base[233:] = b\n"
+                           "    c['model']['fc.bias'] = base[233:]\n"
                            "torch.save(c, sys.argv[2])\n"
+                           "if what == 'outrun':\n"
+                           "    import zipfile\n"
+                           "    src = zipfile.ZipFile(sys.argv[2])\n"
+                           "    records = [(i, src.read(i.filename)) for i in src.infolist()]\n"
+                           "    src.close()\n"
+                           "    out = zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_STORED)\n"
+                           "    for info, data in records:\n"
+                           "        if info.filename.endswith('data.pkl'):\n"
+                           "            assert data.count(b'K\\xe9') == 1\n"
+                           "            data = data.replace(b'K\\xe9', b'M\\x00\\x10')\n"
+                           "        out.writestr(info, data)\n"
+                           "    out.close()\n"
                            "if what == 'shard':\n"
                            "    s = torch.load(sys.argv[2] + '.shard-00000-of-00002')\n"
                            "    del s['blocks'][0]['names']\n"
@@ -155,6 +173,9 @@ TEST(ShardRun, ShardsTrainAsUnshardedDdpHoldLessAndExportForPython) {
       {"shards", ": its optimizer state's shard count is -2, not a whole number of 1 or more"},
       {"meta", ": its meta entry holds Int where partrain writes text"},
       {"model", " cannot be loaded: "},
+      {"outrun",
+       " cannot be loaded: model/fc.bias of shape [100] reaches past the data the file "
+       "holds for it"},
       {"shard", ".shard-00000-of-00002 cannot be read"}};
   for (const auto& [what, says] : damages) {
     const fs::path bad = ckpt / ("bad-" + what + ".pt");

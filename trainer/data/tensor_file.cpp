@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "trainer/data/unpickled.h"
 
 namespace partrain::data {
 
@@ -19,36 +20,6 @@ namespace {
 // The unpickler holds the whole file and then the tensors it makes; beyond the pixel limit
 // itself a file may carry labels (8 bytes a sample) and zip overhead.
 constexpr std::uintmax_t kMaxFileBytes = kMaxDatasetBytes + (1ull << 30);
-
-std::string first_line(const std::string& text) {
-  const auto end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
-}
-
-std::string shape_of(const at::Tensor& t) {
-  std::string out = "[";
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    out += (d == 0 ? "" : ", ") + std::to_string(t.size(d));
-  }
-  return out + "]";
-}
-
-// Whether every element `t`'s sizes and strides reach lies inside its storage. The unpickler
-// takes both from the file as they are; a file whose sizes outrun its storage (cut or made by
-// hand: torch.save never writes one) would have its elements read from beyond it.
-bool within_storage(const at::Tensor& t) {
-  if (t.numel() == 0) return true;
-  if (!t.has_storage() || t.storage_offset() < 0) return false;
-  std::uint64_t last = static_cast<std::uint64_t>(t.storage_offset());
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) < 0) return false;
-    const auto reach = static_cast<std::uint64_t>(t.size(d) - 1);
-    const auto stride = static_cast<std::uint64_t>(t.stride(d));
-    if (stride != 0 && reach > (~std::uint64_t{0} - last) / stride) return false;
-    last += reach * stride;
-  }
-  return last < t.storage().nbytes() / t.element_size();
-}
 
 }  // namespace
 
@@ -94,17 +65,17 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   at::Tensor images = tensor_at("images");
   at::Tensor labels = tensor_at("labels");
   for (const auto& [key, t] : {std::pair{"images", images}, std::pair{"labels", labels}}) {
-    PARTRAIN_CHECK(within_storage(t), UsageError, path, ": \"", key, "\" of shape ", shape_of(t),
+    PARTRAIN_CHECK(within_storage(t), UsageError, path, ": \"", key, "\" of shape ", shape_text(t),
                    " reaches past the data the file holds for it (a damaged file)");
   }
 
   PARTRAIN_CHECK(images.scalar_type() == at::kByte, UsageError, path, ": \"images\" is ",
                  images.scalar_type(), ", not uint8 (save images.to(torch.uint8), 0..255)");
-  PARTRAIN_CHECK(images.dim() == 4, UsageError, path, ": \"images\" has shape ", shape_of(images),
+  PARTRAIN_CHECK(images.dim() == 4, UsageError, path, ": \"images\" has shape ", shape_text(images),
                  ", not [N, C, H, W]");
   PARTRAIN_CHECK(labels.scalar_type() == at::kLong, UsageError, path, ": \"labels\" is ",
                  labels.scalar_type(), ", not int64 (save labels.to(torch.int64))");
-  PARTRAIN_CHECK(labels.dim() == 1, UsageError, path, ": \"labels\" has shape ", shape_of(labels),
+  PARTRAIN_CHECK(labels.dim() == 1, UsageError, path, ": \"labels\" has shape ", shape_text(labels),
                  ", not [N]");
   const std::int64_t n = images.size(0);
   PARTRAIN_CHECK(labels.size(0) == n, UsageError, path, ": \"labels\" holds ", labels.size(0),
@@ -112,7 +83,7 @@ ImageDataset read_tensor_file(const std::string& path, std::int64_t limit) {
   PARTRAIN_CHECK(n > 0, UsageError, path, ": no samples (N = 0)");
   PARTRAIN_CHECK(images.size(1) >= 1 && images.size(1) <= 64 && images.size(2) >= 1 &&
                      images.size(2) <= 4096 && images.size(3) >= 1 && images.size(3) <= 4096,
-                 UsageError, path, ": \"images\" has shape ", shape_of(images),
+                 UsageError, path, ": \"images\" has shape ", shape_text(images),
                  "; C must be 1..64 and H, W 1..4096");
 
   int num_classes = 0;

@@ -16,6 +16,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "trainer/data/unpickled.h"
 #include "trainer/loop/checkpoint_format.h"
 
 namespace partrain {
@@ -81,25 +82,42 @@ std::uint64_t write_pickle_atomically(const std::string& path, const c10::IValue
   return bytes;
 }
 
+namespace {
+
+// `loaded` as it came from checkpoint `path`, once none of its tensors reaches past its storage
+// (a file changed by hand: the zip's checksums catch damage, not a rewritten data.pkl).
+c10::IValue checked(c10::IValue loaded, const std::string& path) {
+  const std::string outside = data::tensor_past_storage(loaded);
+  PARTRAIN_CHECK(outside.empty(), UsageError, "checkpoint ", path, " cannot be loaded: ", outside,
+                 " reaches past the data the file holds for it (changed after partrain wrote it)");
+  return loaded;
+}
+
+}  // namespace
+
 c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path) {
+  c10::IValue loaded;
   try {
-    return torch::jit::pickle_load(bytes);
+    loaded = torch::jit::pickle_load(bytes);
   } catch (const c10::Error&) {
     throw UsageError("checkpoint " + path +
                      " cannot be read (truncated or not a partrain checkpoint)");
   }
+  return checked(std::move(loaded), path);
 }
 
 c10::IValue load_pickle_file(const std::string& path) {
+  c10::IValue loaded;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
     // No type resolver, object loader or device: {} is an empty c10::optional in LibTorch
     // 1.13 and an empty std::optional from 2.x on.
-    return torch::jit::readArchiveAndTensors("data", "", "", {}, {}, {}, reader);
+    loaded = torch::jit::readArchiveAndTensors("data", "", "", {}, {}, {}, reader);
   } catch (const c10::Error&) {
     throw UsageError("checkpoint " + path +
                      " cannot be read (truncated or not a partrain checkpoint)");
   }
+  return checked(std::move(loaded), path);
 }
 
 void reading_checkpoint(const std::string& path, const std::function<void()>& read) {
@@ -108,9 +126,8 @@ void reading_checkpoint(const std::string& path, const std::function<void()>& re
   } catch (const c10::OutOfMemoryError&) {
     throw;  // the device's memory, not the file
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
     throw UsageError("checkpoint " + path +
-                     " cannot be loaded: " + what.substr(0, what.find('\n')));
+                     " cannot be loaded: " + data::first_line(e.what_without_backtrace()));
   } catch (const std::out_of_range& e) {  // c10::Dict::at() of a key the value lacks
     throw UsageError("checkpoint " + path + " cannot be loaded: an entry lacks a key (" + e.what() +
                      ")");

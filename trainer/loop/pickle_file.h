@@ -27,10 +27,11 @@ std::pair<std::string, std::uint64_t> write_pickle_temp(const std::string& path,
 // write_pickle_temp(), then commit_file() over `path`; returns the bytes written.
 std::uint64_t write_pickle_atomically(const std::string& path, const c10::IValue& value);
 
-// The value of such a file's bytes. Throws UsageError naming `path` when they are not one.
+// The value of such a file's bytes. Throws UsageError naming `path` when they are not one, or
+// when a tensor in it reaches past its storage (data::tensor_past_storage()).
 c10::IValue load_pickle(const std::vector<char>& bytes, const std::string& path);
 // The value of such a file, read record by record: each tensor's bytes go from the file into
-// its own memory, so the file is never held whole beside them.
+// its own memory, so the file is never held whole beside them. Refuses what load_pickle does.
 c10::IValue load_pickle_file(const std::string& path);
 // Runs `read` over values unpickled from checkpoint `path`. LibTorch's error where one holds
 // another type than partrain writes (toTensor() of a string, say), or a dict that lacks a key,
