@@ -250,6 +250,104 @@ TEST_F(ImageFolder, HugeAnnouncedSizesAreRefusedBeforeDecoding) {
               HasSubstr("huge.png: 20000x20000 pixels, more than 67108864 an image may have"));
 }
 
+// Bytes of `values`, each `bytes` long, little- or big-endian, after `out`.
+void put(std::vector<std::uint8_t>& out, std::initializer_list<std::uint64_t> values, int bytes,
+         bool big_endian = false) {
+  for (const std::uint64_t v : values) {
+    for (int i = 0; i < bytes; ++i) {
+      const int shift = 8 * (big_endian ? bytes - 1 - i : i);
+      out.push_back(static_cast<std::uint8_t>(v >> shift));
+    }
+  }
+}
+
+std::vector<std::uint8_t> text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+
+// A TIFF of one directory: ImageWidth as a LONG and ImageLength as a SHORT, nothing else.
+std::vector<std::uint8_t> tiff_header_only(bool big_endian, std::uint64_t width,
+                                           std::uint64_t height) {
+  std::vector<std::uint8_t> out = text_bytes(big_endian ? "MM" : "II");
+  put(out, {42}, 2, big_endian);
+  put(out, {8}, 4, big_endian);  // the first directory's offset
+  put(out, {2}, 2, big_endian);  // its entries
+  put(out, {256, 4}, 2, big_endian);
+  put(out, {1, width}, 4, big_endian);
+  put(out, {257, 3}, 2, big_endian);
+  put(out, {1}, 4, big_endian);
+  put(out, {height, 0}, 2, big_endian);  // a SHORT at the start of the 4-byte value field
+  put(out, {0}, 4, big_endian);          // no next directory
+  return out;
+}
+
+// BMP, PPM, TIFF and lossless WebP go through OpenCV and decode to the pixels written. A header
+// of each that announces more pixels than the limit is refused before OpenCV decodes it (a
+// 10 KB WebP of one colour decodes to 768 MB), and so are a header cut short and a file of none
+// of the formats.
+TEST_F(ImageFolder, OpenCvFormatsDecodeExactlyAndHugeHeadersAreRefused) {
+  ScratchDir exact;
+  const cv::Mat image = pattern(6, 4, 40);
+  for (const char* name : {"a.bmp", "b.ppm", "c.tiff", "d.webp"}) {
+    fs::create_directories(exact / "k");
+    EXPECT_TRUE(
+        cv::imwrite(exact / (std::string("k/") + name), image, {cv::IMWRITE_WEBP_QUALITY, 101}))
+        << name;
+  }
+  const ImageDataset decoded = read_image_folder(exact.path(), {});
+  ASSERT_EQ(decoded.size, 4);
+  for (std::int64_t i = 0; i < decoded.size; ++i) {
+    for (int y = 0; y < 4; ++y) {
+      for (int x = 0; x < 6; ++x) {
+        const std::uint8_t* at = decoded.image(i) + y * 6 + x;
+        EXPECT_EQ(at[0], 40 + x + y) << i;  // R
+        EXPECT_EQ(at[24], 40 + y) << i;     // G
+        EXPECT_EQ(at[48], 40 + x) << i;     // B
+      }
+    }
+  }
+
+  std::vector<std::uint8_t> bmp = text_bytes("BM");
+  put(bmp, {70, 0, 54, 40, 20000, static_cast<std::uint32_t>(-20000)}, 4);  // top-down rows
+  put(bmp, {1, 24}, 2);
+  bmp.resize(70);
+  std::vector<std::uint8_t> webp_x = text_bytes("RIFF");
+  put(webp_x, {30}, 4);
+  for (const char* part : {"WEBP", "VP8X"}) webp_x.insert(webp_x.end(), part, part + 4);
+  put(webp_x, {10, 0}, 4);
+  put(webp_x, {19999, 19999}, 3);
+  std::vector<std::uint8_t> webp_l = text_bytes("RIFF");
+  put(webp_l, {30}, 4);
+  for (const char* part : {"WEBP", "VP8L"}) webp_l.insert(webp_l.end(), part, part + 4);
+  put(webp_l, {5}, 4);
+  put(webp_l, {0x2f}, 1);
+  put(webp_l, {16383 | (16383u << 14)}, 4);
+  auto cut = [](std::vector<std::uint8_t> bytes, std::size_t keep) {
+    bytes.resize(keep);
+    return bytes;
+  };
+  const std::vector<std::pair<std::vector<std::uint8_t>, std::string>> refused = {
+      {bmp, "20000x20000 pixels, more than 67108864 an image may have"},
+      {text_bytes("P6\n# made by hand\n20000 20000\n255\nabc"), "20000x20000 pixels, more"},
+      {text_bytes("P5 99999999999999999999 1 255 x"), "9999999999x1 pixels, more"},
+      {tiff_header_only(false, 20000, 20000), "20000x20000 pixels, more"},
+      {tiff_header_only(true, 20000, 20000), "20000x20000 pixels, more"},
+      {webp_x, "20000x20000 pixels, more"},
+      {webp_l, "16384x16384 pixels, more"},
+      {cut(bmp, 20), "corrupt BMP (its header does not say the image's size)"},
+      {cut(webp_l, 22), "corrupt WebP (its header does not say the"},
+      {text_bytes("P6\n640 "), "corrupt PPM/PGM/PBM (its header does not say the"},
+      {cut(tiff_header_only(true, 1, 1), 16), "corrupt TIFF (its header does not say the"},
+      {text_bytes("GIF89a\x01\x00\x01\x00"),
+       "corrupt or unsupported image (not a JPEG, PNG, BMP, PPM/PGM/PBM, TIFF or WebP file)"},
+  };
+  ScratchDir huge;
+  fs::create_directories(huge / "k");
+  for (const auto& [bytes, says] : refused) {
+    write_bytes(huge / "k/x.bmp", bytes);
+    EXPECT_THAT(usage_error_of([&] { read_image_folder(huge.path(), {}); }),
+                AllOf(HasSubstr("k/x.bmp: " + says), ::testing::Not(HasSubstr("\n"))));
+  }
+}
+
 // A strip resized so its shorter side is image_size would hold far more pixels than it has
 // (40000 x 1 at 224: 224 x 8960000) before the crop: refused, not allocated.
 TEST_F(ImageFolder, AStripTooLongToResizeIsRefused) {

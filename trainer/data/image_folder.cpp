@@ -14,6 +14,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <mutex>
+#include <optional>
 #include <opencv2/core.hpp>
 #include <opencv2/core/utils/logger.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -179,6 +180,146 @@ cv::Mat decode_png(const std::string& path, const std::vector<std::uint8_t>& dat
   return rgb;
 }
 
+// Width and height of an image in a format OpenCV decodes here (BMP, PPM/PGM/PBM, TIFF, WebP),
+// read from its header: OpenCV allocates what a header announces (up to 2^30 pixels, 3 GB)
+// before it finds the pixels missing, so the limit is checked first, as for JPEG and PNG.
+struct Extent {
+  std::uint64_t width = 0, height = 0;
+};
+
+// `n` bytes at `at`, little- or big-endian; nullopt past the end.
+std::optional<std::uint64_t> number_at(const std::vector<std::uint8_t>& data, std::uint64_t at,
+                                       int n, bool big_endian = false) {
+  if (at > data.size() || static_cast<std::uint64_t>(n) > data.size() - at) return std::nullopt;
+  std::uint64_t value = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t byte = data[at + (big_endian ? i : n - 1 - i)];
+    value = (value << 8) | byte;
+  }
+  return value;
+}
+
+std::optional<Extent> bmp_extent(const std::vector<std::uint8_t>& data) {
+  const auto header = number_at(data, 14, 4);
+  if (!header) return std::nullopt;
+  if (*header == 12) {  // the OS/2 1.x header: 16-bit sizes
+    const auto w = number_at(data, 18, 2), h = number_at(data, 20, 2);
+    if (!w || !h) return std::nullopt;
+    return Extent{*w, *h};
+  }
+  const auto w = number_at(data, 18, 4), h = number_at(data, 22, 4);
+  if (!w || !h) return std::nullopt;
+  // Signed 32-bit: a negative height stores the rows top-down.
+  auto magnitude = [](std::uint64_t v) {
+    const auto s = static_cast<std::int32_t>(static_cast<std::uint32_t>(v));
+    return static_cast<std::uint64_t>(s < 0 ? -static_cast<std::int64_t>(s) : s);
+  };
+  return Extent{magnitude(*w), magnitude(*h)};
+}
+
+// "P6 640 480 255": the two numbers after the magic, past blanks and # comments.
+std::optional<Extent> pnm_extent(const std::vector<std::uint8_t>& data) {
+  std::size_t at = 2;
+  std::uint64_t numbers[2] = {0, 0};
+  for (std::uint64_t& number : numbers) {
+    while (at < data.size() && (std::isspace(data[at]) != 0 || data[at] == '#')) {
+      if (data[at] == '#') {
+        while (at < data.size() && data[at] != '\n') ++at;
+      } else {
+        ++at;
+      }
+    }
+    const std::size_t first = at;
+    // Past 10 digits the value is beyond any limit; more digits are read but not added.
+    for (; at < data.size() && std::isdigit(data[at]) != 0; ++at) {
+      if (at - first < 10) number = number * 10 + (data[at] - '0');
+    }
+    if (at == first) return std::nullopt;
+  }
+  return Extent{numbers[0], numbers[1]};
+}
+
+// ImageWidth (256) and ImageLength (257) of the first directory, classic TIFF or BigTIFF.
+std::optional<Extent> tiff_extent(const std::vector<std::uint8_t>& data) {
+  const bool big_endian = data[0] == 'M';
+  const bool big_tiff = number_at(data, 2, 2, big_endian) == 43u;
+  const auto directory = number_at(data, big_tiff ? 8 : 4, big_tiff ? 8 : 4, big_endian);
+  if (!directory) return std::nullopt;
+  const auto entries = number_at(data, *directory, big_tiff ? 8 : 2, big_endian);
+  if (!entries) return std::nullopt;
+  const std::uint64_t entry_bytes = big_tiff ? 20 : 12;
+  const std::uint64_t first = *directory + (big_tiff ? 8 : 2);
+  std::optional<std::uint64_t> width, height;
+  // Each entry must lie inside the file: the loop ends with the data whatever the count says.
+  for (std::uint64_t i = 0; i < *entries && !(width && height); ++i) {
+    const std::uint64_t at = first + i * entry_bytes;
+    const auto tag = number_at(data, at, 2, big_endian);
+    const auto type = number_at(data, at + 2, 2, big_endian);
+    if (!tag || !type || (i + 1) * entry_bytes > data.size()) break;
+    if (*tag != 256 && *tag != 257) continue;
+    const std::uint64_t value_at = at + (big_tiff ? 12 : 8);
+    // SHORT, LONG or (BigTIFF) LONG8, at the start of the entry's value field.
+    const int bytes = *type == 3 ? 2 : *type == 4 ? 4 : *type == 16 ? 8 : 0;
+    if (bytes == 0) return std::nullopt;
+    (*tag == 256 ? width : height) = number_at(data, value_at, bytes, big_endian);
+  }
+  if (!width || !height) return std::nullopt;
+  return Extent{*width, *height};
+}
+
+std::optional<Extent> webp_extent(const std::vector<std::uint8_t>& data) {
+  const auto chunk = number_at(data, 12, 4, /*big_endian=*/true);
+  if (chunk == 0x56503820u) {  // "VP8 ": a key frame's start code, then 14-bit sizes
+    if (number_at(data, 23, 3, true) != 0x9d012au) return std::nullopt;
+    const auto w = number_at(data, 26, 2), h = number_at(data, 28, 2);
+    if (!w || !h) return std::nullopt;
+    return Extent{*w & 0x3fff, *h & 0x3fff};
+  }
+  if (chunk == 0x5650384cu) {  // "VP8L": a signature byte, then 14 bits each of size - 1
+    const auto bits = number_at(data, 21, 4);
+    if (number_at(data, 20, 1) != 0x2fu || !bits) return std::nullopt;
+    return Extent{(*bits & 0x3fff) + 1, ((*bits >> 14) & 0x3fff) + 1};
+  }
+  if (chunk == 0x56503858u) {  // "VP8X": the canvas, 24 bits each of size - 1
+    const auto w = number_at(data, 24, 3), h = number_at(data, 27, 3);
+    if (!w || !h) return std::nullopt;
+    return Extent{*w + 1, *h + 1};
+  }
+  return std::nullopt;
+}
+
+// The extent of a file OpenCV is to decode; a UsageError naming `path` where its format is none
+// of those or its header is cut short, or where it announces more than kMaxImagePixels.
+void check_opencv_extent(const std::string& path, const std::vector<std::uint8_t>& data) {
+  std::optional<Extent> extent;
+  const char* format = nullptr;
+  if (starts_with(data, {'B', 'M'})) {
+    format = "BMP";
+    extent = bmp_extent(data);
+  } else if (data.size() >= 2 && data[0] == 'P' && data[1] >= '1' && data[1] <= '6') {
+    format = "PPM/PGM/PBM";
+    extent = pnm_extent(data);
+  } else if (starts_with(data, {'I', 'I', '*', 0}) || starts_with(data, {'M', 'M', 0, '*'}) ||
+             starts_with(data, {'I', 'I', '+', 0}) || starts_with(data, {'M', 'M', 0, '+'})) {
+    format = "TIFF";
+    extent = tiff_extent(data);
+  } else if (starts_with(data, {'R', 'I', 'F', 'F'}) &&
+             number_at(data, 8, 4, /*big_endian=*/true) == 0x57454250u) {  // "WEBP"
+    format = "WebP";
+    extent = webp_extent(data);
+  }
+  PARTRAIN_CHECK(format != nullptr, UsageError, path,
+                 ": corrupt or unsupported image (not a JPEG, PNG, BMP, PPM/PGM/PBM, TIFF or WebP "
+                 "file)");
+  PARTRAIN_CHECK(extent.has_value(), UsageError, path, ": corrupt ", format,
+                 " (its header does not say the image's size)");
+  const auto [width, height] = *extent;
+  PARTRAIN_CHECK(
+      width <= kMaxImagePixels && height <= kMaxImagePixels && width * height <= kMaxImagePixels,
+      UsageError, path, ": ", width, "x", height, " pixels, more than ", kMaxImagePixels,
+      " an image may have");
+}
+
 // Python's round() (half to even) of diff / 2, as torchvision's CenterCrop computes offsets.
 int centre_offset(int diff) {
   const int half = diff / 2;
@@ -198,6 +339,7 @@ cv::Mat decode_image(const std::string& path, int size) {
   if (image.empty()) {
     // BMP, PPM/PGM, TIFF, WebP and CMYK JPEG: OpenCV. EXIF orientation is ignored, as
     // torchvision's ImageFolder (PIL) ignores it.
+    if (!starts_with(data, {0xff, 0xd8, 0xff})) check_opencv_extent(path, data);
     cv::Mat bgr;
     try {
       bgr = cv::imdecode(cv::Mat(1, static_cast<int>(data.size()), CV_8UC1,
