@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -210,6 +211,38 @@ class Reader {
   std::size_t at_ = 0;
 };
 
+// A rank that stops the exchange (a rank of another build, one that never published) publishes
+// why in place of the value the others wait for: the mark, a count of 0 (no group or layout
+// holds none), its finding. They stop at once with that reason rather than at their timeout with
+// their own, or with "connection lost" once rank 0, the store's host, has gone.
+std::vector<std::uint8_t> failure_value(const std::string& finding) {
+  std::vector<std::uint8_t> out;
+  put_mark(out);
+  put32(out, 0);
+  put_text(out, finding);
+  return out;
+}
+
+// Such a value, read by a rank that waited for it: `finding` is passed on as it is when this
+// rank stops in turn.
+class PublishedFailure : public CommError {
+ public:
+  PublishedFailure(int by, std::string finding)
+      : CommError("host layout: rank " + std::to_string(by) + " stopped: " + finding),
+        finding_(std::move(finding)) {}
+  const std::string& finding() const { return finding_; }
+
+ private:
+  std::string finding_;
+};
+
+// The count a group or layout value opens with after its mark; a count of 0 is `by`'s failure.
+std::uint32_t count_or_failure(Reader& in, int by, std::size_t least_bytes) {
+  const std::uint32_t count = in.count(least_bytes);
+  if (count == 0) throw PublishedFailure(by, in.text());
+  return count;
+}
+
 }  // namespace
 
 std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
@@ -232,7 +265,8 @@ std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout) {
 HostLayout decode_host_layout(const std::vector<std::uint8_t>& bytes, int ranks) {
   Reader in(bytes, "the published layout");
   in.mark("rank 0");
-  std::vector<std::string> hosts(in.count(4 + 4 + 8));  // a length, and CPUs and room below
+  // A length, and CPUs and room below, for each host.
+  std::vector<std::string> hosts(count_or_failure(in, 0, 4 + 4 + 8));
   for (auto& identity : hosts) identity = in.text();
   std::vector<std::uint32_t> cpus(hosts.size());
   std::vector<std::uint64_t> rooms(hosts.size());
@@ -324,8 +358,8 @@ void decode_group(const std::vector<std::uint8_t>& bytes, int leader, std::size_
                   std::vector<RankSite>& out) {
   Reader in(bytes, "a group's value");
   in.mark("rank " + std::to_string(leader));
-  PARTRAIN_CHECK(in.u32() == count, CommError, "host layout: a group's value holds another ",
-                 "number of ranks than ", count);
+  PARTRAIN_CHECK(count_or_failure(in, leader, 4 + 4 + 8) == count, CommError,
+                 "host layout: a group's value holds another number of ranks than ", count);
   for (std::size_t i = 0; i < count; ++i) out.push_back(read_site(in));
   PARTRAIN_CHECK(in.done(), CommError, "host layout: a group's value runs on");
 }
@@ -356,6 +390,42 @@ int default_fan_in(int size) {
   return std::max(kLayoutFanInMin, root);
 }
 
+// A leader's part: gathers its group's sites, then (rank % fan_in == 0, not rank 0) sets them as
+// one value under `out_key`, or (rank 0) gathers every group's value and sets the layout under
+// `out_key`, which it returns.
+std::optional<HostLayout> lead_group(Store& store, const std::string& prefix, int rank, int size,
+                                     int fan_in, const RankSite& mine, const std::string& out_key) {
+  std::vector<RankSite> sites =
+      gather_group(store, prefix, rank, std::min(size, rank + fan_in), mine);
+  if (rank != 0) {
+    std::vector<std::uint8_t> value;
+    put_mark(value);
+    put32(value, sites.size());
+    for (const RankSite& p : sites) put_site(value, p);
+    store.set(out_key, value);
+    return std::nullopt;
+  }
+  // Rank 0 holds its own group's hosts; the other leaders' groups come as one value each.
+  std::vector<std::string> keys;
+  std::string leaders;
+  for (int leader = fan_in; leader < size; leader += fan_in) {
+    keys.push_back(group_key(prefix, leader));
+    leaders += (leaders.empty() ? "" : ", ") + std::to_string(leader);
+  }
+  sites.reserve(static_cast<std::size_t>(size));
+  if (!keys.empty()) {
+    const auto groups = get_all(store, prefix, keys, 0, size, leaders);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const int leader = static_cast<int>(g + 1) * fan_in;
+      decode_group(groups[g], leader,
+                   static_cast<std::size_t>(std::min(size, leader + fan_in) - leader), sites);
+    }
+  }
+  HostLayout layout = group_by_host(sites);
+  store.set(out_key, encode_host_layout(layout));
+  return layout;
+}
+
 }  // namespace
 
 HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size,
@@ -372,34 +442,24 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
   store.set(host_key(prefix, rank), own);
   const std::string layout_key = prefix + "layout";
   if (rank % fan_in == 0) {
-    std::vector<RankSite> sites =
-        gather_group(store, prefix, rank, std::min(size, rank + fan_in), mine);
-    if (rank != 0) {
-      std::vector<std::uint8_t> value;
-      put_mark(value);
-      put32(value, sites.size());
-      for (const RankSite& p : sites) put_site(value, p);
-      store.set(group_key(prefix, rank), value);
-    } else {
-      // Rank 0 holds its own group's hosts; the other leaders' groups come as one value each.
-      std::vector<std::string> keys;
-      std::string leaders;
-      for (int leader = fan_in; leader < size; leader += fan_in) {
-        keys.push_back(group_key(prefix, leader));
-        leaders += (leaders.empty() ? "" : ", ") + std::to_string(leader);
+    // What a leader sets, once, for the ranks that wait on it: its group's value, rank 0's
+    // layout, or why it stopped.
+    const std::string out_key = rank == 0 ? layout_key : group_key(prefix, rank);
+    try {
+      if (auto layout = lead_group(store, prefix, rank, size, fan_in, mine, out_key)) {
+        return *layout;
       }
-      sites.reserve(static_cast<std::size_t>(size));
-      if (!keys.empty()) {
-        const auto groups = get_all(store, prefix, keys, 0, size, leaders);
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-          const int leader = static_cast<int>(g + 1) * fan_in;
-          decode_group(groups[g], leader,
-                       static_cast<std::size_t>(std::min(size, leader + fan_in) - leader), sites);
-        }
+    } catch (const CommError& e) {
+      const auto* published = dynamic_cast<const PublishedFailure*>(&e);
+      std::string finding = published != nullptr ? published->finding() : e.what();
+      const std::string head = "host layout: ";
+      if (published == nullptr && finding.rfind(head, 0) == 0) finding.erase(0, head.size());
+      try {
+        store.set(out_key, failure_value(finding));
+      } catch (const CommError&) {
+        // The store is gone too: the others learn of it from the store.
       }
-      HostLayout layout = group_by_host(sites);
-      store.set(layout_key, encode_host_layout(layout));
-      return layout;
+      throw;
     }
   }
   std::vector<std::uint8_t> published;

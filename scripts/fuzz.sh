@@ -79,6 +79,8 @@ layout += struct.pack("<IQ", 2, 1 << 26) + struct.pack("<IQ", 0, (1 << 64) - 1)
 layout += struct.pack("<I", 3) + struct.pack("<II", 0, 2) + struct.pack("<II", 1, 1)
 layout += struct.pack("<II", 0, 1)
 put("layout", "two-hosts", bytes([3]) + layout)
+# A leader's failure in place of the layout: the mark, a count of 0, why.
+put("layout", "failure", bytes([3]) + b"PTL1" + struct.pack("<I", 0) + text(b"rank 3 is gone"))
 PY
 
 # ---- run ------------------------------------------------------------------------------------

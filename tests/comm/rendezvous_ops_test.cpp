@@ -178,6 +178,32 @@ TEST(Rendezvous, ARankOfAnotherBuildIsNamed) {
   }
 }
 
+// A leader that stops the exchange sets why in place of its value, and every rank waiting on it
+// stops with that reason at once: rank 3 of an older build in rank 2's group (fan-in 2) is named
+// by rank 2, by rank 0 from rank 2's value, and by rank 1 from rank 0's, well before the store's
+// timeout (20 s), at which ranks 0 and 1 stopped before, each with a reason of its own.
+TEST(Rendezvous, EveryRankLearnsWhyTheExchangeStopped) {
+  TcpStore host("127.0.0.1", 0, options(true, std::chrono::seconds(20)));
+  host.set(std::string(kHostLayoutPrefix) + "3", unmarked_site(host_identity()));
+  const std::string finding =
+      "rank 3 runs another build of partrain (a layout without a format mark, this build's 1): "
+      "run the same build on every rank";
+  const std::vector<std::string> expected = {"host layout: rank 2 stopped: " + finding,
+                                             "host layout: rank 0 stopped: " + finding,
+                                             "host layout: " + finding};
+  const auto start = std::chrono::steady_clock::now();
+  testing::run_ranks(3, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false, std::chrono::seconds(20)));
+    try {
+      exchange_host_layout(store, kHostLayoutPrefix, rank, 4, 2);
+      FAIL() << "rank " << rank << " learned a layout with rank 3 of another build";
+    } catch (const CommError& e) {
+      EXPECT_EQ(e.what(), expected[static_cast<std::size_t>(rank)]) << rank;
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
   constexpr int kWorld = 4;
   TcpStore host("127.0.0.1", 0, options(true));
