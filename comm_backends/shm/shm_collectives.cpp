@@ -79,6 +79,7 @@
 
 #include "comm_backends/collective_call.h"
 #include "comm_backends/reduction.h"
+#include "comm_backends/shm/shm_region.h"
 #include "common/errors.h"
 
 namespace partrain::comm {
@@ -246,9 +247,8 @@ std::size_t shm_region_bytes(int world) {
 std::optional<std::string> shm_region_misfit(int world, std::uint64_t room) {
   const std::size_t region = shm_region_bytes(world);
   if (region <= room) return std::nullopt;
-  constexpr std::uint64_t kMiB = 1 << 20;
-  return "the shared region of " + std::to_string((region + kMiB - 1) / kMiB) + " MiB for " +
-         std::to_string(world) + " ranks does not fit in /dev/shm (" + std::to_string(room / kMiB) +
+  return shm_region_text(region) + " for " + std::to_string(world) +
+         " ranks does not fit in /dev/shm (" + std::to_string(room >> 20) +
          " MiB free; docker run --shm-size gives a container more)";
 }
 

@@ -72,8 +72,8 @@ class RegionName {
 #if defined(__linux__)
 // A region of `bytes` that does not fit where the system keeps shared memory.
 CommError does_not_fit(std::size_t bytes) {
-  return CommError("shm: the shared region of " + std::to_string((bytes + (1 << 20) - 1) >> 20) +
-                   " MiB does not fit in /dev/shm: give /dev/shm more room (docker run "
+  return CommError("shm: " + shm_region_text(bytes) +
+                   " does not fit in /dev/shm: give /dev/shm more room (docker run "
                    "--shm-size) or set comm.backend to asio-ring");
 }
 
@@ -133,6 +133,10 @@ bip::offset_t size_of(const SharedMemory& memory) {
 constexpr std::string_view kNoRegion = "!";
 
 }  // namespace
+
+std::string shm_region_text(std::size_t bytes) {
+  return "the shared region of " + std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
 
 struct ShmRegion::Handles {
   RegionName owned_name;

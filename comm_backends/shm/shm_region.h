@@ -1,5 +1,6 @@
-// defines: ShmRegion — one shared-memory region (Boost.Interprocess) that the ranks of one
-// host map, set up through the store, and that leaves no name behind however the run ends.
+// defines: ShmRegion, shm_region_text() — one shared-memory region (Boost.Interprocess) that the
+// ranks of one host map, set up through the store, and that leaves no name behind however the run
+// ends.
 //
 // Rank 0 of the group creates the region, owner-only, under a name made of the run token,
 // the store prefix and random bits, prepares it, and publishes the name; the others map it
@@ -16,6 +17,10 @@
 namespace partrain::comm {
 
 class Store;
+
+// "the shared region of N MiB", N rounded up: how both the choice of a backend (a region that
+// would not fit) and a region's setup (one that did not) name it.
+std::string shm_region_text(std::size_t bytes);
 
 class ShmRegion {
  public:
