@@ -1,13 +1,16 @@
 // The dataset readers: any file is either a dataset whose sizes agree with the file or one
-// UsageError, and nothing announced by a header is allocated before it is checked.
+// UsageError, and nothing announced by a header is allocated before it is checked. An image
+// file decodes to no more pixels than kMaxImagePixels, whatever its format claims.
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "fuzz/fuzz_targets.h"
 #include "fuzz/scratch_file.h"
 #include "trainer/data/cifar_reader.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/data/image_folder.h"
 
 namespace partrain::fuzz {
 
@@ -52,6 +55,24 @@ void fuzz_cifar(const std::uint8_t* data, std::size_t size) {
   check_dataset(dataset, "cifar");
   if (static_cast<std::size_t>(dataset.size) * data::kCifarRecordBytes != size) {
     throw InvariantBroken("cifar: record count does not match the file size");
+  }
+}
+
+void fuzz_image(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return;
+  data::ImageFolderOptions options;
+  options.image_size = data[0];  // 0: the image's own size
+  options.threads = 1;
+  const std::filesystem::path file = write_scratch_file("image/k/x.bmp", data + 1, size - 1);
+  const auto dataset = data::read_image_folder(file.parent_path().parent_path().string(), options);
+  check_dataset(dataset, "image");
+  const auto pixels = static_cast<std::uint64_t>(dataset.height) * dataset.width;
+  if (dataset.size != 1 || dataset.channels != 3 || pixels > data::kMaxImagePixels) {
+    throw InvariantBroken("image: not one RGB image within the pixel limit");
+  }
+  if (options.image_size > 0 &&
+      (dataset.height != options.image_size || dataset.width != options.image_size)) {
+    throw InvariantBroken("image: not resized and cropped to image_size");
   }
 }
 

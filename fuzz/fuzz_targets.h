@@ -1,6 +1,5 @@
-// defines: the fuzz targets' bodies (fuzz_config, fuzz_idx, fuzz_cifar, fuzz_ring, fuzz_store,
-// fuzz_layout),
-// kFuzzTargets, and InvariantBroken.
+// defines: the fuzz targets' bodies (fuzz_config, fuzz_idx, fuzz_cifar, fuzz_image, fuzz_ring,
+// fuzz_store, fuzz_layout), kFuzzTargets, and InvariantBroken.
 //
 // Each body feeds one input to a parser of untrusted bytes. The contract it checks: the input
 // is either accepted or refused with a partrain::UsageError (bodies let that one through);
@@ -27,6 +26,8 @@ void fuzz_config(const std::uint8_t* data, std::size_t size);
 void fuzz_idx(const std::uint8_t* data, std::size_t size);
 // CIFAR-100 binary file bytes -> read_cifar100_bin.
 void fuzz_cifar(const std::uint8_t* data, std::size_t size);
+// u8 image_size (0: kept) | an image file's bytes -> read_image_folder of a folder holding it.
+void fuzz_image(const std::uint8_t* data, std::size_t size);
 // Bytes arriving on a ring port: handshake check and token, then a frame header; also the
 // "host:port" text a rank publishes in the store.
 void fuzz_ring(const std::uint8_t* data, std::size_t size);
@@ -40,7 +41,7 @@ struct FuzzTarget {
   void (*run)(const std::uint8_t* data, std::size_t size);
 };
 inline constexpr FuzzTarget kFuzzTargets[] = {
-    {"config", fuzz_config}, {"idx", fuzz_idx},     {"cifar", fuzz_cifar},
+    {"config", fuzz_config}, {"idx", fuzz_idx},     {"cifar", fuzz_cifar},   {"image", fuzz_image},
     {"ring", fuzz_ring},     {"store", fuzz_store}, {"layout", fuzz_layout},
 };
 

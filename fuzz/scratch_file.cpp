@@ -20,7 +20,9 @@ const std::filesystem::path& scratch_dir() {
 
 std::string write_scratch_file(const std::string& name, const std::uint8_t* data,
                                std::size_t size) {
-  const std::string path = (scratch_dir() / name).string();
+  const std::filesystem::path full = scratch_dir() / name;
+  std::filesystem::create_directories(full.parent_path());
+  const std::string path = full.string();
   std::FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) throw std::runtime_error("cannot write scratch file " + path);
   const bool written = size == 0 || std::fwrite(data, 1, size, file) == size;

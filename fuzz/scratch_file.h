@@ -8,7 +8,8 @@
 
 namespace partrain::fuzz {
 
-// Writes the bytes to scratch file `name` and returns its path.
+// Writes the bytes to scratch file `name` (which may name folders, made as needed) and returns
+// its path.
 std::string write_scratch_file(const std::string& name, const std::uint8_t* data, std::size_t size);
 
 }  // namespace partrain::fuzz

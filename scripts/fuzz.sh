@@ -2,19 +2,19 @@
 # Usage: scripts/fuzz.sh [SECONDS]
 #
 # Builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan in build-fuzz/, makes a seed
-# corpus (the configs in configs/, small valid IDX and CIFAR-100 files, valid ring and store
-# conversations), then runs each target for SECONDS (default 60). A crash, leak, timeout or
+# corpus (the configs in configs/, small valid IDX, CIFAR-100 and image files, valid ring and
+# store conversations), then runs each target for SECONDS (default 60). A crash, leak, timeout or
 # out-of-memory input is saved in tests/regression/<target>/ (replayed by ctest -L regression
 # in the normal build) and makes the script exit 1.
 #
 # Environment: JOBS (build parallelism, default 1), PARTRAIN_FUZZ_BUILD (build folder),
-# TARGETS (default "config idx cifar ring store layout").
+# TARGETS (default "config idx cifar image ring store layout").
 set -euo pipefail
 
 seconds=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${PARTRAIN_FUZZ_BUILD:-$root/build-fuzz}
-targets=${TARGETS:-config idx cifar ring store layout}
+targets=${TARGETS:-config idx cifar image ring store layout}
 jobs=${JOBS:-1}
 cc=${CC:-clang}
 cxx=${CXX:-clang++}
@@ -33,7 +33,7 @@ cmake --build "$build" -j "$jobs" --target $(printf 'fuzz_%s ' $targets)
 seeds=$build/seeds
 rm -rf "$seeds"
 mkdir -p "$seeds"
-for t in config idx cifar ring store layout; do mkdir -p "$seeds/$t"; done
+for t in config idx cifar image ring store layout; do mkdir -p "$seeds/$t"; done
 cp "$root"/configs/*.yaml "$seeds/config/"
 python3 - "$seeds" <<'PY'
 import gzip, struct, sys
@@ -79,6 +79,30 @@ layout += struct.pack("<IQ", 2, 1 << 26) + struct.pack("<IQ", 0, (1 << 64) - 1)
 layout += struct.pack("<I", 3) + struct.pack("<II", 0, 2) + struct.pack("<II", 1, 1)
 layout += struct.pack("<II", 0, 1)
 put("layout", "two-hosts", bytes([3]) + layout)
+# Images: u8 image_size (0: kept) | a 3x2 image as PNG, BMP, PPM, PGM, TIFF (uncompressed RGB)
+# and lossless WebP (as PIL 9.4 writes it).
+import zlib
+rgb = bytes(range(18))
+def png_chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+png = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", 3, 2, 8, 2, 0, 0, 0))
+png += png_chunk(b"IDAT", zlib.compress(b"\0" + rgb[:9] + b"\0" + rgb[9:])) + png_chunk(b"IEND", b"")
+rows = b"".join(rgb[9 * y:9 * y + 9] + b"\0\0\0" for y in (1, 0))  # bottom-up, 4-byte rows
+bmp = b"BM" + struct.pack("<IHHI", 54 + len(rows), 0, 0, 54)
+bmp += struct.pack("<IiiHHIIiiII", 40, 3, 2, 1, 24, 0, len(rows), 0, 0, 0, 0) + rows
+def tiff_entry(tag, kind, count, value):
+    return struct.pack("<HHI", tag, kind, count) + (struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value))
+entries = [(256, 3, 1, 3), (257, 3, 1, 2), (258, 3, 3, 8 + 2 + 9 * 12 + 4), (259, 3, 1, 1), (262, 3, 1, 2),
+           (273, 4, 1, 8 + 2 + 9 * 12 + 4 + 6), (277, 3, 1, 3), (278, 3, 1, 2), (279, 4, 1, 18)]
+tiff = b"II*\0" + struct.pack("<IH", 8, len(entries)) + b"".join(tiff_entry(*e) for e in entries)
+tiff += struct.pack("<I", 0) + struct.pack("<HHH", 8, 8, 8) + rgb
+webp = bytes.fromhex("5249464638000000574542505650384c2b0000002f024000002f40906db3edfed4975008"
+                     "20000a1a850002a0a099ff94ee1d6ada3660439d7f3935a2ff31bd00")
+for name, body in (("png", png), ("bmp", bmp), ("ppm", b"P6 3 2 255\n" + rgb), ("pgm", b"P5\n3 2\n255\n" + rgb[:6]),
+                   ("tiff", tiff), ("webp", webp)):
+    put("image", name, bytes([0]) + body)
+    put("image", name + "-sized", bytes([5]) + body)
+
 # A leader's failure in place of the layout: the mark, a count of 0, why.
 put("layout", "failure", bytes([3]) + b"PTL1" + struct.pack("<I", 0) + text(b"rank 3 is gone"))
 PY

@@ -33,9 +33,6 @@ namespace {
 // Larger files are refused before they are read: no photograph a classifier trains on comes
 // near this, and a wrong path (a disk image, a video) should not be pulled into memory.
 constexpr std::uintmax_t kMaxImageFileBytes = 256u << 20;
-// A header may announce far more pixels than its file holds; decoding buffers are checked
-// against this before they are allocated (8192 x 8192).
-constexpr std::uint64_t kMaxImagePixels = 1ull << 26;
 
 struct ImageFile {
   std::string path;

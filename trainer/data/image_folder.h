@@ -1,6 +1,6 @@
-// defines: list_image_classes() and read_image_folder() — torchvision's ImageFolder layout
-// (ROOT/<class>/<image>), decoded (JPEG: libjpeg-turbo, PNG: libpng, others: OpenCV),
-// optionally resized and centre-cropped (OpenCV).
+// defines: list_image_classes(), read_image_folder() and kMaxImagePixels — torchvision's
+// ImageFolder layout (ROOT/<class>/<image>), decoded (JPEG: libjpeg-turbo, PNG: libpng, others:
+// OpenCV), optionally resized and centre-cropped (OpenCV).
 //
 // The image libraries' headers stay in image_folder.cpp.
 #pragma once
@@ -12,6 +12,11 @@
 #include "trainer/data/dataset.h"
 
 namespace partrain::data {
+
+// The most pixels an image may have (8192 x 8192), checked against what its header announces
+// before it is decoded: a header may announce far more pixels than its file holds, and a small
+// file can decode to far more bytes than it has (a 10 KB WebP to 768 MB).
+inline constexpr std::uint64_t kMaxImagePixels = 1ull << 26;
 
 struct ImageFolderOptions {
   // Class names in label order; empty: the sorted sub-folder names of the folder itself
