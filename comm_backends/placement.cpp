@@ -211,10 +211,13 @@ class Reader {
   std::size_t at_ = 0;
 };
 
-// A rank that stops the exchange (a rank of another build, one that never published) publishes
-// why in place of the value the others wait for: the mark, a count of 0 (no group or layout
-// holds none), its finding. They stop at once with that reason rather than at their timeout with
-// their own, or with "connection lost" once rank 0, the store's host, has gone.
+// A leader that stops the exchange (a rank of another build, one that never published)
+// publishes why in place of the value the others wait for: the mark, a count of 0 (no group or
+// layout holds none), its finding. Where it found a value of another build, they stop at once
+// with its reason rather than at their timeout with their own, or with "connection lost" once
+// rank 0, the store's host, has gone. Where a rank never published, the leader itself waited the
+// timeout, as the others did: they stop with its reason or their own, whichever comes first.
+// The failure stays under the prefix: an exchange repeated under it fails the same way.
 std::vector<std::uint8_t> failure_value(const std::string& finding) {
   std::vector<std::uint8_t> out;
   put_mark(out);

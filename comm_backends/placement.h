@@ -107,12 +107,13 @@ bool shares_cpus(const std::vector<std::vector<int>>& binding);
 // on the tcp store (its own key, its group, the groups, the layout; a store without a get many of
 // its own asks key by key: about 2*fan_in + 2*W/fan_in). About 2W + 2W/fan_in store requests for a
 // world of W, where each rank reading every other's would be W*W. Waits up to the store's timeout
-// (a CommError names the ranks that never published their host). A leader that stops (a rank of
-// another build, a rank missing) sets why in place of its value, so that every rank waiting on it
-// stops at once with that reason ("host layout: rank 0 stopped: rank 3 runs another build of
-// partrain ..."). A rank's answer never changes, so repeating the exchange under one prefix is
-// harmless. One rank alone asks nothing of the store. `fan_in` 0 picks the default
-// (kLayoutFanInMin, or sqrt(W) where that is larger); every rank must pass the same.
+// (a CommError names the ranks that never published their host). A leader that finds a rank of
+// another build sets why in place of its value, so that every rank waiting on it stops at once
+// with that reason ("host layout: rank 0 stopped: rank 3 runs another build of partrain ...").
+// A rank's answer never changes, so repeating a successful exchange under one prefix is harmless;
+// after a failure, one under the same prefix fails the same way. One rank alone asks nothing of
+// the store. `fan_in` 0 picks the default (kLayoutFanInMin, or sqrt(W) where that is larger);
+// every rank must pass the same.
 inline constexpr int kLayoutFanInMin = 64;
 HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size,
                                 int fan_in = 0);

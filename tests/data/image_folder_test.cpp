@@ -263,26 +263,45 @@ void put(std::vector<std::uint8_t>& out, std::initializer_list<std::uint64_t> va
 
 std::vector<std::uint8_t> text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
-// A TIFF of one directory: ImageWidth as a LONG and ImageLength as a SHORT, nothing else.
-std::vector<std::uint8_t> tiff_header_only(bool big_endian, std::uint64_t width,
-                                           std::uint64_t height) {
+// One entry of a TIFF directory: a tag, its type and its one value.
+struct TiffEntry {
+  std::uint64_t tag, type, value;
+};
+
+// A TIFF of one directory holding `entries` and nothing else, classic or BigTIFF.
+std::vector<std::uint8_t> tiff_of(const std::vector<TiffEntry>& entries, bool big_endian = false,
+                                  bool big_tiff = false) {
   std::vector<std::uint8_t> out = text_bytes(big_endian ? "MM" : "II");
-  put(out, {42}, 2, big_endian);
-  put(out, {8}, 4, big_endian);  // the first directory's offset
-  put(out, {2}, 2, big_endian);  // its entries
-  put(out, {256, 4}, 2, big_endian);
-  put(out, {1, width}, 4, big_endian);
-  put(out, {257, 3}, 2, big_endian);
-  put(out, {1}, 4, big_endian);
-  put(out, {height, 0}, 2, big_endian);  // a SHORT at the start of the 4-byte value field
-  put(out, {0}, 4, big_endian);          // no next directory
+  const int offset_bytes = big_tiff ? 8 : 4;
+  put(out, {big_tiff ? 43u : 42u}, 2, big_endian);
+  if (big_tiff) put(out, {8, 0}, 2, big_endian);              // the offsets' size, then 0
+  put(out, {big_tiff ? 16u : 8u}, offset_bytes, big_endian);  // the first directory's offset
+  put(out, {entries.size()}, big_tiff ? 8 : 2, big_endian);
+  for (const TiffEntry& e : entries) {
+    put(out, {e.tag, e.type}, 2, big_endian);
+    put(out, {1}, offset_bytes, big_endian);  // the count
+    // The value at the start of its field: BYTE 1, SHORT 2, LONG 4, LONG8 8 bytes.
+    const int bytes = e.type == 1 ? 1 : e.type == 3 ? 2 : e.type == 4 ? 4 : 8;
+    put(out, {e.value}, std::min(bytes, offset_bytes), big_endian);
+    for (int pad = bytes; pad < offset_bytes; ++pad) out.push_back(0);
+  }
+  put(out, {0}, offset_bytes, big_endian);  // no next directory
   return out;
 }
 
-// BMP, PPM, TIFF and lossless WebP go through OpenCV and decode to the pixels written. A header
-// of each that announces more pixels than the limit is refused before OpenCV decodes it (a
-// 10 KB WebP of one colour decodes to 768 MB), and so are a header cut short and a file of none
-// of the formats.
+// ImageWidth as a LONG and ImageLength as a SHORT.
+std::vector<std::uint8_t> tiff_header_only(bool big_endian, std::uint64_t width,
+                                           std::uint64_t height) {
+  return tiff_of({{256, 4, width}, {257, 3, height}}, big_endian);
+}
+
+// BMP, PPM, TIFF and lossless WebP go through OpenCV and decode to the pixels written (lossy
+// WebP to its size). A header of each that announces more pixels than the limit is refused
+// before OpenCV decodes it (a 10 KB WebP of one colour decodes to 768 MB), however it says it
+// (both BMP headers, a PNM width behind zeros or a comment ended by a carriage return, TIFF in
+// either byte order or as a BigTIFF, its first entry of a tag counting as libtiff's does, tiles
+// or strips larger than the image), and so are a header cut short and a file of none of the
+// formats.
 TEST_F(ImageFolder, OpenCvFormatsDecodeExactlyAndHugeHeadersAreRefused) {
   ScratchDir exact;
   const cv::Mat image = pattern(6, 4, 40);
@@ -292,7 +311,7 @@ TEST_F(ImageFolder, OpenCvFormatsDecodeExactlyAndHugeHeadersAreRefused) {
         cv::imwrite(exact / (std::string("k/") + name), image, {cv::IMWRITE_WEBP_QUALITY, 101}))
         << name;
   }
-  const ImageDataset decoded = read_image_folder(exact.path(), {});
+  ImageDataset decoded = read_image_folder(exact.path(), {});
   ASSERT_EQ(decoded.size, 4);
   for (std::int64_t i = 0; i < decoded.size; ++i) {
     for (int y = 0; y < 4; ++y) {
@@ -304,11 +323,20 @@ TEST_F(ImageFolder, OpenCvFormatsDecodeExactlyAndHugeHeadersAreRefused) {
       }
     }
   }
+  ScratchDir lossy;
+  fs::create_directories(lossy / "k");
+  EXPECT_TRUE(cv::imwrite(lossy / "k/lossy.webp", image, {cv::IMWRITE_WEBP_QUALITY, 90}));
+  EXPECT_EQ(test_files::read_bytes(lossy / "k/lossy.webp")[15], ' ');  // "VP8 ": lossy
+  decoded = read_image_folder(lossy.path(), {});
+  EXPECT_EQ(decoded.size * decoded.height * decoded.width, 24);
 
   std::vector<std::uint8_t> bmp = text_bytes("BM");
   put(bmp, {70, 0, 54, 40, 20000, static_cast<std::uint32_t>(-20000)}, 4);  // top-down rows
   put(bmp, {1, 24}, 2);
   bmp.resize(70);
+  std::vector<std::uint8_t> os2_bmp = text_bytes("BM");
+  put(os2_bmp, {40, 0, 26, 12}, 4);
+  put(os2_bmp, {20000, 20000, 1, 24}, 2);
   std::vector<std::uint8_t> webp_x = text_bytes("RIFF");
   put(webp_x, {30}, 4);
   for (const char* part : {"WEBP", "VP8X"}) webp_x.insert(webp_x.end(), part, part + 4);
@@ -326,10 +354,20 @@ TEST_F(ImageFolder, OpenCvFormatsDecodeExactlyAndHugeHeadersAreRefused) {
   };
   const std::vector<std::pair<std::vector<std::uint8_t>, std::string>> refused = {
       {bmp, "20000x20000 pixels, more than 67108864 an image may have"},
+      {os2_bmp, "20000x20000 pixels, more"},
       {text_bytes("P6\n# made by hand\n20000 20000\n255\nabc"), "20000x20000 pixels, more"},
-      {text_bytes("P5 99999999999999999999 1 255 x"), "9999999999x1 pixels, more"},
+      {text_bytes("P5 99999999999999999999 1 255 x"), "4294967296x1 pixels, more"},
       {tiff_header_only(false, 20000, 20000), "20000x20000 pixels, more"},
       {tiff_header_only(true, 20000, 20000), "20000x20000 pixels, more"},
+      {tiff_of({{256, 4, 20000}, {257, 16, 20000}}, true, true), "20000x20000 pixels, more"},
+      {tiff_of({{256, 4, 20000}, {256, 3, 1}, {257, 4, 20000}}), "20000x20000 pixels, more"},
+      {tiff_of({{256, 3, 1}, {257, 3, 1}, {322, 4, 16000}, {323, 4, 16000}}),
+       "its TIFF tiles or strips are 16000x16000 pixels, more"},
+      {tiff_of({{256, 3, 8}, {257, 3, 1}, {278, 4, 1u << 24}}),
+       "its TIFF tiles or strips are 8x16777216 pixels, more"},
+      {tiff_of({{256, 16, 1}, {257, 3, 1}}), "corrupt TIFF (its header does not say the"},
+      {text_bytes("P4 000000000020000 000000000020000\n"), "20000x20000 pixels, more"},
+      {text_bytes("P6 #\r20000 20000\n1 1\n255\n"), "20000x20000 pixels, more"},
       {webp_x, "20000x20000 pixels, more"},
       {webp_l, "16384x16384 pixels, more"},
       {cut(bmp, 20), "corrupt BMP (its header does not say the image's size)"},

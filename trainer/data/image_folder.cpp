@@ -182,6 +182,9 @@ cv::Mat decode_png(const std::string& path, const std::vector<std::uint8_t>& dat
 // before it finds the pixels missing, so the limit is checked first, as for JPEG and PNG.
 struct Extent {
   std::uint64_t width = 0, height = 0;
+  // What the decoder allocates at a time where the header sets it apart from the image's size
+  // (TIFF's tiles and strips); 0: the image's width or height.
+  std::uint64_t piece_width = 0, piece_height = 0;
 };
 
 // `n` bytes at `at`, little- or big-endian; nullopt past the end.
@@ -214,29 +217,34 @@ std::optional<Extent> bmp_extent(const std::vector<std::uint8_t>& data) {
   return Extent{magnitude(*w), magnitude(*h)};
 }
 
-// "P6 640 480 255": the two numbers after the magic, past blanks and # comments.
+// "P6 640 480 255": the two numbers after the magic, past blanks and # comments (which end at
+// a carriage return or a line feed, as OpenCV ends them).
 std::optional<Extent> pnm_extent(const std::vector<std::uint8_t>& data) {
   std::size_t at = 2;
   std::uint64_t numbers[2] = {0, 0};
   for (std::uint64_t& number : numbers) {
     while (at < data.size() && (std::isspace(data[at]) != 0 || data[at] == '#')) {
       if (data[at] == '#') {
-        while (at < data.size() && data[at] != '\n') ++at;
+        while (at < data.size() && data[at] != '\n' && data[at] != '\r') ++at;
       } else {
         ++at;
       }
     }
     const std::size_t first = at;
-    // Past 10 digits the value is beyond any limit; more digits are read but not added.
+    // Held at 2^32 once past it (OpenCV refuses more than INT_MAX): beyond any limit, and no
+    // count of digits, leading zeros included, can wrap it.
     for (; at < data.size() && std::isdigit(data[at]) != 0; ++at) {
-      if (at - first < 10) number = number * 10 + (data[at] - '0');
+      number = std::min<std::uint64_t>(number * 10 + (data[at] - '0'), 1ull << 32);
     }
     if (at == first) return std::nullopt;
   }
   return Extent{numbers[0], numbers[1]};
 }
 
-// ImageWidth (256) and ImageLength (257) of the first directory, classic TIFF or BigTIFF.
+// The first directory of a classic TIFF or a BigTIFF: ImageWidth (256) and ImageLength (257),
+// and the size of the pieces OpenCV decodes at a time, which it allocates as they say: tiles
+// (TileWidth 322 by TileLength 323) or strips (the width by RowsPerStrip 278). As libtiff does,
+// the first entry of a tag counts.
 std::optional<Extent> tiff_extent(const std::vector<std::uint8_t>& data) {
   const bool big_endian = data[0] == 'M';
   const bool big_tiff = number_at(data, 2, 2, big_endian) == 43u;
@@ -246,22 +254,41 @@ std::optional<Extent> tiff_extent(const std::vector<std::uint8_t>& data) {
   if (!entries) return std::nullopt;
   const std::uint64_t entry_bytes = big_tiff ? 20 : 12;
   const std::uint64_t first = *directory + (big_tiff ? 8 : 2);
-  std::optional<std::uint64_t> width, height;
+  std::optional<std::uint64_t> width, height, tile_width, tile_length, rows_per_strip;
   // Each entry must lie inside the file: the loop ends with the data whatever the count says.
-  for (std::uint64_t i = 0; i < *entries && !(width && height); ++i) {
+  for (std::uint64_t i = 0; i < *entries; ++i) {
     const std::uint64_t at = first + i * entry_bytes;
+    if (at > data.size() || entry_bytes > data.size() - at) break;
     const auto tag = number_at(data, at, 2, big_endian);
+    std::optional<std::uint64_t>* slot = *tag == 256   ? &width
+                                         : *tag == 257 ? &height
+                                         : *tag == 322 ? &tile_width
+                                         : *tag == 323 ? &tile_length
+                                         : *tag == 278 ? &rows_per_strip
+                                                       : nullptr;
+    if (slot == nullptr || slot->has_value()) continue;
+    // One value, held in the entry's value field: BYTE, SHORT, LONG, their signed kinds, and in
+    // a BigTIFF LONG8 and SLONG8. libtiff refuses any other count; a value that does not fit
+    // the field (an offset to it instead) is refused here too.
     const auto type = number_at(data, at + 2, 2, big_endian);
-    if (!tag || !type || (i + 1) * entry_bytes > data.size()) break;
-    if (*tag != 256 && *tag != 257) continue;
-    const std::uint64_t value_at = at + (big_tiff ? 12 : 8);
-    // SHORT, LONG or (BigTIFF) LONG8, at the start of the entry's value field.
-    const int bytes = *type == 3 ? 2 : *type == 4 ? 4 : *type == 16 ? 8 : 0;
-    if (bytes == 0) return std::nullopt;
-    (*tag == 256 ? width : height) = number_at(data, value_at, bytes, big_endian);
+    const auto count = number_at(data, at + 4, big_tiff ? 8 : 4, big_endian);
+    const int bytes = *type == 1                                 ? 1
+                      : *type == 3 || *type == 8                 ? 2
+                      : *type == 4 || *type == 9                 ? 4
+                      : big_tiff && (*type == 16 || *type == 17) ? 8
+                                                                 : 0;
+    if (bytes == 0 || count != 1u) return std::nullopt;
+    *slot = number_at(data, at + (big_tiff ? 12 : 8), bytes, big_endian);
   }
   if (!width || !height) return std::nullopt;
-  return Extent{*width, *height};
+  Extent extent{*width, *height};
+  if (tile_width || tile_length) {
+    extent.piece_width = tile_width.value_or(0);
+    extent.piece_height = tile_length.value_or(0);
+  } else if (rows_per_strip && *rows_per_strip != 0 && *rows_per_strip != 0xffffffffu) {
+    extent.piece_height = *rows_per_strip;
+  }
+  return extent;
 }
 
 std::optional<Extent> webp_extent(const std::vector<std::uint8_t>& data) {
@@ -310,11 +337,17 @@ void check_opencv_extent(const std::string& path, const std::vector<std::uint8_t
                  "file)");
   PARTRAIN_CHECK(extent.has_value(), UsageError, path, ": corrupt ", format,
                  " (its header does not say the image's size)");
-  const auto [width, height] = *extent;
-  PARTRAIN_CHECK(
-      width <= kMaxImagePixels && height <= kMaxImagePixels && width * height <= kMaxImagePixels,
-      UsageError, path, ": ", width, "x", height, " pixels, more than ", kMaxImagePixels,
-      " an image may have");
+  const auto within = [](std::uint64_t w, std::uint64_t h) {
+    return w <= kMaxImagePixels && h <= kMaxImagePixels && w * h <= kMaxImagePixels;
+  };
+  PARTRAIN_CHECK(within(extent->width, extent->height), UsageError, path, ": ", extent->width, "x",
+                 extent->height, " pixels, more than ", kMaxImagePixels, " an image may have");
+  const std::uint64_t piece_width = extent->piece_width != 0 ? extent->piece_width : extent->width;
+  const std::uint64_t piece_height =
+      extent->piece_height != 0 ? extent->piece_height : extent->height;
+  PARTRAIN_CHECK(within(piece_width, piece_height), UsageError, path, ": its ", format,
+                 " tiles or strips are ", piece_width, "x", piece_height, " pixels, more than ",
+                 kMaxImagePixels, " an image may have");
 }
 
 // Python's round() (half to even) of diff / 2, as torchvision's CenterCrop computes offsets.
