@@ -1,7 +1,7 @@
 // defines: add_rendezvous_bench() — `partrain bench rendezvous --world N`: N ranks joining one
 // run through one tcp store, each doing what a rank does to join (the code a worker runs,
-// not a model of it), timed from the store's first connection to the last rank past the
-// final barrier, with the requests the store answered, when the median rank passed each step,
+// not a model of it), timed from the store's first connection to the last rank past its
+// clock estimate, with the requests the store answered, when the median rank passed each step,
 // and how far each rank's clock estimate is from the truth (zero: they share one clock).
 //
 // The store's server runs in this process; the ranks run as threads of child processes
@@ -11,11 +11,11 @@
 // threads are all started before any connects (a file gate), so thread start-up is not
 // timed. What each rank does, in order:
 //   1. connects to the store and passes the token hello        (open_store, as RankGroup)
-//   2. learns the host layout                                    (exchange_host_layout)
-//   3. numbers its communicator                                  (make_communicator's add)
-//   4. publishes its address, reads its right neighbour's         (asio-ring's transport)
-//   5. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
-//   6. passes a store barrier                                    (store_barrier)
+//   2. holds its config against rank 0's (a default Config's)   (agree_on_config: a barrier)
+//   3. learns the host layout                                    (exchange_host_layout)
+//   4. numbers its communicator                                  (make_communicator's add)
+//   5. publishes its address, reads its right neighbour's         (asio-ring's transport)
+//   6. estimates its clock's offset to rank 0's                  (estimate_clock_offset)
 #include <CLI/CLI.hpp>
 
 #include <nlohmann/json.hpp>
@@ -48,11 +48,11 @@
 #include "comm_backends/placement.h"
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
-#include "comm_backends/store/store_barrier.h"
 #include "comm_backends/store/tcp_store.h"
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/temp_dir.h"
+#include "trainer/config/config_agreement.h"
 #include "trainer/observe/clock_sync.h"
 
 namespace partrain::cli {
@@ -72,8 +72,8 @@ constexpr std::uint64_t kFdsSpare = 64;
 constexpr int kMaxRanksPerChild = 1024;
 constexpr auto kGatePoll = std::chrono::milliseconds(1);
 // The five steps of the file comment, by the names the report gives them.
-constexpr const char* kPhases[] = {"connect",   "layout", "numbering",
-                                   "addresses", "clocks", "barrier"};
+constexpr const char* kPhases[] = {"connect",   "config",    "layout",
+                                   "numbering", "addresses", "clocks"};
 constexpr std::size_t kPhaseCount = std::size(kPhases);
 // What one rank reports: when it passed each step (steady clock ns), then its clock estimate
 // (offset to rank 0 and the round trip it came from, ns).
@@ -123,11 +123,14 @@ std::unique_ptr<comm::Store> join_as_rank(const RendezvousArgs& args, int rank,
   std::unique_ptr<comm::Store> store =
       comm::open_store("tcp://127.0.0.1:" + std::to_string(args.join_port), options);
   passed(0);
+  static const std::string agreement = agreement_json(Config{});  // every rank's the same
+  agree_on_config(*store, agreement, rank, world, timeout);
+  passed(1);
   const comm::RankHosts hosts(*store, comm::kHostLayoutPrefix, rank, world);
   hosts.layout();
-  passed(1);
-  const std::int64_t instance = store->add("comm/instances/" + std::to_string(rank), 1);
   passed(2);
+  const std::int64_t instance = store->add("comm/instances/" + std::to_string(rank), 1);
+  passed(3);
   const std::string prefix = comm::communicator_key_prefix(instance, "asio-ring");
   // The port is this rank's number: the address is published and read, never dialled.
   const std::string mine = comm::encode_peer_address(
@@ -135,15 +138,13 @@ std::unique_ptr<comm::Store> join_as_rank(const RendezvousArgs& args, int rank,
   store->set(comm::peer_address_key(prefix, rank),
              std::vector<std::uint8_t>(mine.begin(), mine.end()));
   store->get(comm::peer_address_key(prefix, (rank + 1) % world));
-  passed(3);
+  passed(4);
   const ClockEstimate clock =
       estimate_clock_offset(*store, rank, world, args.clock_readings, [](Clock::time_point t) {
         return std::chrono::duration<double>(t.time_since_epoch()).count();
       });
   record[kPhaseCount] = static_cast<std::int64_t>(clock.offset_s * 1e9);
   record[kPhaseCount + 1] = static_cast<std::int64_t>(clock.round_trip_s * 1e9);
-  passed(4);
-  comm::store_barrier(*store, "bench/joined", rank, world, timeout);
   passed(5);
   return store;
 }
@@ -383,8 +384,8 @@ int run_bench(const RendezvousArgs& args) {
                        {"processes", children},
                        {"store", "tcp"}};
   std::printf(
-      "rendezvous: world %d, %.3f s (first connection to the last rank past the "
-      "barrier), store_ops %llu (%.2f a rank), %d process%s\n",
+      "rendezvous: world %d, %.3f s (first connection to the last rank past its "
+      "clock estimate), store_ops %llu (%.2f a rank), %d process%s\n",
       args.world, seconds, static_cast<unsigned long long>(ops),
       static_cast<double>(ops) / args.world, children, children == 1 ? "" : "es");
   std::printf("  last rank past each step, s from the first connection: %s\n", last_text.c_str());

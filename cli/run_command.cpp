@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/commands.h"
@@ -24,6 +23,7 @@
 #include "common/errors.h"
 #include "common/output_lock.h"
 #include "trainer/config/config.h"
+#include "trainer/config/config_agreement.h"
 #include "trainer/device/torch_info.h"
 #include "trainer/loop/worker.h"
 
@@ -51,23 +51,11 @@ struct RunOptions {
 
 int run(const RunOptions& o);
 
-// The config as every node of a multi-node run sees it: keys that name node-local things
+// The config as every node of a multi-node run sees it: the keys every rank must hold alike
+// (agreement_json(), trainer/config/config_agreement.h); those that name node-local things
 // (folders, the NIC, thread counts) may differ between the nodes of one run, so they do not
 // take part in the run token the nodes derive from it.
-std::string run_identity(Config config) {
-  config.source.clear();
-  config.output_dir.clear();
-  config.reference.clear();
-  config.data.root.clear();
-  config.data.num_workers = 0;
-  config.train.threads = 0;
-  config.launch.bind = CpuBinding::kAuto;  // each node's launcher binds its own ranks
-  config.comm.interface.clear();
-  config.comm.host.clear();
-  nlohmann::ordered_json identity = nlohmann::ordered_json::parse(config_to_json(config));
-  identity["checkpoint"]["resume"] = "";  // rank 0 decides where the run resumes
-  return identity.dump();
-}
+std::string run_identity(const Config& config) { return agreement_json(config); }
 
 // --nproc-per-node: one count for every node, or one per node in node-rank order ("2,1").
 // Throws UsageError naming what is wrong.

@@ -12,6 +12,7 @@
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
+#include "trainer/config/config_agreement.h"
 
 namespace partrain {
 namespace {
@@ -751,6 +752,44 @@ TEST(ShippedConfigs, AllValidate) {
       load_config((fs::path(root) / "examples" / "torchscript_fashion_mnist.yaml").string(),
                   {"model.torchscript=" + model.string()}));
   fs::remove(model);
+}
+
+// What ranks must agree on: keys a host may set its own way leave the agreement text alone; any
+// other key is named with both ranks' values, three at most and then how many more; in
+// global-batch mode each rank's own share of the batch may differ.
+TEST_F(ConfigTest, RanksAgreeOnEveryKeyButTheHostsOwn) {
+  const std::string body = "strategy: ddp\ntrain: {optimizer: {name: sgd, lr: 0.05}}\n";
+  const std::string base = agreement_json(load_config(write(body)));
+  EXPECT_EQ(agreement_json(load_config(
+                write(body), {"data.root=/elsewhere", "train.threads=3", "data.num_workers=4",
+                              "comm.interface=eth1", "comm.timeout_s=90", "output.dir=/o",
+                              "launch.nproc_per_node=3", "checkpoint.resume=auto"})),
+            base);
+  const std::string lr = agreement_json(load_config(write(body), {"train.optimizer.lr=0.1"}));
+  EXPECT_EQ(config_differences(lr, 2, base, 0),
+            "train.optimizer.lr is 0.1 on rank 2 and 0.05 on rank 0");
+  EXPECT_EQ(config_differences(base, 0, base, 0), "");
+  const std::string many =
+      agreement_json(load_config(write(body), {"train.optimizer.lr=0.1", "seed=7", "model.width=4",
+                                               "comm.backend=shm", "train.epochs=9"}));
+  const std::string named = config_differences(many, 1, base, 0);
+  EXPECT_EQ(named.rfind("comm.backend is \"shm\" on rank 1 and \"auto\" on rank 0; model.width "
+                        "is 4 on rank 1 and ",
+                        0),
+            0u)
+      << named;
+  EXPECT_NE(named.find(" (and 2 more)"), std::string::npos) << named;
+  EXPECT_EQ(config_differences("not json", 1, base, 0),
+            "its config cannot be compared key by key with rank 0's");
+
+  Config share =
+      load_config(write("strategy: ddp\ndata: {global_batch_size: 10, balance: auto}\n"));
+  resolve_batch_size(share, 3, 0);
+  const std::int64_t first_share = share.data.batch_size;
+  const std::string first = agreement_json(share);
+  resolve_batch_size(share, 3, 2);
+  EXPECT_NE(share.data.batch_size, first_share);  // 4 and 3 of the 10
+  EXPECT_EQ(agreement_json(share), first);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "common/errors.h"
+#include "trainer/config/config_agreement.h"
 
 namespace partrain {
 
@@ -22,6 +23,11 @@ RankGroup join_rank_group(const Config& cfg, const RankPlace& env, const c10::De
   options.host = cfg.comm.host;
   options.interface = cfg.comm.interface;
   group.ranks = comm::open_rank_group(options);
+  if (env.world_size > 1) {
+    // Before anything else: ranks of two configs would choose, or wait on, different things.
+    agree_on_config(group.ranks->store(), agreement_json(cfg), env.rank, env.world_size,
+                    group.timeout);
+  }
   comm::CommOptions co = group.ranks->comm_options();
   co.backend = cfg.comm.backend;
   co.wire_dtype = cfg.comm.wire_dtype;
