@@ -71,7 +71,7 @@ constexpr std::uint64_t kFdsPerClient = 4;
 constexpr std::uint64_t kFdsSpare = 64;
 constexpr int kMaxRanksPerChild = 1024;
 constexpr auto kGatePoll = std::chrono::milliseconds(1);
-// The five steps of the file comment, by the names the report gives them.
+// The six steps of the file comment, by the names the report gives them.
 constexpr const char* kPhases[] = {"connect",   "config",    "layout",
                                    "numbering", "addresses", "clocks"};
 constexpr std::size_t kPhaseCount = std::size(kPhases);

@@ -756,15 +756,39 @@ TEST(ShippedConfigs, AllValidate) {
 
 // What ranks must agree on: keys a host may set its own way leave the agreement text alone; any
 // other key is named with both ranks' values, three at most and then how many more; in
-// global-batch mode each rank's own share of the batch may differ.
+// global-batch mode each rank's own share of the batch may differ; a TorchScript model counts
+// by its bytes and checkpoint.resume by its kind, not their paths.
 TEST_F(ConfigTest, RanksAgreeOnEveryKeyButTheHostsOwn) {
   const std::string body = "strategy: ddp\ntrain: {optimizer: {name: sgd, lr: 0.05}}\n";
   const std::string base = agreement_json(load_config(write(body)));
   EXPECT_EQ(agreement_json(load_config(
-                write(body), {"data.root=/elsewhere", "train.threads=3", "data.num_workers=4",
-                              "comm.interface=eth1", "comm.timeout_s=90", "output.dir=/o",
-                              "launch.nproc_per_node=3", "checkpoint.resume=auto"})),
+                write(body),
+                {"data.root=/elsewhere", "train.threads=3", "data.num_workers=4",
+                 "comm.interface=eth1", "comm.timeout_s=90", "output.dir=/o", "launch.bind=none"})),
             base);
+  EXPECT_NE(agreement_json(load_config(write(body), {"launch.max_restarts=2"})), base);
+  fs::create_directories(dir() / "a");
+  fs::create_directories(dir() / "b");
+  std::ofstream(dir() / "a" / "e.pt") << "checkpoint";
+  std::ofstream(dir() / "b" / "e.pt") << "checkpoint";
+  auto resuming = [&](const fs::path& from) {
+    return agreement_json(load_config(write(body), {"checkpoint.resume=" + from.string()}));
+  };
+  const std::string at_a = resuming(dir() / "a" / "e.pt");
+  EXPECT_EQ(resuming(dir() / "b" / "e.pt"), at_a);
+  EXPECT_EQ(config_differences(agreement_json(load_config(write(body), {"checkpoint.resume=auto"})),
+                               1, at_a, 0),
+            "checkpoint.resume is \"auto\" on rank 1 and \"a path\" on rank 0");
+  std::ofstream(dir() / "m1.pt") << "model bytes";
+  std::ofstream(dir() / "m2.pt") << "model bytes";
+  std::ofstream(dir() / "m3.pt") << "other bytes";
+  auto with_model = [&](const char* name) {
+    Config c = load_config(write(body));
+    c.model.torchscript = (dir() / name).string();  // as model.torchscript names it, unread here
+    return agreement_json(c);
+  };
+  EXPECT_EQ(with_model("m1.pt"), with_model("m2.pt"));
+  EXPECT_NE(with_model("m1.pt"), with_model("m3.pt"));
   const std::string lr = agreement_json(load_config(write(body), {"train.optimizer.lr=0.1"}));
   EXPECT_EQ(config_differences(lr, 2, base, 0),
             "train.optimizer.lr is 0.1 on rank 2 and 0.05 on rank 0");

@@ -3,7 +3,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <fstream>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "comm_backends/store/store.h"
@@ -19,18 +21,33 @@ using Json = nlohmann::json;
 
 // The keys that may differ between ranks (config_agreement.h says why), as JSON pointers.
 constexpr const char* kPerHostKeys[] = {
-    "/launch",         "/comm/host",         "/comm/interface",
-    "/comm/timeout_s", "/data/root",         "/data/download",
-    "/data/url",       "/data/num_workers",  "/model/torchscript",
-    "/train/threads",  "/checkpoint/resume", "/output",
-    "/reference",
+    "/launch/bind",   "/comm/host",        "/comm/interface", "/comm/timeout_s", "/data/root",
+    "/data/download", "/data/num_workers", "/train/threads",  "/output",         "/reference",
 };
 
 // "/train/optimizer/lr" -> "train.optimizer.lr".
 std::string dotted(const std::string& pointer) {
+  if (pointer.empty()) return "the config as a whole";
   std::string out = pointer.substr(1);
   std::replace(out.begin(), out.end(), '/', '.');
   return out;
+}
+
+// The TorchScript model file as ranks must agree on it: its bytes (each host may keep it under
+// a path of its own), or its path where it cannot be read (loading it will say why).
+std::string model_file_identity(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return path;
+  std::vector<char> chunk(1 << 20);
+  // The two seeds of fnv1a_128_hex(), over the file a MiB at a time.
+  std::uint64_t first = kFnv1aOffset, second = 0x84222325cbf29ce4ull;
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const std::string_view read(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    first = fnv1a_64(read, first);
+    second = fnv1a_64(read, second);
+  }
+  return "a file of hash " + hex_128(first, second);
 }
 
 }  // namespace
@@ -42,6 +59,13 @@ std::string agreement_json(const Config& config) {
     if (j.contains(pointer)) j[pointer.parent_pointer()].erase(pointer.back());
   }
   if (config.data.global_batch_size > 0) j["data"].erase("batch_size");
+  // A path may differ where ranks load the same bytes from it; auto and a path may not (each
+  // rank finds its shards by its own).
+  if (!config.model.torchscript.empty()) {
+    j["model"]["torchscript"] = model_file_identity(config.model.torchscript);
+  }
+  Json& resume = j["checkpoint"]["resume"];
+  if (resume.is_string() && resume != "never" && resume != "auto") resume = "a path";
   return j.dump();
 }
 
@@ -102,6 +126,13 @@ void agree_on_config(comm::Store& store, const std::string& agreement, int rank,
   comm::store_barrier(store, "config/checked", rank, size, timeout);
   if (store.check({differs_key})) {
     const std::vector<std::uint8_t> line = store.get(differs_key);
+    // Rank 0's store serves until every rank has read the line: rank 0 unwinding at once would
+    // take it away from the others mid-read. Past this barrier every rank holds the line, so
+    // losing the store here (rank 0 gone first) changes nothing.
+    try {
+      comm::store_barrier(store, "config/told", rank, size, timeout);
+    } catch (const CommError&) {
+    }
     throw UsageError(std::string(line.begin(), line.end()));
   }
 }

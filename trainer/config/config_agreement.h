@@ -6,12 +6,13 @@
 // edited on one host, or a --set given to one rank, would train ranks that disagree (another
 // learning rate on one rank: its parameters drift from the others' without a word) or wait on
 // collectives the others never call. Keys that say where a host keeps or finds things, or what
-// it spends on a rank, may differ: launch.*, comm.host, comm.interface, comm.timeout_s,
-// data.root, data.download, data.url, data.num_workers, model.torchscript, train.threads,
-// output.dir and reference; checkpoint.resume (rank 0 decides where the run resumes); and
-// data.batch_size where data.global_batch_size splits the batch (each rank's own share). Every
-// other key must be the same. The nodes of a multi-node `partrain run` derive their run token
-// from the same text (run_identity() in cli/run_command.cpp).
+// it spends on a rank, may differ: launch.bind, comm.host, comm.interface, comm.timeout_s,
+// data.root, data.download, data.num_workers, train.threads, output.dir and reference; and
+// data.batch_size where data.global_batch_size splits the batch (each rank's own share).
+// model.torchscript is compared by the file's bytes, not its path, and checkpoint.resume by its
+// kind (never, auto, a path), not the path. Every other key must be the same. The nodes of a
+// multi-node `partrain run` derive their run token from the same text (run_identity() in
+// cli/run_command.cpp).
 #pragma once
 
 #include <chrono>

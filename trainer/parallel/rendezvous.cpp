@@ -24,7 +24,7 @@ RankGroup join_rank_group(const Config& cfg, const RankPlace& env, const c10::De
   options.interface = cfg.comm.interface;
   group.ranks = comm::open_rank_group(options);
   if (env.world_size > 1) {
-    // Before anything else: ranks of two configs would choose, or wait on, different things.
+    // Before any backend: ranks of two configs would choose, or wait on, different things.
     agree_on_config(group.ranks->store(), agreement_json(cfg), env.rank, env.world_size,
                     group.timeout);
   }
