@@ -167,8 +167,9 @@ int unused_port() {
 // parameters drifting from rank 0's, and the backend, which waited out the timeout) stop every
 // rank at once with one line naming rank 1 and the keys (exit 2): through a file store, and
 // through the tcp store rank 0 hosts, which must serve until the others have read the line (4
-// ranks, so three read it while rank 0 would be leaving). Keys a host may set its own way
-// (data.root, train.threads, output.dir) do not stop them.
+// ranks, so three read it while rank 0 would be leaving), and before rank 1 tries a global batch
+// it alone cannot split. Keys a host may set its own way (data.root, train.threads, output.dir)
+// do not stop them.
 TEST(Reliability, RanksOfAnotherConfigAreNamedBeforeTheyTrain) {
   auto dir = scratch("config_agreement");
   auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1, max_steps: 2}\n");
@@ -210,6 +211,18 @@ TEST(Reliability, RanksOfAnotherConfigAreNamedBeforeTheyTrain) {
     }
     EXPECT_LT(seconds, 30.0);  // at once, not at the 60 s timeout
   }
+  // A global batch that rank 1 alone cannot split would stop rank 1 while it resolves its share:
+  // the ranks meet before that, so both stop at the difference.
+  const auto [unsplit, unsplit_seconds] =
+      run("unsplit", "file://" + (dir / "rdzv-unsplit").string(), 2,
+          " --set data.batch_size=null --set data.global_batch_size=7");
+  for (const auto& [code, output] : unsplit) {
+    EXPECT_EQ(code, 2) << output;
+    EXPECT_NE(output.find("data.global_batch_size is 7 on rank 1 and null on rank 0"),
+              std::string::npos)
+        << output;
+  }
+  EXPECT_LT(unsplit_seconds, 30.0);
   const auto [agreeing, unused] =
       run("agreeing", "file://" + (dir / "rdzv-agreeing").string(), 2,
           " --set data.root=/elsewhere --set train.threads=2 --set data.num_workers=2");

@@ -2,8 +2,10 @@
 // ddp (single and dp are the same without the communicator, dp with the batch split over the
 // visible GPUs inside the step):
 //
-//   pick the device, set it before any other device work       [rank_device]
-//   -> rendezvous: store and communicator                       [rendezvous]
+//   meet the other ranks: the store, every config against      [rendezvous,
+//      rank 0's                                                  config_agreement]
+//   -> pick the device, set it before any other device work     [rank_device]
+//   -> the communicators                                         [rendezvous]
 //   -> each rank's clock offset to rank 0, through the store     [observer]
 //   -> load this rank's data and loaders                        [rank_data]
 //   -> the strategy: single, dp, ddp or sharded ddp             [strategy]
@@ -89,11 +91,14 @@ int run_worker(Config config, const WorkerEnv& env) {
   count_cpu_tensor_memory();
   RankMemory memory;
   memory.floor_mb = rss_mb();
+  // The ranks meet first: where one's config differs from rank 0's, all stop here, before
+  // anything its config could make fail on it alone.
+  std::unique_ptr<comm::RankGroup> ranks = meet_ranks(config, env);
   // Global-batch mode: each rank's share of the batch, known now that the world size is.
   resolve_batch_size(config, env.world_size, env.rank);
   const Config& cfg = config;
   // Flight records of an earlier failure in this folder would read as this run's. No rank dumps
-  // before the ranks have met, which needs rank 0 past this point.
+  // before its communicator is made, which needs rank 0 past this point.
   if (env.rank == 0) {
     std::error_code ignored;
     std::filesystem::remove_all(cfg.output_dir + "/flight", ignored);
@@ -113,7 +118,7 @@ int run_worker(Config config, const WorkerEnv& env) {
     phase_start = now;
     return seconds;
   };
-  RankGroup group = join_rank_group(cfg, env, device);
+  RankGroup group = join_rank_group(cfg, device, std::move(ranks));
   RunObserver observer(cfg, env);
   observer.startup().join = std::chrono::duration<double>(Clock::now() - run_start).count();
   phase_seconds();

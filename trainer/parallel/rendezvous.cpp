@@ -1,33 +1,39 @@
 #include "trainer/parallel/rendezvous.h"
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "common/errors.h"
 #include "trainer/config/config_agreement.h"
 
 namespace partrain {
 
-RankGroup join_rank_group(const Config& cfg, const RankPlace& env, const c10::Device& device) {
-  RankGroup group;
-  group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
+std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& env) {
   PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError, "strategy ",
                  name_of(cfg.strategy), " runs in one process, but the launch has ", env.world_size,
                  " ranks; use strategy: ddp");
-  if (cfg.strategy != StrategyKind::kDdp) return group;
-
+  if (cfg.strategy != StrategyKind::kDdp) return nullptr;
   PARTRAIN_CHECK(!env.rendezvous.empty() || env.world_size == 1, UsageError,
                  "no rendezvous: set launch.rendezvous or start ranks with partrain run");
   comm::RankGroupOptions options;
   static_cast<RankPlace&>(options) = env;
-  options.timeout = group.timeout;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
   options.host = cfg.comm.host;
   options.interface = cfg.comm.interface;
-  group.ranks = comm::open_rank_group(options);
+  std::unique_ptr<comm::RankGroup> ranks = comm::open_rank_group(options);
   if (env.world_size > 1) {
-    // Before any backend: ranks of two configs would choose, or wait on, different things.
-    agree_on_config(group.ranks->store(), agreement_json(cfg), env.rank, env.world_size,
-                    group.timeout);
+    agree_on_config(ranks->store(), agreement_json(cfg), env.rank, env.world_size, options.timeout);
   }
+  return ranks;
+}
+
+RankGroup join_rank_group(const Config& cfg, const c10::Device& device,
+                          std::unique_ptr<comm::RankGroup> ranks) {
+  RankGroup group;
+  group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
+  if (ranks == nullptr) return group;
+  group.ranks = std::move(ranks);
   comm::CommOptions co = group.ranks->comm_options();
   co.backend = cfg.comm.backend;
   co.wire_dtype = cfg.comm.wire_dtype;

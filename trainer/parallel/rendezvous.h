@@ -1,6 +1,6 @@
-// defines: RankGroup and join_rank_group() — the rendezvous of one rank with the others of
-// its run: the group it opens (comm::RankGroup: store, address, hosts) and the communicators
-// the collectives run on.
+// defines: RankGroup, meet_ranks() and join_rank_group() — the rendezvous of one rank with the
+// others of its run: the group it opens (comm::RankGroup: store, address, hosts) and the
+// communicators the collectives run on.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -26,9 +26,18 @@ struct RankGroup {
   comm::Store* store() const { return ranks ? &ranks->store() : nullptr; }
 };
 
-// strategy ddp always gets a communicator — with one rank too, so that a one-rank run
-// exercises the backend it names (and a rendezvous of its own, in a temporary directory,
-// when none is given); single and dp get none. Collectives on `device`'s memory.
-RankGroup join_rank_group(const Config& config, const RankPlace& place, const c10::Device& device);
+// The ranks of a run meet: the group's store opened and every rank's config held against rank
+// 0's (agree_on_config(), trainer/config/config_agreement.h). The first thing a rank does with
+// the others, before anything that its config could make fail on it alone (a rank of another
+// config would leave the others waiting out the timeout). Null for single and dp (one process);
+// strategy ddp meets with one rank too (a rendezvous of its own, in a temporary directory, when
+// none is given).
+std::unique_ptr<comm::RankGroup> meet_ranks(const Config& config, const RankPlace& place);
+
+// The communicators of the group `ranks` (meet_ranks()'s): strategy ddp always gets one — with
+// one rank too, so that a one-rank run exercises the backend it names; single and dp get none.
+// Collectives on `device`'s memory.
+RankGroup join_rank_group(const Config& config, const c10::Device& device,
+                          std::unique_ptr<comm::RankGroup> ranks);
 
 }  // namespace partrain
