@@ -91,6 +91,18 @@ bool starts_with(const std::vector<std::uint8_t>& data, std::initializer_list<st
   return data.size() >= magic.size() && std::equal(magic.begin(), magic.end(), data.begin());
 }
 
+// Whether an image, or a piece of one that a decoder allocates at once, of width x height pixels
+// is within kMaxImagePixels (each side first, so that the product cannot wrap).
+bool within_pixel_limit(std::uint64_t width, std::uint64_t height) {
+  return width <= kMaxImagePixels && height <= kMaxImagePixels && width * height <= kMaxImagePixels;
+}
+
+// The error for image `path` of width x height pixels past the limit, whatever decodes it.
+UsageError too_many_pixels(const std::string& path, std::uint64_t width, std::uint64_t height) {
+  return UsageError(detail::concat(path, ": ", width, "x", height, " pixels, more than ",
+                                   kMaxImagePixels, " an image may have"));
+}
+
 // JPEG goes through libjpeg(-turbo) directly rather than OpenCV: OpenCV lets libjpeg print
 // its warnings ("Premature end of JPEG file", "Corrupt JPEG data") to stderr and returns a
 // grey-filled image, so a truncated or damaged file would train silently. Here every warning
@@ -129,11 +141,10 @@ cv::Mat decode_jpeg(const std::string& path, const std::vector<std::uint8_t>& da
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data.data(), static_cast<unsigned long>(data.size()));
   jpeg_read_header(&cinfo, TRUE);
-  if (std::uint64_t{cinfo.image_width} * cinfo.image_height > kMaxImagePixels) {
-    const std::string size =
-        detail::concat(cinfo.image_width, "x", cinfo.image_height, " pixels, more than ");
+  if (!within_pixel_limit(cinfo.image_width, cinfo.image_height)) {
+    const UsageError error = too_many_pixels(path, cinfo.image_width, cinfo.image_height);
     jpeg_destroy_decompress(&cinfo);
-    throw UsageError(detail::concat(path, ": ", size, kMaxImagePixels, " an image may have"));
+    throw error;
   }
   cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   if (!cmyk) {
@@ -159,10 +170,9 @@ cv::Mat decode_png(const std::string& path, const std::vector<std::uint8_t>& dat
   if (png_image_begin_read_from_memory(&png, data.data(), data.size()) == 0) {
     throw UsageError(detail::concat(path, ": corrupt PNG (libpng: ", png.message, ")"));
   }
-  if (std::uint64_t{png.width} * png.height > kMaxImagePixels) {
+  if (!within_pixel_limit(png.width, png.height)) {
     png_image_free(&png);
-    throw UsageError(detail::concat(path, ": ", png.width, "x", png.height, " pixels, more than ",
-                                    kMaxImagePixels, " an image may have"));
+    throw too_many_pixels(path, png.width, png.height);
   }
   png.format = PNG_FORMAT_RGBA;
   cv::Mat rgba(static_cast<int>(png.height), static_cast<int>(png.width), CV_8UC4);
@@ -337,15 +347,13 @@ void check_opencv_extent(const std::string& path, const std::vector<std::uint8_t
                  "file)");
   PARTRAIN_CHECK(extent.has_value(), UsageError, path, ": corrupt ", format,
                  " (its header does not say the image's size)");
-  const auto within = [](std::uint64_t w, std::uint64_t h) {
-    return w <= kMaxImagePixels && h <= kMaxImagePixels && w * h <= kMaxImagePixels;
-  };
-  PARTRAIN_CHECK(within(extent->width, extent->height), UsageError, path, ": ", extent->width, "x",
-                 extent->height, " pixels, more than ", kMaxImagePixels, " an image may have");
+  if (!within_pixel_limit(extent->width, extent->height)) {
+    throw too_many_pixels(path, extent->width, extent->height);
+  }
   const std::uint64_t piece_width = extent->piece_width != 0 ? extent->piece_width : extent->width;
   const std::uint64_t piece_height =
       extent->piece_height != 0 ? extent->piece_height : extent->height;
-  PARTRAIN_CHECK(within(piece_width, piece_height), UsageError, path, ": its ", format,
+  PARTRAIN_CHECK(within_pixel_limit(piece_width, piece_height), UsageError, path, ": its ", format,
                  " tiles or strips are ", piece_width, "x", piece_height, " pixels, more than ",
                  kMaxImagePixels, " an image may have");
 }
