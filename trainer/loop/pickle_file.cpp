@@ -155,13 +155,7 @@ void check_checkpoint(const c10::IValue& loaded, const std::string& path, bool e
 std::uint64_t file_hash(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   PARTRAIN_CHECK(in.good(), UsageError, "checkpoint ", path, ": cannot read");
-  std::vector<char> chunk(1 << 20);
-  std::uint64_t hash = kFnv1aOffset;
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    hash = fnv1a_64(std::string_view(chunk.data(), static_cast<std::size_t>(in.gcount())), hash);
-  }
-  return hash;
+  return fnv1a_64_of(in);
 }
 
 std::vector<char> read_file_bytes(const std::string& path, std::uint64_t max_bytes) {
