@@ -241,8 +241,7 @@ LaunchPlan plan_for(const RunOptions& o, const Config& config,
   // A stop signal: the ranks finish the step they are in (each wait bounded by
   // comm.timeout_s), agree, and rank 0 writes the checkpoint, which kCheckpointAllowance
   // bounds. A worker that writes nothing for longer than any wait of its own is frozen.
-  const auto timeout =
-      std::chrono::milliseconds(static_cast<long long>(config.comm.timeout_s * 1e3));
+  const auto timeout = config.comm.timeout();
   plan.stop_grace = timeout + kCheckpointAllowance;
   plan.heartbeat_interval = kHeartbeatInterval;
   plan.silence_bound = timeout + kSilenceGrace;

@@ -8,6 +8,7 @@
 // by the reader and printed back with name_of().
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,6 +70,11 @@ struct CommConfig {
   // powersgd only. 0..2^40 optimizer steps of plain allreduce before compressing: the first
   // steps' gradients change fast, and the factors start from those of the steps before.
   std::int64_t powersgd_start_step = 10;
+
+  // timeout_s as the bound every wait is given.
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+  }
 };
 
 struct DataConfig {

@@ -27,7 +27,7 @@ void DdpStrategy::make_optimizer(TrainModel& model) {
 void DdpStrategy::start_gradient_averaging(TrainModel& model) {
   ReducerOptions ro;
   ro.bucket_mb = config_.comm.bucket_mb;
-  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm.timeout_s * 1000));
+  ro.timeout = config_.comm.timeout();
   const std::vector<at::Tensor> parameters = model.module().parameters();
   reducer_ = std::make_unique<Reducer>(parameters, *comm_, ro);
   if (gradient_scale_ > 0) reducer_->set_scale(gradient_scale_);

@@ -18,7 +18,7 @@ std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& 
                  "no rendezvous: set launch.rendezvous or start ranks with partrain run");
   comm::RankGroupOptions options;
   static_cast<RankPlace&>(options) = env;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
+  options.timeout = cfg.comm.timeout();
   options.host = cfg.comm.host;
   options.interface = cfg.comm.interface;
   std::unique_ptr<comm::RankGroup> ranks = comm::open_rank_group(options);
@@ -31,7 +31,7 @@ std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& 
 RankGroup join_rank_group(const Config& cfg, const c10::Device& device,
                           std::unique_ptr<comm::RankGroup> ranks) {
   RankGroup group;
-  group.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm.timeout_s * 1000));
+  group.timeout = cfg.comm.timeout();
   if (ranks == nullptr) return group;
   group.ranks = std::move(ranks);
   comm::CommOptions co = group.ranks->comm_options();

@@ -52,7 +52,7 @@ void ShardedDdpStrategy::make_optimizer(TrainModel& model) {
   const bool shard_gradients = config_.train.shard == Shard::kGradients;
   ReducerOptions ro;
   ro.bucket_mb = config_.comm.bucket_mb;
-  ro.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm.timeout_s * 1000));
+  ro.timeout = config_.comm.timeout();
   ro.pad_to = static_cast<std::size_t>(world_);
   ro.gradients = shard_gradients ? GradientHome::kShards : GradientHome::kBuckets;
   std::vector<at::Tensor> parameters;
