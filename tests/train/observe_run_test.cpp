@@ -248,7 +248,9 @@ TEST(Observe, FrozenRankLeavesFlightRecords) {
     // Every collective but the last returned; the last was still waiting for rank 2.
     for (std::size_t i = 0; i + 1 < c.size(); ++i) EXPECT_TRUE(c[i]["end_s"].is_number()) << i;
     EXPECT_TRUE(c.back()["end_s"].is_null()) << c.back().dump();
-    EXPECT_GE(c.back()["step"].get<std::int64_t>(), 40);
+    // Rank 0 prints "step 40/" when the 40th step's gradients are summed, before that step's
+    // exchange (step index 39): rank 2 may have stopped before joining it.
+    EXPECT_GE(c.back()["step"].get<std::int64_t>(), 39);
     stood_at[r] = c.back()["seq"].get<std::uint64_t>();
     // The launcher's verdict carries where this rank stood, as its dump says.
     const std::string where = "rank " + std::to_string(r) + " in " +
