@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/engine_env.h"
@@ -14,6 +15,7 @@
 #include "common/heartbeat.h"
 #include "common/output_lock.h"
 #include "trainer/config/config.h"
+#include "trainer/config/config_agreement.h"
 #include "trainer/loop/worker.h"
 
 namespace partrain::cli {
@@ -36,6 +38,21 @@ WorkerEnv read_worker_env(const EngineRank& engine) {
                  w.world_size, " ranks started by ", engine_name(engine.engine),
                  ": set launch.rendezvous, MASTER_ADDR and MASTER_PORT, or PARTRAIN_RENDEZVOUS");
   return w;
+}
+
+// This rank stopped before it met the others (its config, its place in the run, its output
+// folder): where the environment says who it is and where the ranks meet (a config it could not
+// read names neither its rendezvous nor its timeout: the environment's and the default then),
+// the others learn why at once instead of at their timeout (config_agreement.h).
+void tell_others_this_rank_stopped(const EnvLookup& env, const Config& config,
+                                   const std::string& why) {
+  try {
+    const EngineRank engine = read_engine_rank(env, config.launch.rendezvous);
+    if (engine.engine == Engine::none) return;
+    tell_ranks_this_one_stopped(engine, why, config.comm.timeout());
+  } catch (const Error&) {
+    // Its place unreadable: nobody to tell.
+  }
 }
 
 // PARTRAIN_HEARTBEAT_S, when the launcher set it to a positive number of seconds.
@@ -61,9 +78,18 @@ void add_worker_command(CLI::App& app, int& exit_code) {
     std::unique_ptr<Heartbeat> heartbeat;
     const std::optional<double> interval = heartbeat_interval(process_environment());
     if (interval) heartbeat = std::make_unique<Heartbeat>(*interval);
-    Config config = load_config(args->path, args->overrides);
-    const EngineRank engine = read_engine_rank(process_environment(), config.launch.rendezvous);
-    const std::unique_ptr<OutputLock> lock = lock_output_for_engine(config, engine);
+    const EnvLookup env = process_environment();
+    Config config;
+    EngineRank engine;
+    std::unique_ptr<OutputLock> lock;
+    try {
+      config = load_config(args->path, args->overrides);
+      engine = read_engine_rank(env, config.launch.rendezvous);
+      lock = lock_output_for_engine(config, engine);
+    } catch (const std::exception& e) {
+      tell_others_this_rank_stopped(env, config, e.what());
+      throw;
+    }
     // An engine may start the run again in another world (torchrun elastic, a requeue): the
     // log says which world each start had.
     if (engine.rank == 0 && engine.engine != Engine::partrain && engine.engine != Engine::none) {

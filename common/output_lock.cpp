@@ -10,6 +10,7 @@
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
+#include "common/host_name.h"
 
 #ifdef _WIN32
 #include <process.h>
@@ -29,19 +30,6 @@ namespace fs = std::filesystem;
 // A stale lock is removed and the lock taken again; another run may race for it, so the
 // attempts are bounded.
 constexpr int kMaxAttempts = 3;
-
-std::string host_name() {
-#ifdef _WIN32
-  char name[256];
-  DWORD size = sizeof(name);
-  if (::GetComputerNameA(name, &size)) return std::string(name, size);
-  return "unknown-host";
-#else
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) == 0) return name;
-  return "unknown-host";
-#endif
-}
 
 int this_pid() {
 #ifdef _WIN32
@@ -147,7 +135,7 @@ OutputLock::OutputLock(const std::string& output_dir, const std::string& token,
   fs::create_directories(output_dir, ec);
   PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", output_dir, ": ",
                  ec.message());
-  mine_ = LockHolder{host_name(), this_pid(), utc_now(), token};
+  mine_ = LockHolder{this_host_name(), this_pid(), utc_now(), token};
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (create_exclusively(path_, lock_to_text(mine_))) {
       owned_ = true;

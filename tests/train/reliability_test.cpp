@@ -162,6 +162,37 @@ int unused_port() {
   return ntohs(addr.sin_port);
 }
 
+// Ranks as an engine starts them (RANK, WORLD_SIZE, a rendezvous), each reading `cfg` with the
+// settings `odd_sets` given to rank `odd` alone; logs go to DIR/NAME-R.txt. Each rank's exit code
+// and output, and the seconds until the last ended (bounded at 120 s).
+struct EngineRanks {
+  std::vector<std::pair<int, std::string>> ranks;  // exit code (-1: none), output
+  double seconds = 0;
+};
+EngineRanks run_engine_ranks(const fs::path& dir, const fs::path& cfg, const std::string& name,
+                             const std::string& rendezvous, int world, int odd,
+                             const std::string& odd_sets) {
+  std::string cmd;
+  for (int rank = 0; rank < world; ++rank) {
+    const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
+    cmd += "(RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(world) +
+           " PARTRAIN_RENDEZVOUS=" + rendezvous + " " + exe() + " worker " + cfg.string() +
+           " --set comm.timeout_s=60 --set output.dir=" + (dir / (name + "-out")).string() +
+           (rank == odd ? odd_sets : "") + " > " + log.string() + " 2>&1; echo $? > " +
+           log.string() + ".code) & ";
+  }
+  const auto start = Clock::now();
+  EXPECT_EQ(std::system(("timeout 120 bash -c '" + cmd + "wait'").c_str()), 0);
+  EngineRanks out;
+  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (int rank = 0; rank < world; ++rank) {
+    const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
+    const std::string code = read_text(fs::path(log.string() + ".code"));
+    out.ranks.emplace_back(code.empty() ? -1 : std::stoi(code), read_text(log));
+  }
+  return out;
+}
+
 // Ranks an engine started, each reading its own config. Keys every rank must hold alike that
 // differ (the learning rate given to rank 1 alone, which trained before with rank 1's
 // parameters drifting from rank 0's, and the backend, which waited out the timeout) stop every
@@ -173,35 +204,13 @@ int unused_port() {
 TEST(Reliability, RanksOfAnotherConfigAreNamedBeforeTheyTrain) {
   auto dir = scratch("config_agreement");
   auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1, max_steps: 2}\n");
-  auto run = [&](const std::string& name, const std::string& rendezvous, int world,
-                 const std::string& rank1_sets) {
-    std::string cmd;
-    for (int rank = 0; rank < world; ++rank) {
-      const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
-      cmd += "(RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(world) +
-             " PARTRAIN_RENDEZVOUS=" + rendezvous + " " + exe() + " worker " + cfg.string() +
-             " --set comm.timeout_s=60 --set output.dir=" + (dir / (name + "-out")).string() +
-             (rank == 1 ? rank1_sets : "") + " > " + log.string() + " 2>&1; echo $? > " +
-             log.string() + ".code) & ";
-    }
-    const auto start = Clock::now();
-    EXPECT_EQ(std::system(("timeout 120 bash -c '" + cmd + "wait'").c_str()), 0);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::vector<std::pair<int, std::string>> out;
-    for (int rank = 0; rank < world; ++rank) {
-      const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
-      const std::string code = read_text(fs::path(log.string() + ".code"));
-      out.emplace_back(code.empty() ? -1 : std::stoi(code), read_text(log));
-    }
-    return std::pair{out, seconds};
-  };
   const std::string differ = " --set train.optimizer.lr=0.1 --set comm.backend=shm";
   for (const auto& [name, rendezvous, world] :
        {std::tuple{"file", "file://" + (dir / "rdzv").string(), 2},
         std::tuple{"tcp", "tcp://127.0.0.1:" + std::to_string(unused_port()), 4}}) {
     SCOPED_TRACE(name);
-    const auto [differing, seconds] = run(name, rendezvous, world, differ);
-    for (const auto& [code, output] : differing) {
+    const EngineRanks differing = run_engine_ranks(dir, cfg, name, rendezvous, world, 1, differ);
+    for (const auto& [code, output] : differing.ranks) {
       EXPECT_EQ(code, 2) << output;
       EXPECT_NE(output.find("rank 1 runs another config than rank 0: comm.backend is \"shm\" on "
                             "rank 1 and \"auto\" on rank 0; train.optimizer.lr is 0.1 on "
@@ -209,24 +218,62 @@ TEST(Reliability, RanksOfAnotherConfigAreNamedBeforeTheyTrain) {
                 std::string::npos)
           << output;
     }
-    EXPECT_LT(seconds, 30.0);  // at once, not at the 60 s timeout
+    EXPECT_LT(differing.seconds, 30.0);  // at once, not at the 60 s timeout
   }
   // A global batch that rank 1 alone cannot split would stop rank 1 while it resolves its share:
   // the ranks meet before that, so both stop at the difference.
-  const auto [unsplit, unsplit_seconds] =
-      run("unsplit", "file://" + (dir / "rdzv-unsplit").string(), 2,
-          " --set data.batch_size=null --set data.global_batch_size=7");
-  for (const auto& [code, output] : unsplit) {
+  const EngineRanks unsplit =
+      run_engine_ranks(dir, cfg, "unsplit", "file://" + (dir / "rdzv-unsplit").string(), 2, 1,
+                       " --set data.batch_size=null --set data.global_batch_size=7");
+  for (const auto& [code, output] : unsplit.ranks) {
     EXPECT_EQ(code, 2) << output;
     EXPECT_NE(output.find("data.global_batch_size is 7 on rank 1 and null on rank 0"),
               std::string::npos)
         << output;
   }
-  EXPECT_LT(unsplit_seconds, 30.0);
-  const auto [agreeing, unused] =
-      run("agreeing", "file://" + (dir / "rdzv-agreeing").string(), 2,
-          " --set data.root=/elsewhere --set train.threads=2 --set data.num_workers=2");
-  for (const auto& [code, output] : agreeing) EXPECT_EQ(code, 0) << output;
+  EXPECT_LT(unsplit.seconds, 30.0);
+  const EngineRanks agreeing = run_engine_ranks(
+      dir, cfg, "agreeing", "file://" + (dir / "rdzv-agreeing").string(), 2, 1,
+      " --set data.root=/elsewhere --set train.threads=2 --set data.num_workers=2");
+  for (const auto& [code, output] : agreeing.ranks) EXPECT_EQ(code, 0) << output;
+}
+
+// A rank that stops before it meets the others — a config it cannot load (here a setting out of
+// range; a file missing on its host is the same), or one it loads but cannot run with the others
+// (strategy single) — leaves its reason in the store: every rank stops at once with that line
+// (exit 2), naming the rank, instead of waiting out comm.timeout_s (60 s here; 300 s by
+// default) at the config check. Rank 0, which hosts the tcp store, tells the others too.
+TEST(Reliability, ARankThatStopsBeforeMeetingTheOthersIsNamedByAll) {
+  auto dir = scratch("stopped_before_meeting");
+  auto cfg = write_config(dir, "strategy: ddp\ntrain: {epochs: 1, max_steps: 2}\n");
+  const std::string tcp = "tcp://127.0.0.1:";
+  for (const auto& [name, rendezvous, world, odd, sets, why] :
+       {std::tuple{"unloadable", tcp + std::to_string(unused_port()), 3, 1,
+                   std::string(" --set train.epochs=-3"),
+                   std::string("--set train.epochs=-3: train.epochs: -3 is out of range")},
+        std::tuple{"rank0", tcp + std::to_string(unused_port()), 3, 0,
+                   std::string(" --set train.epochs=-3"),
+                   std::string("--set train.epochs=-3: train.epochs: -3 is out of range")},
+        std::tuple{"single", "file://" + (dir / "rdzv-single").string(), 2, 1,
+                   std::string(" --set strategy=single"),
+                   std::string("strategy single runs in one process, but the launch has 2 "
+                               "ranks")}}) {
+    SCOPED_TRACE(name);
+    const EngineRanks stopped = run_engine_ranks(dir, cfg, name, rendezvous, world, odd, sets);
+    for (const auto& [code, output] : stopped.ranks) {
+      EXPECT_EQ(code, 2) << output;
+      EXPECT_NE(output.find(why), std::string::npos) << output;
+    }
+    // The odd rank says its own error; the others say it came from that rank.
+    for (int rank = 0; rank < world; ++rank) {
+      if (rank == odd) continue;
+      const std::string& output = stopped.ranks[rank].second;
+      EXPECT_NE(output.find("rank " + std::to_string(odd) + " ("), std::string::npos) << output;
+      EXPECT_NE(output.find(") stopped before meeting the others: " + why), std::string::npos)
+          << output;
+    }
+    EXPECT_LT(stopped.seconds, 30.0);  // at once, not at the 60 s timeout
+  }
 }
 
 // Bytes a file system of 4 KiB blocks gives the files and folders under `dir`.

@@ -3,14 +3,21 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/store_barrier.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "common/host_name.h"
 
 namespace partrain {
 
@@ -90,41 +97,98 @@ std::string config_differences(const std::string& mine, int me, const std::strin
   return out;
 }
 
+namespace {
+
+const std::string kTextKey = "config/0", kHashKey = "config/0/hash", kDiffersKey = "config/differs";
+
+// A rank still telling after this long says so (the line it exits with comes after).
+constexpr std::chrono::seconds kTellNoteAfter{3};
+
+std::vector<std::uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+
+// After every rank has compared its config (or said why it stopped): the line one rank
+// published, if any, once every rank holds it; nullopt where all agree.
+std::optional<std::string> settle(comm::Store& store, int rank, int size,
+                                  std::chrono::milliseconds timeout) {
+  comm::store_barrier(store, "config/checked", rank, size, timeout);
+  if (!store.check({kDiffersKey})) return std::nullopt;
+  const std::vector<std::uint8_t> line = store.get(kDiffersKey);
+  // Rank 0's store serves until every rank has read the line: rank 0 unwinding at once would
+  // take it away from the others mid-read. Past this barrier every rank holds the line, so
+  // losing the store here (rank 0 gone first) changes nothing.
+  try {
+    comm::store_barrier(store, "config/told", rank, size, timeout);
+  } catch (const CommError&) {
+  }
+  return std::string(line.begin(), line.end());
+}
+
+}  // namespace
+
 void agree_on_config(comm::Store& store, const std::string& agreement, int rank, int size,
                      std::chrono::milliseconds timeout) {
-  const auto bytes = [](const std::string& text) {
-    return std::vector<std::uint8_t>(text.begin(), text.end());
-  };
-  const std::string text_key = "config/0", hash_key = "config/0/hash",
-                    differs_key = "config/differs";
   // The hash alone goes to every rank: rank 0's store would otherwise send the text W times.
   const std::string hash = fnv1a_128_hex(agreement);
   if (rank == 0) {
-    store.set(text_key, bytes(agreement));
-    store.set(hash_key, bytes(hash));
-  } else if (const auto theirs = store.get(hash_key); theirs != bytes(hash)) {
-    const std::vector<std::uint8_t> text = store.get(text_key);
+    store.set(kTextKey, bytes_of(agreement));
+    store.set(kHashKey, bytes_of(hash));
+  } else if (const auto theirs = store.get(kHashKey); !theirs.empty() && theirs != bytes_of(hash)) {
+    // (An empty hash: rank 0 stopped before it read its config, and said why.)
+    const std::vector<std::uint8_t> text = store.get(kTextKey);
     // Texts that differ in no key (written in another order) agree.
     const std::string differences =
         config_differences(agreement, rank, {text.begin(), text.end()}, 0);
     if (!differences.empty()) {
-      store.set(differs_key, bytes("rank " + std::to_string(rank) +
-                                   " runs another config than rank 0: " + differences +
-                                   ": start every rank with the same config"));
+      store.set(kDiffersKey, bytes_of("rank " + std::to_string(rank) +
+                                      " runs another config than rank 0: " + differences +
+                                      ": start every rank with the same config"));
     }
   }
-  comm::store_barrier(store, "config/checked", rank, size, timeout);
-  if (store.check({differs_key})) {
-    const std::vector<std::uint8_t> line = store.get(differs_key);
-    // Rank 0's store serves until every rank has read the line: rank 0 unwinding at once would
-    // take it away from the others mid-read. Past this barrier every rank holds the line, so
-    // losing the store here (rank 0 gone first) changes nothing.
-    try {
-      comm::store_barrier(store, "config/told", rank, size, timeout);
-    } catch (const CommError&) {
-    }
-    throw UsageError(std::string(line.begin(), line.end()));
+  if (auto line = settle(store, rank, size, timeout)) throw UsageError(*line);
+}
+
+void tell_ranks_this_one_stopped(const RankPlace& place, const std::string& why,
+                                 std::chrono::milliseconds timeout) {
+  if (place.world_size <= 1 || place.rendezvous.empty()) return;
+  timeout = std::min(timeout, kTellBound);
+  // Where the others are slow to come (or never do), a note says what this rank waits for.
+  std::mutex mutex;
+  std::condition_variable told;
+  bool done = false;
+  std::thread note([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (told.wait_for(lock, kTellNoteAfter, [&] { return done; })) return;
+    std::fprintf(
+        stderr,
+        "partrain: rank %d stopped; telling the other ranks why through %s (at most "
+        "%lld s)\n",
+        place.rank, place.rendezvous.c_str(),
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    std::fflush(stderr);
+  });
+  try {
+    comm::StoreOptions options;
+    options.token = place.token;
+    options.timeout = timeout;
+    options.rank = place.rank;
+    options.world_size = place.world_size;
+    options.host_server = place.rank == 0;
+    const std::unique_ptr<comm::Store> store = comm::open_store(place.rendezvous, options);
+    // The line first: the others read it once they see rank 0's empty hash, or pass the barrier.
+    store->set(kDiffersKey,
+               bytes_of("rank " + std::to_string(place.rank) + " (" + this_host_name() +
+                        ") stopped before meeting the others: " + why));
+    if (place.rank == 0) store->set(kHashKey, {});
+    settle(*store, place.rank, place.world_size, timeout);
+  } catch (const Error&) {
+    // Best effort: where the others cannot be told, they wait out their timeout as before.
   }
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+  }
+  told.notify_one();
+  note.join();
 }
 
 }  // namespace partrain

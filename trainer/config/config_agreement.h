@@ -1,6 +1,7 @@
-// defines: agreement_json(), config_differences() and agree_on_config() — the keys of a config
-// that every rank of a run must hold alike, where two ranks' configs differ in them, and the
-// check of every rank's against rank 0's through the store.
+// defines: agreement_json(), config_differences(), agree_on_config() and
+// tell_ranks_this_one_stopped() — the keys of a config that every rank of a run must hold alike,
+// where two ranks' configs differ in them, the check of every rank's against rank 0's through
+// the store, and the word a rank that stopped before that check leaves there for the others.
 //
 // Ranks started by an engine (torchrun, Slurm, mpirun) each read a config of their own: a file
 // edited on one host, or a --set given to one rank, would train ranks that disagree (another
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <string>
 
+#include "common/rank_place.h"
 #include "trainer/config/config.h"
 
 namespace partrain {
@@ -43,5 +45,19 @@ std::string config_differences(const std::string& mine, int me, const std::strin
 // are bounded by the store's timeout and `timeout` (the barrier's, which names missing ranks).
 void agree_on_config(comm::Store& store, const std::string& agreement, int rank, int size,
                      std::chrono::milliseconds timeout);
+
+// The most a rank that stopped spends telling the others (tell_ranks_this_one_stopped()).
+inline constexpr std::chrono::milliseconds kTellBound{std::chrono::seconds(30)};
+
+// A rank that stops before it meets the others (its config unreadable or refused, its output
+// folder held by another run, an address only its host cannot choose) would leave them waiting
+// in agree_on_config() for comm.timeout_s. Instead it opens the store at `place` (rank 0 serves
+// it), publishes "rank R (HOST) stopped before meeting the others: WHY" where a differing rank
+// publishes its line, and takes part in the check's barriers: every other rank throws that line
+// (exit 2) as soon as all have arrived. Rank 0 also publishes an empty hash, which the others
+// take as "nothing to compare". Best effort: waits are bounded by min(timeout, kTellBound), and
+// where the store cannot be reached the caller goes on to report its own error as before.
+void tell_ranks_this_one_stopped(const RankPlace& place, const std::string& why,
+                                 std::chrono::milliseconds timeout);
 
 }  // namespace partrain

@@ -10,6 +10,7 @@
 
 #include "common/byte_codec.h"
 #include "common/errors.h"
+#include "common/host_name.h"
 #include "tfevents.pb.h"  // generated from tfevents.proto in the build folder
 
 namespace partrain {
@@ -24,12 +25,6 @@ constexpr const char* kFileVersion = "brain.Event:2";
 
 double unix_seconds_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
-  return name;
 }
 
 void append_event(std::string& out, const tfevents::Event& event) {
@@ -60,7 +55,7 @@ std::string frame_event_record(std::string_view data) {
 EventFile::EventFile(const std::string& dir)
     : EventFile(AtPath{}, dir + "/events.out.tfevents." +
                               std::to_string(static_cast<long long>(unix_seconds_now())) + "." +
-                              host_name() + "." + std::to_string(::getpid())) {}
+                              this_host_name() + "." + std::to_string(::getpid())) {}
 
 EventFile EventFile::at_path(const std::string& path) { return EventFile(AtPath{}, path); }
 

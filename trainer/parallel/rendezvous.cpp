@@ -10,20 +10,30 @@
 namespace partrain {
 
 std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& env) {
-  PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError, "strategy ",
-                 name_of(cfg.strategy), " runs in one process, but the launch has ", env.world_size,
-                 " ranks; use strategy: ddp");
-  if (cfg.strategy != StrategyKind::kDdp) return nullptr;
-  PARTRAIN_CHECK(!env.rendezvous.empty() || env.world_size == 1, UsageError,
-                 "no rendezvous: set launch.rendezvous or start ranks with partrain run");
-  comm::RankGroupOptions options;
-  static_cast<RankPlace&>(options) = env;
-  options.timeout = cfg.comm.timeout();
-  options.host = cfg.comm.host;
-  options.interface = cfg.comm.interface;
-  std::unique_ptr<comm::RankGroup> ranks = comm::open_rank_group(options);
+  std::unique_ptr<comm::RankGroup> ranks;
+  try {
+    PARTRAIN_CHECK(env.world_size == 1 || cfg.strategy == StrategyKind::kDdp, UsageError,
+                   "strategy ", name_of(cfg.strategy), " runs in one process, but the launch has ",
+                   env.world_size, " ranks; use strategy: ddp");
+    if (cfg.strategy != StrategyKind::kDdp) return nullptr;
+    PARTRAIN_CHECK(!env.rendezvous.empty() || env.world_size == 1, UsageError,
+                   "no rendezvous: set launch.rendezvous or start ranks with partrain run");
+    comm::RankGroupOptions options;
+    static_cast<RankPlace&>(options) = env;
+    options.timeout = cfg.comm.timeout();
+    options.host = cfg.comm.host;
+    options.interface = cfg.comm.interface;
+    ranks = comm::open_rank_group(options);
+  } catch (const UsageError& e) {
+    // A setting this rank alone refuses (another strategy, an address its host cannot choose):
+    // the others hear of it now rather than at their timeout. A store that could not be
+    // reached is a CommError, and not told through that store.
+    tell_ranks_this_one_stopped(env, e.what(), cfg.comm.timeout());
+    throw;
+  }
   if (env.world_size > 1) {
-    agree_on_config(ranks->store(), agreement_json(cfg), env.rank, env.world_size, options.timeout);
+    agree_on_config(ranks->store(), agreement_json(cfg), env.rank, env.world_size,
+                    cfg.comm.timeout());
   }
   return ranks;
 }
