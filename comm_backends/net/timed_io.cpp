@@ -138,12 +138,16 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
   const bool own_known = !ec;
   auto pause = std::chrono::milliseconds(1);
   while (Clock::now() < deadline) {
+    bool all_refused = true;
     for (const auto& endpoint : endpoints) {
       bool done = false;
       boost::system::error_code connect_error;
       if (socket.is_open()) socket.close(ec);
       socket.open(endpoint.protocol(), ec);
-      if (ec) continue;  // e.g. no IPv6 on this host: the next address may do
+      if (ec) {  // e.g. no IPv6 on this host: the next address may do
+        all_refused = false;
+        continue;
+      }
       if (tuning.buffer_bytes > 0) tune_socket(socket, tuning.buffer_bytes);
       set_congestion_control(socket.native_handle(), tuning.congestion,
                              tuning.same_kernel || endpoint.address().is_loopback() ||
@@ -160,7 +164,12 @@ bool connect_with_retry(asio::io_context& io, tcp::socket& socket, const std::st
         return false;
       }
       if (!connect_error) return true;
+      all_refused &= connect_error == asio::error::connection_refused;
     }
+    PARTRAIN_CHECK(!(all_refused && tuning.listened_before_publishing), CommError,
+                   join_host_port(name, port),
+                   " refused the connection: the listener it published is gone (its process "
+                   "exited or failed, or a firewall rejects the port)");
     // Not listening yet: try again shortly, backing off to keep the poll cheap.
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - Clock::now()));
     pause = std::min(pause * 2, std::chrono::milliseconds(50));

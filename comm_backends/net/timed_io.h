@@ -45,11 +45,16 @@ struct SocketTuning {
   std::string congestion = "system";  // set_congestion_control()'s request
   bool same_kernel = false;           // the peer runs on this machine's kernel
   std::string own_address;            // where this rank listens: a peer there shares its stack
+  // The peer was listening before it published the address: where every address of the host
+  // refuses the connection, the listener is gone (its process exited or gave up) and waiting
+  // for it to come back would only wait out the deadline.
+  bool listened_before_publishing = false;
 };
 
 // Connects to host:port, retrying while the peer is not listening yet. Returns false when
 // the deadline passes first; throws UsageError when the host does not resolve and CommError
-// when the kernel refuses a named congestion control.
+// when the kernel refuses a named congestion control, or (listened_before_publishing) when the
+// peer refuses the connection.
 bool connect_with_retry(boost::asio::io_context& io, tcp::socket& socket, const std::string& host,
                         int port, Clock::time_point deadline, const SocketTuning& tuning = {});
 

@@ -501,10 +501,11 @@ void PeerTransport::connect_to(int peer, Link& link) {
   tuning.congestion = options_.tcp_congestion;
   tuning.own_address = options_.bind_host;
   tuning.same_kernel = !machine_.empty() && published.machine == machine_;
+  tuning.listened_before_publishing = true;  // PeerTransport's constructor: listen, then publish
   bool connected = false;
   try {
     connected = net::connect_with_retry(io, *link.socket, host, port, deadline_, tuning);
-  } catch (const CommError& e) {  // a named congestion control refused
+  } catch (const CommError& e) {  // a named congestion control refused, or the rank is gone
     fail_peer(peer, "cannot connect to rank " + std::to_string(peer) + ": " + e.what());
   }
   if (!connected) {

@@ -89,5 +89,55 @@ TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
   EXPECT_TRUE(explained) << messages[0] << " | " << messages[1];
 }
 
+// Rank 1 made its communicator (listening, its address published) and went away before the
+// first collective, as a rank whose data is missing on its host does: rank 0, connecting to it,
+// learns at once that nothing listens there any more, instead of retrying until the timeout.
+TEST(RingStrangers, ARankGoneBeforeTheFirstCollectiveIsNamedAtOnce) {
+  constexpr int kWorld = 2;
+  testing::ScratchDir dir;
+  StoreOptions store_options;
+  auto store0 = open_store(dir.url(), store_options);
+  auto store1 = open_store(dir.url(), store_options);
+  CommOptions options;
+  options.backend = "asio-ring";
+  options.timeout = milliseconds(20000);
+  std::unique_ptr<Communicator> comm0;
+  testing::run_ranks(kWorld, [&](int rank) {
+    if (rank == 0) comm0 = make_communicator(options, *store0, 0, kWorld);
+    if (rank == 1) make_communicator(options, *store1, 1, kWorld).reset();  // made, then gone
+  });
+  std::vector<float> data(100, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm0->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
+    ADD_FAILURE() << "the allreduce with a rank that is gone returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot connect to rank 1: "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("the listener it published is gone"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Without the promise that the peer listened before it published (a store server that may not
+// be up yet), a refused connection is tried again until the deadline.
+TEST(RingStrangers, ARefusedConnectionIsRetriedUnlessThePeerListenedFirst) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const int port = acceptor.local_endpoint().port();
+  acceptor.close();
+  asio::ip::tcp::socket socket(io);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(net::connect_with_retry(io, socket, "127.0.0.1", port,
+                                       net::deadline_after(milliseconds(300))));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
+  net::SocketTuning gone;
+  gone.listened_before_publishing = true;
+  EXPECT_THROW(net::connect_with_retry(io, socket, "127.0.0.1", port,
+                                       net::deadline_after(milliseconds(20000)), gone),
+               CommError);
+}
+
 }  // namespace
 }  // namespace partrain::comm

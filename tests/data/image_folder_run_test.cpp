@@ -1,6 +1,7 @@
 // image-folder as a user meets it: `partrain run` with two DDP ranks on a folder of PNG and
-// JPEG files of assorted sizes learns a pattern that separates the classes, and a damaged
-// file stops the run with exit code 2 naming the file.
+// JPEG files of assorted sizes learns a pattern that separates the classes, a damaged file
+// stops the run with exit code 2 naming the file, and a folder missing on one host stops the
+// other ranks at once.
 #include <cstdint>
 #include <gtest/gtest.h>
 
@@ -69,6 +70,30 @@ TEST(ImageFolderRun, DamagedFileExitsTwoNamingIt) {
   const Result r = partrain("run " + write_folder_config(dir).string(), dir);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find(victim.string() + ": corrupt JPEG"), std::string::npos) << r.output;
+}
+
+// data.root may differ between hosts; a folder missing on one fails that rank only, after the
+// ranks met and made their communicators. Its asio-ring listener goes with it, so rank 0, whose
+// first collective connects to it, names rank 1 at once: before, it tried to connect until
+// comm.timeout_s (60 s here) and then said only that it could not.
+TEST(ImageFolderRun, AFolderMissingOnOneHostStopsTheOthersAtOnce) {
+  const fs::path dir = scratch("image_folder_one_host");
+  write_split(dir / "images/train", 4, 1);
+  write_split(dir / "images/val", 2, 2);
+  const EngineRanks ranks = run_engine_ranks(dir, write_folder_config(dir), "missing",
+                                             "file://" + (dir / "rdzv").string(), 2, 1,
+                                             " --set data.root=" + (dir / "elsewhere").string());
+  EXPECT_EQ(ranks.ranks[1].first, 2) << ranks.ranks[1].second;
+  EXPECT_NE(ranks.ranks[1].second.find((dir / "elsewhere/train").string() + ": no such folder"),
+            std::string::npos)
+      << ranks.ranks[1].second;
+  EXPECT_EQ(ranks.ranks[0].first, 1) << ranks.ranks[0].second;
+  EXPECT_NE(ranks.ranks[0].second.find("lost rank 1: asio-ring: cannot connect to rank 1: "),
+            std::string::npos)
+      << ranks.ranks[0].second;
+  EXPECT_NE(ranks.ranks[0].second.find("the listener it published is gone"), std::string::npos)
+      << ranks.ranks[0].second;
+  EXPECT_LT(ranks.seconds, 30.0);
 }
 
 }  // namespace

@@ -162,37 +162,6 @@ int unused_port() {
   return ntohs(addr.sin_port);
 }
 
-// Ranks as an engine starts them (RANK, WORLD_SIZE, a rendezvous), each reading `cfg` with the
-// settings `odd_sets` given to rank `odd` alone; logs go to DIR/NAME-R.txt. Each rank's exit code
-// and output, and the seconds until the last ended (bounded at 120 s).
-struct EngineRanks {
-  std::vector<std::pair<int, std::string>> ranks;  // exit code (-1: none), output
-  double seconds = 0;
-};
-EngineRanks run_engine_ranks(const fs::path& dir, const fs::path& cfg, const std::string& name,
-                             const std::string& rendezvous, int world, int odd,
-                             const std::string& odd_sets) {
-  std::string cmd;
-  for (int rank = 0; rank < world; ++rank) {
-    const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
-    cmd += "(RANK=" + std::to_string(rank) + " WORLD_SIZE=" + std::to_string(world) +
-           " PARTRAIN_RENDEZVOUS=" + rendezvous + " " + exe() + " worker " + cfg.string() +
-           " --set comm.timeout_s=60 --set output.dir=" + (dir / (name + "-out")).string() +
-           (rank == odd ? odd_sets : "") + " > " + log.string() + " 2>&1; echo $? > " +
-           log.string() + ".code) & ";
-  }
-  const auto start = Clock::now();
-  EXPECT_EQ(std::system(("timeout 120 bash -c '" + cmd + "wait'").c_str()), 0);
-  EngineRanks out;
-  out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  for (int rank = 0; rank < world; ++rank) {
-    const fs::path log = dir / (name + "-" + std::to_string(rank) + ".txt");
-    const std::string code = read_text(fs::path(log.string() + ".code"));
-    out.ranks.emplace_back(code.empty() ? -1 : std::stoi(code), read_text(log));
-  }
-  return out;
-}
-
 // Ranks an engine started, each reading its own config. Keys every rank must hold alike that
 // differ (the learning rate given to rank 1 alone, which trained before with rank 1's
 // parameters drifting from rank 0's, and the backend, which waited out the timeout) stop every
