@@ -31,7 +31,9 @@ show_state() {
 
 echo "== sbatch docs/partrain.sbatch (1 node, 2 ranks) at ${SECONDS} s"
 sbatch_script=$here/../../docs/partrain.sbatch
-job=$(env PARTRAIN="$exe" sbatch --parsable --nodes=1 --ntasks=2 --ntasks-per-node=2 \
+# Rank 0 waits 10 ms before each batch (no number changes): the signal, sent once the log shows
+# step 20, lands mid-epoch on a fast machine too.
+job=$(env PARTRAIN="$exe" PARTRAIN_TEST_STEP_DELAY=0:0.01 sbatch --parsable --nodes=1 --ntasks=2 --ntasks-per-node=2 \
   --cpus-per-task=1 --overcommit --output="$work/job.log" "$sbatch_script" "$work/tiny.yaml" \
   --set output.dir="$work/job" "${sets[@]}")
 cleanups+=("scancel '$job' 2> /dev/null")

@@ -23,18 +23,6 @@ namespace {
 const char* const kParts[] = {"data_wait", "forward",    "backward",   "comm_exposed",
                               "optimizer", "evaluation", "checkpoint", "other"};
 
-// An environment variable for the runs started while it lives.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-
 std::string two_rank_config() {
   return "strategy: ddp\nlaunch: {nproc_per_node: 2}\n"
          "train: {epochs: 2, threads: 1}\n";

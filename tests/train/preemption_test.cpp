@@ -54,7 +54,12 @@ TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
   auto dir = scratch("stop");
   const auto args = run_args(write_config(dir, kPairBody));
   const fs::path log = dir / "first.txt";
-  const pid_t launcher = start_partrain(args, log);
+  // Rank 0 waits 10 ms before each batch (no number changes), so that the stop, a poll of the
+  // test's and one of the launcher's away, lands inside epoch 2 on a fast machine too.
+  const pid_t launcher = [&] {
+    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.01");
+    return start_partrain(args, log);
+  }();
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 11/", std::chrono::seconds(120)))
       << read_text(log);
   kill(launcher, SIGTERM);
@@ -107,7 +112,12 @@ TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
   const auto args = run_args(write_config(dir, kPairBody),
                              {"--set", "checkpoint.every_steps=20", "--set", "checkpoint.keep=3"});
   const fs::path log = dir / "first.txt";
-  const pid_t launcher = start_partrain(args, log);
+  // Rank 0 waits 20 ms before each batch (no number changes): the kill lands before epoch 2's
+  // own checkpoint on a fast machine too, so the newest is a step checkpoint.
+  const pid_t launcher = [&] {
+    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.02");
+    return start_partrain(args, log);
+  }();
   // Epoch 2 has passed step 100 (a step checkpoint) and gone on (log lines come at even steps:
   // batch 41 of epoch 2 is step 116).
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 41/", std::chrono::seconds(120)))
@@ -226,9 +236,14 @@ TEST(Preemption, ASecondSignalDuringTheStopSaveEndsAtOnceAndKeepsThePreviousChec
   auto dir = scratch("second_signal");
   const auto args = run_args(write_config(dir, body), {"--set", "checkpoint.every_steps=20"});
   const fs::path log = dir / "first.txt";
-  ::setenv("PARTRAIN_TEST_STOP_SAVE_DELAY", "0:20", 1);
-  const pid_t run = start_partrain(args, log);
-  ::unsetenv("PARTRAIN_TEST_STOP_SAVE_DELAY");
+  // The stop's save waits 20 s before its rename; each batch waits 10 ms (no number changes),
+  // so that the first signal lands well before the step-180 checkpoint, whose save would
+  // otherwise be the one held.
+  const pid_t run = [&] {
+    ScopedEnv hold("PARTRAIN_TEST_STOP_SAVE_DELAY", "0:20");
+    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.01");
+    return start_partrain(args, log);
+  }();
   // 150 batches an epoch: batch 12 of epoch 2 is step 162, past the step-160 checkpoint.
   ASSERT_TRUE(wait_for_text(log, "epoch 2/2 step 12/", std::chrono::seconds(120)))
       << read_text(log);

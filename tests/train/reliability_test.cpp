@@ -76,9 +76,14 @@ TEST(Reliability, RestartResumesTheGroupAfterARankDies) {
       0);
   auto cfg = write_config(dir, body);
   fs::path log = dir / "output.txt";
-  pid_t launcher = start_partrain(
-      {"run", cfg.string(), "--set", "comm.backend=asio-ring", "--set", "checkpoint.resume=auto"},
-      log);
+  // Rank 0 waits 20 ms before each batch (no number changes), so that rank 1 is still there to
+  // be killed on a fast machine too.
+  const pid_t launcher = [&] {
+    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.02");
+    return start_partrain(
+        {"run", cfg.string(), "--set", "comm.backend=asio-ring", "--set", "checkpoint.resume=auto"},
+        log);
+  }();
   // After the first epoch's checkpoint, rank 1 dies.
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3", std::chrono::seconds(120)));
   pid_t victim = find_worker(launcher, 1);

@@ -27,6 +27,18 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// An environment variable for the runs started while it lives.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
 inline std::string exe() {
   const char* e = std::getenv("PARTRAIN_EXE");
   return e ? e : PARTRAIN_EXE_DEFAULT;
