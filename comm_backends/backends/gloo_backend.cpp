@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <list>
 #include <cstring>
+#include <exception>
 #include <regex>
 
 #include "comm_backends/store/store_barrier.h"
@@ -103,9 +104,11 @@ class GlooCommunicator : public Communicator {
 
   // Gloo closes its sockets on destruction, and a peer still finishing the last collective
   // (waiting for its own sends to complete) would see "connection closed". So ranks leave
-  // together: a store barrier, bounded briefly.
+  // together: a store barrier, bounded briefly. Not where this rank is unwinding from an error
+  // (its data missing, say): the others are not coming to the barrier, and leaving at once is
+  // what tells them, as the closed connection.
   ~GlooCommunicator() override {
-    if (failed_ || size() == 1) return;
+    if (failed_ || size() == 1 || std::uncaught_exceptions() > 0) return;
     try {
       store_barrier(store_, prefix_ + "closing", rank(), size(),
                     std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
