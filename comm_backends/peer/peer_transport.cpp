@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <thread>
 
@@ -86,6 +87,10 @@ PeerAddress decode_peer_address(const std::string& text) {
 
 std::string peer_address_key(const std::string& key_prefix, int rank) {
   return key_prefix + "addr/" + std::to_string(rank);
+}
+
+std::string peer_gone_key(const std::string& key_prefix, int rank) {
+  return key_prefix + "gone/" + std::to_string(rank);
 }
 
 std::string encode_peer_handshake(int rank, int world, const std::string& token) {
@@ -406,6 +411,16 @@ std::string PeerTransport::congestion_control(int peer) const {
 }
 
 PeerTransport::~PeerTransport() {
+  // Going while unwinding from an error of this rank's own (a collective's failure broke the
+  // transport first, and the others see that for themselves): a higher rank may wait for this
+  // one to connect, which it never will. The store outlives the transport.
+  if (std::uncaught_exceptions() > 0 && !broken_) {
+    try {
+      store_.set(peer_gone_key(options_.key_prefix, rank_), {1});
+    } catch (const Error&) {
+      // The store is gone too: the waiting rank finds that instead.
+    }
+  }
   // A socket the listener accepted may still belong to its io_context: it closes first.
   links_.clear();
   listener_.reset();
@@ -533,6 +548,7 @@ void PeerTransport::begin(const CollectiveCall& call) {
   ++generation_;
   active_.clear();
   deadline_ = Clock::now() + options_.timeout;
+  next_gone_look_ = Clock::now() + kPeerGoneLookEvery;
 }
 
 void PeerTransport::end() {
@@ -640,6 +656,7 @@ void PeerTransport::progress() {
     }
     if (moved) continue;
     if (Clock::now() >= deadline_) fail_timeout();
+    if (Clock::now() >= next_gone_look_) look_for_gone_peers();
     // The spin yields the core between its looks: a peer the scheduler put on this very core
     // runs at once, instead of after the spin (it costs a system call that returns at once
     // when nothing else wants the core).
@@ -707,6 +724,29 @@ void PeerTransport::sleep_until_ready() {
 void PeerTransport::fail_peer(int peer, const std::string& what) {
   break_links();
   throw PeerError(peer, options_.name + ": " + what);
+}
+
+// A lower rank still to connect after a while may be gone (peer_gone_key()); or the store is,
+// with the rank that served it. One look a kPeerGoneLookEvery, and only while some connection
+// is still to come: a collective that merely waits on data costs the store nothing.
+void PeerTransport::look_for_gone_peers() {
+  next_gone_look_ = Clock::now() + kPeerGoneLookEvery;
+  for (const Transfer* t : active_) {
+    if (links_[t->peer]->socket != nullptr) continue;
+    bool gone = false;
+    try {
+      gone = store_.check({peer_gone_key(options_.key_prefix, t->peer)});
+    } catch (const CommError& e) {
+      fail_peer(t->peer, "rank " + std::to_string(t->peer) + " has not connected during " +
+                             call_.describe() + ", and the store cannot be reached either (" +
+                             e.what() + ")");
+    }
+    if (gone) {
+      fail_peer(t->peer, "rank " + std::to_string(t->peer) + " left before it connected, during " +
+                             call_.describe() + ": it failed while setting up (its own output " +
+                             "says why)");
+    }
+  }
 }
 
 // The deadline passed: name the peer we wait for, one we still receive from first.

@@ -58,6 +58,13 @@ PeerAddress decode_peer_address(const std::string& text);
 
 // The store key under which rank `rank` publishes its PeerAddress.
 std::string peer_address_key(const std::string& key_prefix, int rank);
+// Set by a rank whose transport went while it unwound from an error of its own (its set-up
+// failed after the communicator was made): a higher rank waiting for it to connect finds it
+// there instead of waiting out the collective's deadline.
+std::string peer_gone_key(const std::string& key_prefix, int rank);
+// How long a collective waits for a lower rank to connect before it looks in the store whether
+// that rank is gone, and again after each look.
+inline constexpr std::chrono::milliseconds kPeerGoneLookEvery{1000};
 
 // The handshake a rank sends to a higher rank it connects to (also used by tests that play a
 // stranger with a well-formed but wrong handshake).
@@ -144,6 +151,7 @@ class PeerTransport {
   void connect_to(int peer, Link& link);
   bool move_bytes(Transfer& transfer, Link& link);
   void sleep_until_ready();
+  void look_for_gone_peers();
   [[noreturn]] void fail_peer(int peer, const std::string& what);
   [[noreturn]] void fail_timeout();
 
@@ -156,7 +164,8 @@ class PeerTransport {
   CollectiveCall call_{};
   std::uint8_t header_[kFrameHeaderBytes] = {};
   std::chrono::steady_clock::time_point deadline_{};
-  std::vector<Transfer*> active_;  // started, not done, in start order
+  std::chrono::steady_clock::time_point next_gone_look_{};  // look_for_gone_peers()
+  std::vector<Transfer*> active_;                           // started, not done, in start order
   std::unique_ptr<Listener> listener_;
   std::vector<std::unique_ptr<Link>> links_;  // by peer; null until connected
   std::uint64_t generation_ = 0;  // begin() calls: which collective a frame header opens

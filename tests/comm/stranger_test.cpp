@@ -89,35 +89,59 @@ TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
   EXPECT_TRUE(explained) << messages[0] << " | " << messages[1];
 }
 
+// Two asio-ring ranks as threads make their communicators; then rank `leaves` goes, its
+// communicator destroyed while it unwinds from an error of its own or, without `unwinding`,
+// quietly. The other rank's first allreduce must fail: its error, which must come within 10 s
+// (the deadline is 20 s).
+std::string first_allreduce_after_a_rank_left(int leaves, bool unwinding) {
+  constexpr int kWorld = 2;
+  testing::ScratchDir dir;
+  StoreOptions store_options;
+  std::unique_ptr<Store> stores[kWorld] = {open_store(dir.url(), store_options),
+                                           open_store(dir.url(), store_options)};
+  CommOptions options;
+  options.backend = "asio-ring";
+  options.timeout = milliseconds(20000);
+  std::unique_ptr<Communicator> stays;
+  testing::run_ranks(kWorld, [&](int rank) {
+    if (rank != leaves) {
+      stays = make_communicator(options, *stores[rank], rank, kWorld);
+      return;
+    }
+    try {
+      auto comm = make_communicator(options, *stores[rank], rank, kWorld);
+      if (unwinding) throw Error("its data is missing");
+    } catch (const Error&) {
+    }
+  });
+  std::vector<float> data(100, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    stays->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
+    ADD_FAILURE() << "the allreduce with a rank that left returned";
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << error;
+  return error;
+}
+
 // Rank 1 made its communicator (listening, its address published) and went away before the
 // first collective, as a rank whose data is missing on its host does: rank 0, connecting to it,
 // learns at once that nothing listens there any more, instead of retrying until the timeout.
 TEST(RingStrangers, ARankGoneBeforeTheFirstCollectiveIsNamedAtOnce) {
-  constexpr int kWorld = 2;
-  testing::ScratchDir dir;
-  StoreOptions store_options;
-  auto store0 = open_store(dir.url(), store_options);
-  auto store1 = open_store(dir.url(), store_options);
-  CommOptions options;
-  options.backend = "asio-ring";
-  options.timeout = milliseconds(20000);
-  std::unique_ptr<Communicator> comm0;
-  testing::run_ranks(kWorld, [&](int rank) {
-    if (rank == 0) comm0 = make_communicator(options, *store0, 0, kWorld);
-    if (rank == 1) make_communicator(options, *store1, 1, kWorld).reset();  // made, then gone
-  });
-  std::vector<float> data(100, 1.0f);
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    comm0->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
-    ADD_FAILURE() << "the allreduce with a rank that is gone returned";
-  } catch (const CommError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot connect to rank 1: "), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("the listener it published is gone"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  const std::string error = first_allreduce_after_a_rank_left(1, false);
+  EXPECT_NE(error.find("cannot connect to rank 1: "), std::string::npos) << error;
+  EXPECT_NE(error.find("the listener it published is gone"), std::string::npos) << error;
+}
+
+// Rank 0 made its communicator and left while unwinding from an error of its own, before it
+// connected to rank 1 (the lower rank connects): rank 1, waiting for it, finds it gone in the
+// store after a look's interval, not at the deadline.
+TEST(RingStrangers, ARankThatLeftBeforeConnectingIsNamedByTheRankWaitingForIt) {
+  const std::string error = first_allreduce_after_a_rank_left(0, true);
+  EXPECT_NE(error.find("rank 0 left before it connected"), std::string::npos) << error;
 }
 
 // Without the promise that the peer listened before it published (a store server that may not

@@ -73,32 +73,42 @@ TEST(ImageFolderRun, DamagedFileExitsTwoNamingIt) {
 }
 
 // data.root may differ between hosts; a folder missing on one fails that rank only, after the
-// ranks met and made their communicators. Rank 0 names rank 1 at once: over asio-ring its first
-// collective finds rank 1's listener gone (before, it tried to connect until comm.timeout_s, 60 s
-// here, and then said only that it could not); over Gloo rank 1 leaves without its closing
-// barrier (before, it waited 10 s there for ranks that were not coming), and its connection
-// closes.
+// ranks met and made their communicators. The other names it at once: over asio-ring rank 0's
+// first collective finds rank 1's listener gone (before, it tried to connect until
+// comm.timeout_s, 60 s here, and then said only that it could not), and rank 1, waiting for
+// rank 0 to connect, finds rank 0 gone in the store, or the store gone with rank 0 (before, it
+// waited out the timeout); over Gloo rank 1 leaves without its closing barrier (before, it
+// waited 10 s there for ranks that were not coming), and its connection closes.
 TEST(ImageFolderRun, AFolderMissingOnOneHostStopsTheOthersAtOnce) {
   const fs::path dir = scratch("image_folder_one_host");
   write_split(dir / "images/train", 4, 1);
   write_split(dir / "images/val", 2, 2);
-  for (const auto& [backend, lost] :
-       {std::pair{"asio-ring", "lost rank 1: asio-ring: cannot connect to rank 1: "},
-        std::pair{"gloo", "lost rank 1: gloo: "}}) {
-    SCOPED_TRACE(backend);
+  const std::string tcp = "tcp://127.0.0.1:";
+  for (const auto& [name, backend, rendezvous, odd, lost] :
+       {std::tuple{"ring", "asio-ring", "file://" + (dir / "ring").string(), 1,
+                   "lost rank 1: asio-ring: cannot connect to rank 1: "},
+        std::tuple{"gloo", "gloo", "file://" + (dir / "gloo").string(), 1, "lost rank 1: gloo: "},
+        // Rank 0, the lower rank, would connect to rank 1: rank 1 finds it gone in the store.
+        std::tuple{"ring0", "asio-ring", "file://" + (dir / "ring0").string(), 0,
+                   "lost rank 0: asio-ring: rank 0 left before it connected"},
+        // Over the tcp store rank 0 serves, the store went with it.
+        std::tuple{"ring0tcp", "asio-ring", tcp + std::to_string(unused_port()), 0,
+                   "lost rank 0: asio-ring: rank 0 has not connected"}}) {
+    SCOPED_TRACE(name);
     std::string config = read_text(write_folder_config(dir));
     config.replace(config.find("asio-ring"), 9, backend);
-    const fs::path cfg = dir / (std::string(backend) + ".yaml");
+    const fs::path cfg = dir / (std::string(name) + ".yaml");
     std::ofstream(cfg) << config;
-    const EngineRanks ranks =
-        run_engine_ranks(dir, cfg, backend, "file://" + (dir / backend).string(), 2, 1,
-                         " --set data.root=" + (dir / "elsewhere").string());
-    EXPECT_EQ(ranks.ranks[1].first, 2) << ranks.ranks[1].second;
-    EXPECT_NE(ranks.ranks[1].second.find((dir / "elsewhere/train").string() + ": no such folder"),
+    const EngineRanks ranks = run_engine_ranks(dir, cfg, name, rendezvous, 2, odd,
+                                               " --set data.root=" + (dir / "elsewhere").string());
+    const auto& [odd_code, odd_output] = ranks.ranks[odd];
+    EXPECT_EQ(odd_code, 2) << odd_output;
+    EXPECT_NE(odd_output.find((dir / "elsewhere/train").string() + ": no such folder"),
               std::string::npos)
-        << ranks.ranks[1].second;
-    EXPECT_EQ(ranks.ranks[0].first, 1) << ranks.ranks[0].second;
-    EXPECT_NE(ranks.ranks[0].second.find(lost), std::string::npos) << ranks.ranks[0].second;
+        << odd_output;
+    const auto& [code, output] = ranks.ranks[1 - odd];
+    EXPECT_EQ(code, 1) << output;
+    EXPECT_NE(output.find(lost), std::string::npos) << output;
     EXPECT_LT(ranks.seconds, 8.0);
   }
 }

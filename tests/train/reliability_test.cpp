@@ -154,19 +154,6 @@ TEST(Reliability, RankThatNeverArrivesIsNamedWithinTheBound) {
   EXPECT_NE(output.find("rank 1"), std::string::npos) << output;
 }
 
-// A port nothing listens on now (bound, read back and closed: a test's store takes it next).
-int unused_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Ranks an engine started, each reading its own config. Keys every rank must hold alike that
 // differ (the learning rate given to rank 1 alone, which trained before with rank 1's
 // parameters drifting from rank 0's, and the backend, which waited out the timeout) stop every

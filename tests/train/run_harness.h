@@ -188,6 +188,19 @@ inline std::optional<int> wait_exit(pid_t pid, std::chrono::seconds bound) {
   return std::nullopt;
 }
 
+// A port nothing listens on now (bound, read back and closed: a test's store takes it next).
+inline int unused_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 // Ranks as an engine starts them (RANK, WORLD_SIZE, a rendezvous), each reading `cfg` with the
 // settings `odd_sets` given to rank `odd` alone; logs go to DIR/NAME-R.txt. Each rank's exit code
 // and output, and the seconds until the last ended (bounded at 120 s).
