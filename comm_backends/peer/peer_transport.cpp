@@ -655,8 +655,9 @@ void PeerTransport::progress() {
       return;
     }
     if (moved) continue;
-    if (Clock::now() >= deadline_) fail_timeout();
-    if (Clock::now() >= next_gone_look_) look_for_gone_peers();
+    const auto now = Clock::now();
+    if (now >= deadline_) fail_timeout();
+    if (now >= next_gone_look_) look_for_gone_peers();
     // The spin yields the core between its looks: a peer the scheduler put on this very core
     // runs at once, instead of after the spin (it costs a system call that returns at once
     // when nothing else wants the core).
