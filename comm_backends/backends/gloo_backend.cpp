@@ -104,11 +104,11 @@ class GlooCommunicator : public Communicator {
 
   // Gloo closes its sockets on destruction, and a peer still finishing the last collective
   // (waiting for its own sends to complete) would see "connection closed". So ranks leave
-  // together: a store barrier, bounded briefly. Not where this rank is unwinding from an error
-  // (its data missing, say): the others are not coming to the barrier, and leaving at once is
-  // what tells them, as the closed connection.
+  // together: a store barrier, bounded briefly. Not where this rank unwinds from an error before
+  // any collective (its data missing, say): no collective is there to finish, the others are not
+  // coming to the barrier, and leaving at once is what tells them, as the closed connection.
   ~GlooCommunicator() override {
-    if (failed_ || size() == 1 || std::uncaught_exceptions() > 0) return;
+    if (failed_ || size() == 1 || (!called_ && std::uncaught_exceptions() > 0)) return;
     try {
       store_barrier(store_, prefix_ + "closing", rank(), size(),
                     std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
@@ -130,6 +130,7 @@ class GlooCommunicator : public Communicator {
                    "gloo: allreduce of ", buffer.count, " elements is over Gloo's int limit");
     if (size() > 1) by_type(buffer.dtype, [](auto) {});  // refused whatever the count
     last_algorithm_ = "none";
+    called_ = true;
     if (size() == 1 || buffer.count == 0) return;
     guard("allreduce", [&] {
       by_type(buffer.dtype,
@@ -144,6 +145,7 @@ class GlooCommunicator : public Communicator {
                    "gloo: reduce_scatter of ", in.count, " elements is over Gloo's int limit");
     if (size() > 1) by_type(in.dtype, [](auto) {});
     last_algorithm_ = "none";
+    called_ = true;
     if (out.count == 0) return;
     if (size() == 1) {
       std::memmove(out.data, in.data, out.bytes());
@@ -158,6 +160,7 @@ class GlooCommunicator : public Communicator {
 
   void broadcast(Buffer buffer, int root) override {
     last_algorithm_ = "none";
+    called_ = true;
     if (size() == 1 || buffer.count == 0) return;
     last_algorithm_ = "one_to_all";
     guard("broadcast", [&] {
@@ -170,6 +173,7 @@ class GlooCommunicator : public Communicator {
     PARTRAIN_CHECK(in.bytes() <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: allgather of ", in.bytes(), " bytes is over Gloo's int limit");
     last_algorithm_ = "none";
+    called_ = true;
     if (in.count == 0) return;
     if (size() == 1) {
       std::memmove(out.data, in.data, in.bytes());
@@ -193,6 +197,7 @@ class GlooCommunicator : public Communicator {
 
   void barrier() override {
     last_algorithm_ = "none";
+    called_ = true;
     if (size() == 1) return;
     last_algorithm_ = "all_to_all";
     guard("barrier", [&] { gloo::BarrierAllToAll(context_).run(); });
@@ -406,6 +411,7 @@ class GlooCommunicator : public Communicator {
   std::string prefix_;
   std::chrono::milliseconds timeout_{0};
   bool failed_ = false;
+  bool called_ = false;  // a collective was called
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
   std::list<CachedAllreduce> cache_;         // most recently used first; dies before context_

@@ -414,11 +414,18 @@ PeerTransport::~PeerTransport() {
   // Going while unwinding from an error of this rank's own (a collective's failure broke the
   // transport first, and the others see that for themselves): a higher rank may wait for this
   // one to connect, which it never will. The store outlives the transport.
+  // Briefly: a store that does not answer (its server frozen) must not hold the exit.
   if (std::uncaught_exceptions() > 0 && !broken_) {
+    const std::chrono::milliseconds timeout = store_.timeout();
     try {
+      store_.set_timeout(std::min(timeout, kPeerGoneSetBound));
       store_.set(peer_gone_key(options_.key_prefix, rank_), {1});
-    } catch (const Error&) {
+    } catch (...) {
       // The store is gone too: the waiting rank finds that instead.
+    }
+    try {
+      store_.set_timeout(timeout);
+    } catch (...) {
     }
   }
   // A socket the listener accepted may still belong to its io_context: it closes first.
@@ -738,14 +745,19 @@ void PeerTransport::look_for_gone_peers() {
     try {
       gone = store_.check({peer_gone_key(options_.key_prefix, t->peer)});
     } catch (const CommError& e) {
-      fail_peer(t->peer, "rank " + std::to_string(t->peer) + " has not connected during " +
-                             call_.describe() + ", and the store cannot be reached either (" +
-                             e.what() + ")");
+      // Rank 0 may serve the store: waiting for its connection, this rank knows it has not
+      // finished, so the store gone is rank 0 gone. Any other rank's store going says nothing
+      // of the rank awaited (rank 0 may have ended well): the deadline decides.
+      if (t->peer != 0) {
+        next_gone_look_ = Clock::time_point::max();
+        return;
+      }
+      fail_peer(t->peer, "rank 0 has not connected during " + call_.describe() +
+                             ", and the store cannot be reached either (" + e.what() + ")");
     }
     if (gone) {
       fail_peer(t->peer, "rank " + std::to_string(t->peer) + " left before it connected, during " +
-                             call_.describe() + ": it failed while setting up (its own output " +
-                             "says why)");
+                             call_.describe() + ": it failed (its own output says why)");
     }
   }
 }

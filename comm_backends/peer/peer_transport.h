@@ -65,6 +65,8 @@ std::string peer_gone_key(const std::string& key_prefix, int rank);
 // How long a collective waits for a lower rank to connect before it looks in the store whether
 // that rank is gone, and again after each look.
 inline constexpr std::chrono::milliseconds kPeerGoneLookEvery{1000};
+// The most a transport going while its rank unwinds waits to set peer_gone_key().
+inline constexpr std::chrono::milliseconds kPeerGoneSetBound{2000};
 
 // The handshake a rank sends to a higher rank it connects to (also used by tests that play a
 // stranger with a well-formed but wrong handshake).

@@ -743,8 +743,14 @@ TcpStore::Answer TcpStore::request(StoreCommand command, const std::string& key,
   if (!result.ok()) {
     boost::system::error_code ignored;
     socket_.close(ignored);
+    // The server closing on a client is its process going: rank 0, or the launcher that
+    // served the run's store.
     throw CommError("tcp store: request for key '" + key + "' to " + endpoint_ +
-                    " failed: " + result.message);
+                    " failed: " + result.message +
+                    (result.status == net::IoStatus::closed
+                         ? "; the process serving the store (rank 0, or partrain run's launcher) "
+                           "has exited"
+                         : ""));
   }
   return answer;
 }

@@ -104,12 +104,21 @@ const std::string kTextKey = "config/0", kHashKey = "config/0/hash", kDiffersKey
 // A rank still telling after this long says so (the line it exits with comes after).
 constexpr std::chrono::seconds kTellNoteAfter{3};
 
+// What is left of `deadline`, at least a millisecond (a store's bound must be positive).
+std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now()));
+}
+
 std::vector<std::uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 
 // After every rank has compared its config (or said why it stopped): the line one rank
-// published, if any, once every rank holds it; nullopt where all agree.
+// published, if any, once every rank holds it; nullopt where all agree. Both barriers together
+// take at most `timeout`.
 std::optional<std::string> settle(comm::Store& store, int rank, int size,
                                   std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   comm::store_barrier(store, "config/checked", rank, size, timeout);
   if (!store.check({kDiffersKey})) return std::nullopt;
   const std::vector<std::uint8_t> line = store.get(kDiffersKey);
@@ -117,11 +126,40 @@ std::optional<std::string> settle(comm::Store& store, int rank, int size,
   // take it away from the others mid-read. Past this barrier every rank holds the line, so
   // losing the store here (rank 0 gone first) changes nothing.
   try {
-    comm::store_barrier(store, "config/told", rank, size, timeout);
+    comm::store_barrier(store, "config/told", rank, size, time_left(deadline));
   } catch (const CommError&) {
   }
   return std::string(line.begin(), line.end());
 }
+
+// A line on stderr if the object still lives `after` from its making (a wait that is taking
+// long says what it waits for); joined when it goes.
+class LateNote {
+ public:
+  LateNote(std::chrono::milliseconds after, std::string line)
+      : thread_([this, after, line = std::move(line)] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (done_cv_.wait_for(lock, after, [this] { return done_; })) return;
+          std::fprintf(stderr, "%s\n", line.c_str());
+          std::fflush(stderr);
+        }) {}
+  ~LateNote() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_one();
+    thread_.join();
+  }
+  LateNote(const LateNote&) = delete;
+  LateNote& operator=(const LateNote&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the rest is made
+};
 
 }  // namespace
 
@@ -150,45 +188,37 @@ void agree_on_config(comm::Store& store, const std::string& agreement, int rank,
 void tell_ranks_this_one_stopped(const RankPlace& place, const std::string& why,
                                  std::chrono::milliseconds timeout) {
   if (place.world_size <= 1 || place.rendezvous.empty()) return;
-  timeout = std::min(timeout, kTellBound);
-  // Where the others are slow to come (or never do), a note says what this rank waits for.
-  std::mutex mutex;
-  std::condition_variable told;
-  bool done = false;
-  std::thread note([&] {
-    std::unique_lock<std::mutex> lock(mutex);
-    if (told.wait_for(lock, kTellNoteAfter, [&] { return done; })) return;
-    std::fprintf(
-        stderr,
-        "partrain: rank %d stopped; telling the other ranks why through %s (at most "
-        "%lld s)\n",
-        place.rank, place.rendezvous.c_str(),
-        static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
-    std::fflush(stderr);
-  });
+  const std::chrono::milliseconds bound = std::min(timeout, kTellBound);
+  const auto deadline = std::chrono::steady_clock::now() + bound;
   try {
+    // Where the others are slow to come (or never do), a note says what this rank waits for.
+    const LateNote note(
+        kTellNoteAfter,
+        "partrain: rank " + std::to_string(place.rank) +
+            " stopped; telling the other ranks why through " + place.rendezvous + " (at most " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) +
+            " s)");
     comm::StoreOptions options;
     options.token = place.token;
-    options.timeout = timeout;
+    // A store that is not there soon may never be: a rendezvous this rank only guessed (its
+    // config, which may name another, unread) must not hold it for the whole bound.
+    options.timeout = std::min(time_left(deadline), kTellReachBound);
     options.rank = place.rank;
     options.world_size = place.world_size;
     options.host_server = place.rank == 0;
     const std::unique_ptr<comm::Store> store = comm::open_store(place.rendezvous, options);
+    store->set_timeout(time_left(deadline));
     // The line first: the others read it once they see rank 0's empty hash, or pass the barrier.
     store->set(kDiffersKey,
                bytes_of("rank " + std::to_string(place.rank) + " (" + this_host_name() +
                         ") stopped before meeting the others: " + why));
     if (place.rank == 0) store->set(kHashKey, {});
-    settle(*store, place.rank, place.world_size, timeout);
-  } catch (const Error&) {
-    // Best effort: where the others cannot be told, they wait out their timeout as before.
+    store->set_timeout(time_left(deadline));
+    settle(*store, place.rank, place.world_size, time_left(deadline));
+  } catch (...) {
+    // Best effort, whatever failed: where the others cannot be told, they wait out their
+    // timeout as before, and this rank reports its own error.
   }
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    done = true;
-  }
-  told.notify_one();
-  note.join();
 }
 
 }  // namespace partrain

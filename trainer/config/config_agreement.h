@@ -46,8 +46,10 @@ std::string config_differences(const std::string& mine, int me, const std::strin
 void agree_on_config(comm::Store& store, const std::string& agreement, int rank, int size,
                      std::chrono::milliseconds timeout);
 
-// The most a rank that stopped spends telling the others (tell_ranks_this_one_stopped()).
+// The most a rank that stopped spends telling the others (tell_ranks_this_one_stopped()), and
+// of that the most it waits to reach the store.
 inline constexpr std::chrono::milliseconds kTellBound{std::chrono::seconds(30)};
+inline constexpr std::chrono::milliseconds kTellReachBound{std::chrono::seconds(10)};
 
 // A rank that stops before it meets the others (its config unreadable or refused, its output
 // folder held by another run, an address only its host cannot choose) would leave them waiting
@@ -55,8 +57,9 @@ inline constexpr std::chrono::milliseconds kTellBound{std::chrono::seconds(30)};
 // it), publishes "rank R (HOST) stopped before meeting the others: WHY" where a differing rank
 // publishes its line, and takes part in the check's barriers: every other rank throws that line
 // (exit 2) as soon as all have arrived. Rank 0 also publishes an empty hash, which the others
-// take as "nothing to compare". Best effort: waits are bounded by min(timeout, kTellBound), and
-// where the store cannot be reached the caller goes on to report its own error as before.
+// take as "nothing to compare". Best effort: it takes at most min(timeout, kTellBound) in all,
+// kTellReachBound of it to reach the store, and where the store cannot be reached the caller
+// goes on to report its own error as before.
 void tell_ranks_this_one_stopped(const RankPlace& place, const std::string& why,
                                  std::chrono::milliseconds timeout);
 
