@@ -3,20 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "comm_backends/store/store.h"
 #include "comm_backends/store/store_barrier.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "common/heartbeat.h"
 #include "common/host_name.h"
 
 namespace partrain {
@@ -132,35 +130,6 @@ std::optional<std::string> settle(comm::Store& store, int rank, int size,
   return std::string(line.begin(), line.end());
 }
 
-// A line on stderr if the object still lives `after` from its making (a wait that is taking
-// long says what it waits for); joined when it goes.
-class LateNote {
- public:
-  LateNote(std::chrono::milliseconds after, std::string line)
-      : thread_([this, after, line = std::move(line)] {
-          std::unique_lock<std::mutex> lock(mutex_);
-          if (done_cv_.wait_for(lock, after, [this] { return done_; })) return;
-          std::fprintf(stderr, "%s\n", line.c_str());
-          std::fflush(stderr);
-        }) {}
-  ~LateNote() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    done_cv_.notify_one();
-    thread_.join();
-  }
-  LateNote(const LateNote&) = delete;
-  LateNote& operator=(const LateNote&) = delete;
-
- private:
-  std::mutex mutex_;
-  std::condition_variable done_cv_;
-  bool done_ = false;
-  std::thread thread_;  // last: starts once the rest is made
-};
-
 }  // namespace
 
 void agree_on_config(comm::Store& store, const std::string& agreement, int rank, int size,
@@ -192,12 +161,11 @@ void tell_ranks_this_one_stopped(const RankPlace& place, const std::string& why,
   const auto deadline = std::chrono::steady_clock::now() + bound;
   try {
     // Where the others are slow to come (or never do), a note says what this rank waits for.
-    const LateNote note(
-        kTellNoteAfter,
+    const TimedStderrLine note(
         "partrain: rank " + std::to_string(place.rank) +
             " stopped; telling the other ranks why through " + place.rendezvous + " (at most " +
-            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) +
-            " s)");
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) + " s)",
+        kTellNoteAfter, std::chrono::seconds(0));
     comm::StoreOptions options;
     options.token = place.token;
     // A store that is not there soon may never be: a rendezvous this rank only guessed (its
