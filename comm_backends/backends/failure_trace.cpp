@@ -32,12 +32,7 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   };
   // The store may be across the same dead link: no request may take more than the grace
   // period. The communicator is broken now, so nothing else waits on this store meanwhile.
-  struct Bound {
-    Store& store;
-    std::chrono::milliseconds before;
-    ~Bound() { store.set_timeout(before); }
-  } bound{store, store.timeout()};
-  store.set_timeout(grace);
+  const ScopedStoreTimeout bound(store, grace);
   try {
     const std::string mine = std::to_string(blamed);
     store.set(key(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));

@@ -129,8 +129,7 @@ class GlooCommunicator : public Communicator {
     PARTRAIN_CHECK(buffer.count <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: allreduce of ", buffer.count, " elements is over Gloo's int limit");
     if (size() > 1) by_type(buffer.dtype, [](auto) {});  // refused whatever the count
-    last_algorithm_ = "none";
-    called_ = true;
+    start_call();
     if (size() == 1 || buffer.count == 0) return;
     guard("allreduce", [&] {
       by_type(buffer.dtype,
@@ -144,8 +143,7 @@ class GlooCommunicator : public Communicator {
     PARTRAIN_CHECK(in.count <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: reduce_scatter of ", in.count, " elements is over Gloo's int limit");
     if (size() > 1) by_type(in.dtype, [](auto) {});
-    last_algorithm_ = "none";
-    called_ = true;
+    start_call();
     if (out.count == 0) return;
     if (size() == 1) {
       std::memmove(out.data, in.data, out.bytes());
@@ -159,8 +157,7 @@ class GlooCommunicator : public Communicator {
   }
 
   void broadcast(Buffer buffer, int root) override {
-    last_algorithm_ = "none";
-    called_ = true;
+    start_call();
     if (size() == 1 || buffer.count == 0) return;
     last_algorithm_ = "one_to_all";
     guard("broadcast", [&] {
@@ -172,8 +169,7 @@ class GlooCommunicator : public Communicator {
   void allgather(const Buffer& in, Buffer out) override {
     PARTRAIN_CHECK(in.bytes() <= static_cast<std::size_t>(INT_MAX), UsageError,
                    "gloo: allgather of ", in.bytes(), " bytes is over Gloo's int limit");
-    last_algorithm_ = "none";
-    called_ = true;
+    start_call();
     if (in.count == 0) return;
     if (size() == 1) {
       std::memmove(out.data, in.data, in.bytes());
@@ -196,8 +192,7 @@ class GlooCommunicator : public Communicator {
   }
 
   void barrier() override {
-    last_algorithm_ = "none";
-    called_ = true;
+    start_call();
     if (size() == 1) return;
     last_algorithm_ = "all_to_all";
     guard("barrier", [&] { gloo::BarrierAllToAll(context_).run(); });
@@ -401,6 +396,12 @@ class GlooCommunicator : public Communicator {
   // With two ranks the peer is known. With more, the message names an address, which may be
   // that of a survivor that is itself stuck on the failed one, or none (-1): either way the
   // other ranks' reports tell (CheckedCommunicator, failure_trace.h).
+  // Every collective starts here: none has run an algorithm yet, and one was called.
+  void start_call() {
+    last_algorithm_ = "none";
+    called_ = true;
+  }
+
   [[noreturn]] void fail(const char* what, const std::string& message) {
     failed_ = true;
     const int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);

@@ -416,16 +416,11 @@ PeerTransport::~PeerTransport() {
   // one to connect, which it never will. The store outlives the transport.
   // Briefly: a store that does not answer (its server frozen) must not hold the exit.
   if (std::uncaught_exceptions() > 0 && !broken_) {
-    const std::chrono::milliseconds timeout = store_.timeout();
+    const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kPeerGoneSetBound));
     try {
-      store_.set_timeout(std::min(timeout, kPeerGoneSetBound));
       store_.set(peer_gone_key(options_.key_prefix, rank_), {1});
     } catch (...) {
       // The store is gone too: the waiting rank finds that instead.
-    }
-    try {
-      store_.set_timeout(timeout);
-    } catch (...) {
     }
   }
   // A socket the listener accepted may still belong to its io_context: it closes first.

@@ -1,5 +1,5 @@
-// defines: Store (rendezvous key-value store), StoreOptions, StoreUrl, parse_store_url(),
-// open_store().
+// defines: Store (rendezvous key-value store), ScopedStoreTimeout, StoreOptions, StoreUrl,
+// parse_store_url(), open_store().
 //
 // A store is how ranks find each other before any collective runs: the NCCL unique id,
 // Gloo's pair addresses and the ring's listening ports travel through it.
@@ -65,6 +65,24 @@ class Store {
   // Changes the bound on every later request and wait (a failure trace shortens it, so an
   // unreachable store costs a grace period, not a whole timeout).
   virtual void set_timeout(std::chrono::milliseconds timeout) = 0;
+};
+
+// The store's bound on every request and wait set to `bound` while this lives, and the bound
+// before put back when it goes: a failure path that asks a store which may be gone (or frozen)
+// waits that long, not a whole timeout.
+class ScopedStoreTimeout {
+ public:
+  ScopedStoreTimeout(Store& store, std::chrono::milliseconds bound)
+      : store_(store), before_(store.timeout()) {
+    store_.set_timeout(bound);
+  }
+  ~ScopedStoreTimeout() { store_.set_timeout(before_); }
+  ScopedStoreTimeout(const ScopedStoreTimeout&) = delete;
+  ScopedStoreTimeout& operator=(const ScopedStoreTimeout&) = delete;
+
+ private:
+  Store& store_;
+  std::chrono::milliseconds before_;
 };
 
 // A parsed store url. env:// comes back as tcp, read from MASTER_ADDR / MASTER_PORT.
