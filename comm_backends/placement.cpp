@@ -142,8 +142,9 @@ void put64(std::vector<std::uint8_t>& out, std::uint64_t value) {
 // Every value of the exchange opens with this mark, "PTL" and its format's digit, so
 // that ranks running builds that lay the values out differently stop with a message naming the
 // rank of the other build instead of misreading its value. Values of builds before the mark
-// open with a length or a count, far below it.
-constexpr std::uint32_t kLayoutFormat = 1;
+// open with a length or a count, far below it. Format 2: a rank's own value holds a count of
+// sites (1) after the mark, as the others do, so that it can hold why the rank stopped (0).
+constexpr std::uint32_t kLayoutFormat = 2;
 constexpr std::uint32_t kLayoutMark = 0x004c5450u | ('0' + kLayoutFormat) << 24;
 
 void put_mark(std::vector<std::uint8_t>& out) { put32(out, kLayoutMark); }
@@ -228,10 +229,14 @@ std::vector<std::uint8_t> failure_value(const std::string& finding) {
 
 // Such a value, read by a rank that waited for it: `finding` is passed on as it is when this
 // rank stops in turn.
+// `by` is the leader that stopped the exchange, or -1 for a rank's own value: the finding
+// names that rank itself.
 class PublishedFailure : public CommError {
  public:
   PublishedFailure(int by, std::string finding)
-      : CommError("host layout: rank " + std::to_string(by) + " stopped: " + finding),
+      : CommError("host layout: " +
+                  (by >= 0 ? "rank " + std::to_string(by) + " stopped the exchange: " : "") +
+                  finding),
         finding_(std::move(finding)) {}
   const std::string& finding() const { return finding_; }
 
@@ -239,7 +244,8 @@ class PublishedFailure : public CommError {
   std::string finding_;
 };
 
-// The count a group or layout value opens with after its mark; a count of 0 is `by`'s failure.
+// The count a rank's, group's or layout value opens with after its mark; a count of 0 is a
+// failure that `by` published (-1: the rank whose own value it is).
 std::uint32_t count_or_failure(Reader& in, int by, std::size_t least_bytes) {
   const std::uint32_t count = in.count(least_bytes);
   if (count == 0) throw PublishedFailure(by, in.text());
@@ -381,6 +387,8 @@ std::vector<RankSite> gather_group(Store& store, const std::string& prefix, int 
   for (std::size_t i = 0; i < values.size(); ++i) {
     Reader in(values[i], "a rank's value");
     in.mark("rank " + std::to_string(first + 1 + static_cast<int>(i)));
+    PARTRAIN_CHECK(count_or_failure(in, -1, 4 + 4 + 8) == 1, CommError,
+                   "host layout: a rank's value holds more than one site");
     sites.push_back(read_site(in));
     PARTRAIN_CHECK(in.done(), CommError, "host layout: a rank's value runs on");
   }
@@ -441,6 +449,7 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
   if (size == 1) return group_by_host(std::vector<RankSite>{mine});
   std::vector<std::uint8_t> own;
   put_mark(own);
+  put32(own, 1);
   put_site(own, mine);
   store.set(host_key(prefix, rank), own);
   const std::string layout_key = prefix + "layout";
@@ -476,6 +485,17 @@ HostLayout exchange_host_layout(Store& store, const std::string& prefix, int ran
                  CommError, "host layout: rank 0 placed rank ", rank,
                  " on another host than its own");
   return layout;
+}
+
+void stop_host_layout(Store& store, const std::string& prefix, int rank, int size,
+                      const std::string& finding) {
+  if (size == 1 || store.check({host_key(prefix, rank)})) return;
+  const std::vector<std::uint8_t> failure = failure_value(finding);
+  // What the ranks that count on it wait for: a leader's value first, then its own.
+  if (rank % default_fan_in(size) == 0) {
+    store.set(rank == 0 ? prefix + "layout" : group_key(prefix, rank), failure);
+  }
+  store.set(host_key(prefix, rank), failure);
 }
 
 HostLayout layout_on_this_host(int ranks) {

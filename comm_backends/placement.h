@@ -109,7 +109,8 @@ bool shares_cpus(const std::vector<std::vector<int>>& binding);
 // world of W, where each rank reading every other's would be W*W. Waits up to the store's timeout
 // (a CommError names the ranks that never published their host). A leader that finds a rank of
 // another build sets why in place of its value, so that every rank waiting on it stops at once
-// with that reason ("host layout: rank 0 stopped: rank 3 runs another build of partrain ...").
+// with that reason ("host layout: rank 0 stopped the exchange: rank 3 runs another build of
+// partrain ...").
 // A rank's answer never changes, so repeating a successful exchange under one prefix is harmless;
 // after a failure, one under the same prefix fails the same way. One rank alone asks nothing of
 // the store. `fan_in` 0 picks the default (kLayoutFanInMin, or sqrt(W) where that is larger);
@@ -117,6 +118,12 @@ bool shares_cpus(const std::vector<std::vector<int>>& binding);
 inline constexpr int kLayoutFanInMin = 64;
 HostLayout exchange_host_layout(Store& store, const std::string& prefix, int rank, int size,
                                 int fan_in = 0);
+// A rank that stops before it took part in the exchange (it never published its host under
+// `prefix`) publishes `finding` in place of every value the others would wait for from it, so
+// that the exchange stops at once on every rank with that finding, as with a leader's; a rank
+// that took part leaves it as it is. For the exchange of the default fan-in.
+void stop_host_layout(Store& store, const std::string& prefix, int rank, int size,
+                      const std::string& finding);
 // The layout as rank 0 publishes it (hosts, then runs of ranks on one host), and back; a
 // value that does not describe `ranks` ranks is a CommError.
 std::vector<std::uint8_t> encode_host_layout(const HostLayout& layout);

@@ -70,11 +70,11 @@ store += request(1, b"k", b"value") + request(2, b"k") + request(3, b"n", struct
 store += request(3, b"n", struct.pack("<q", -2)) + request(2, b"absent")
 put("store", "conversation", store)
 
-# Layout: u8 world - 1 | "PTL1" | hosts (length, identity) | per host CPUs (u32), room (u64)
+# Layout: u8 world - 1 | "PTL2" | hosts (length, identity) | per host CPUs (u32), room (u64)
 # | runs (host, count): hosts a and b, ranks 0-1 on a, 2 on b, 3 on a
 def text(t):
     return struct.pack("<I", len(t)) + t
-layout = b"PTL1" + struct.pack("<I", 2) + text(b"a boot 1") + text(b"b boot 1")
+layout = b"PTL2" + struct.pack("<I", 2) + text(b"a boot 1") + text(b"b boot 1")
 layout += struct.pack("<IQ", 2, 1 << 26) + struct.pack("<IQ", 0, (1 << 64) - 1)
 layout += struct.pack("<I", 3) + struct.pack("<II", 0, 2) + struct.pack("<II", 1, 1)
 layout += struct.pack("<II", 0, 1)
@@ -104,7 +104,7 @@ for name, body in (("png", png), ("bmp", bmp), ("ppm", b"P6 3 2 255\n" + rgb), (
     put("image", name + "-sized", bytes([5]) + body)
 
 # A leader's failure in place of the layout: the mark, a count of 0, why.
-put("layout", "failure", bytes([3]) + b"PTL1" + struct.pack("<I", 0) + text(b"rank 3 is gone"))
+put("layout", "failure", bytes([3]) + b"PTL2" + struct.pack("<I", 0) + text(b"rank 3 is gone"))
 PY
 
 # ---- run ------------------------------------------------------------------------------------

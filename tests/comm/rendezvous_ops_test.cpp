@@ -126,7 +126,7 @@ TEST(Rendezvous, ARankOfAnotherBuildIsNamed) {
     } catch (const CommError& e) {
       EXPECT_NE(std::string(e.what()).find("host layout: " + who +
                                            " runs another build of partrain (a layout without a "
-                                           "format mark, this build's 1)"),
+                                           "format mark, this build's 2)"),
                 std::string::npos)
           << e.what();
     }
@@ -172,7 +172,7 @@ TEST(Rendezvous, ARankOfAnotherBuildIsNamed) {
     FAIL() << "a layout of format 7 was read";
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0 runs another build of partrain (layout format "
-                                         "7, this build's 1)"),
+                                         "7, this build's 2)"),
               std::string::npos)
         << e.what();
   }
@@ -186,10 +186,10 @@ TEST(Rendezvous, EveryRankLearnsWhyTheExchangeStopped) {
   TcpStore host("127.0.0.1", 0, options(true, std::chrono::seconds(20)));
   host.set(std::string(kHostLayoutPrefix) + "3", unmarked_site(host_identity()));
   const std::string finding =
-      "rank 3 runs another build of partrain (a layout without a format mark, this build's 1): "
+      "rank 3 runs another build of partrain (a layout without a format mark, this build's 2): "
       "run the same build on every rank";
-  const std::vector<std::string> expected = {"host layout: rank 2 stopped: " + finding,
-                                             "host layout: rank 0 stopped: " + finding,
+  const std::vector<std::string> expected = {"host layout: rank 2 stopped the exchange: " + finding,
+                                             "host layout: rank 0 stopped the exchange: " + finding,
                                              "host layout: " + finding};
   const auto start = std::chrono::steady_clock::now();
   testing::run_ranks(3, [&](int rank) {
@@ -202,6 +202,45 @@ TEST(Rendezvous, EveryRankLearnsWhyTheExchangeStopped) {
     }
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// A rank that stops before it took part (its data missing, after the ranks met) sets why in
+// place of its values, and every rank stops with that finding at once rather than at the
+// store's timeout (20 s): a member of rank 0's group, then a leader of a group of its own (the
+// default fan-in, 64, leads a second group at rank 64). A rank that took part leaves the
+// exchange as it was: its value is there, and repeating the exchange still learns the layout.
+TEST(Rendezvous, ARankThatStoppedBeforeTheExchangeSaysWhy) {
+  const std::string why = "rank R (h) stopped: /data/train: no such folder";
+  for (const auto& [world, stopped] : {std::pair{4, 2}, std::pair{66, 64}}) {
+    SCOPED_TRACE(world);
+    TcpStore host("127.0.0.1", 0, options(true, std::chrono::seconds(20)));
+    const auto start = std::chrono::steady_clock::now();
+    testing::run_ranks(world, [&](int rank) {
+      TcpStore store("127.0.0.1", host.port(), options(false, std::chrono::seconds(20)));
+      if (rank == stopped) {
+        stop_host_layout(store, kHostLayoutPrefix, rank, world, why);
+        return;
+      }
+      try {
+        exchange_host_layout(store, kHostLayoutPrefix, rank, world);
+        FAIL() << "rank " << rank << " learned a layout without rank " << stopped;
+      } catch (const CommError& e) {
+        // Rank 0 read the stopped rank's own value (or its group's); the others, rank 0's.
+        const std::string by = rank == 0 ? (stopped == 64 ? "rank 64 stopped the exchange: " : "")
+                                         : "rank 0 stopped the exchange: ";
+        EXPECT_EQ(e.what(), "host layout: " + by + why) << rank;
+      }
+    });
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  }
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(2, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false));
+    exchange_host_layout(store, kHostLayoutPrefix, rank, 2);
+  });
+  TcpStore store("127.0.0.1", host.port(), options(false));
+  stop_host_layout(store, kHostLayoutPrefix, 1, 2, why);
+  EXPECT_EQ(exchange_host_layout(store, kHostLayoutPrefix, 1, 2).ranks(), 2);
 }
 
 TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
