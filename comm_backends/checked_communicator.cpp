@@ -1,6 +1,8 @@
 #include "comm_backends/checked_communicator.h"
 
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm_backends/backends/failure_trace.h"
@@ -72,14 +74,23 @@ void CheckedCommunicator::run(CollectiveKind kind, std::size_t bytes, Collective
 // none (failure_trace.h); a backend that could not tell whom it lost (peer -1) is named the
 // rank that reports nothing.
 void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
+  const std::chrono::milliseconds grace = failure_grace(timeout_);
   const FailureTrace trace = trace_failed_rank(store_, prefix_ + "trace/", rank_, size_,
-                                               lost.peer_rank(), failure_grace(timeout_), timeout_);
+                                               lost.peer_rank(), grace, timeout_);
+  // The rank named, where it stopped on an error of its own, said why before it went.
+  const std::optional<std::string> why =
+      trace.culprit >= 0 ? why_rank_stopped(store_, trace.culprit, grace) : std::nullopt;
+  const std::string reason = why ? "; " + *why : "";
   if (lost.peer_rank() >= 0) {
-    if (trace.culprit == lost.peer_rank() || trace.culprit < 0) throw;  // the one caught
-    throw PeerError(
-        trace.culprit,
-        name_ + ": rank " + std::to_string(trace.culprit) +
-            " failed first (traced through the other ranks' reports); here: " + lost.what());
+    if (trace.culprit < 0) throw;  // the one caught
+    if (trace.culprit == lost.peer_rank()) {
+      if (!why) throw;
+      throw PeerError(trace.culprit, lost.what() + reason);
+    }
+    throw PeerError(trace.culprit,
+                    name_ + ": rank " + std::to_string(trace.culprit) +
+                        " failed first (traced through the other ranks' reports); here: " +
+                        lost.what() + reason);
   }
   if (trace.culprit < 0) throw CommError(lost.what());
   std::string whom = trace.silent.size() > 1 ? "ranks" : "rank";
@@ -87,7 +98,7 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
   for (std::size_t i = 0; i < trace.silent.size(); ++i) {
     whom += (i == 0 ? " " : ", ") + std::to_string(trace.silent[i]);
   }
-  throw PeerError(trace.culprit, std::string(lost.what()) + " (lost " + whom + ")");
+  throw PeerError(trace.culprit, std::string(lost.what()) + " (lost " + whom + ")" + reason);
 }
 
 void CheckedCommunicator::allreduce(Buffer buffer, ReduceOp op) {

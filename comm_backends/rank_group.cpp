@@ -1,9 +1,13 @@
 #include "comm_backends/rank_group.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <vector>
 
+#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/net/local_address.h"
 #include "common/errors.h"
+#include "common/host_name.h"
 
 namespace partrain::comm {
 
@@ -61,6 +65,23 @@ CommOptions RankGroup::comm_options() const {
 
 std::unique_ptr<Communicator> RankGroup::make_communicator(const CommOptions& options) {
   return comm::make_communicator(options, *store_, *hosts_, rank_);
+}
+
+void RankGroup::tell_stopped(const std::string& why) {
+  if (hosts_->ranks() == 1) return;  // nobody to tell
+  // One line, of a length a message can carry: a LibTorch error goes on with its backtrace.
+  constexpr std::size_t kLongest = 1000;
+  std::string line = why.substr(0, std::min(why.find('\n'), kLongest));
+  const std::string sentence =
+      "rank " + std::to_string(rank_) + " (" + this_host_name() + ") stopped: " + line;
+  const ScopedStoreTimeout bound(*store_, std::min(store_->timeout(), kTellStoppedBound));
+  try {
+    store_->set(rank_stopped_key(rank_),
+                std::vector<std::uint8_t>(sentence.begin(), sentence.end()));
+    stop_host_layout(*store_, kHostLayoutPrefix, rank_, hosts_->ranks(), sentence);
+  } catch (const std::exception&) {
+    // The store is gone (rank 0 served it): the others learn of that from the store.
+  }
 }
 
 }  // namespace partrain::comm

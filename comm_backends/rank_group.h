@@ -28,6 +28,9 @@ struct RankGroupOptions : RankPlace {
 
 class RankGroup;
 
+// The most a rank that stops waits on each request that says why (RankGroup::tell_stopped()).
+inline constexpr std::chrono::milliseconds kTellStoppedBound{2000};
+
 // Chooses the address (before any waiting: a bad setting fails at once) and opens the store
 // (rank 0 serves a tcp one).
 std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options);
@@ -44,6 +47,15 @@ class RankGroup {
   CommOptions comm_options() const;
   // Every rank makes the group's communicators in the same order.
   std::unique_ptr<Communicator> make_communicator(const CommOptions& options);
+
+  // This rank stops on an error of its own after the ranks met (its device, its data, its
+  // model, its disk): it says why, "rank R (HOST) stopped: WHY" (the first line of `why`), under
+  // rank_stopped_key() and, where it took no part in the host-layout exchange yet, in place of
+  // its values there (stop_host_layout()). A rank that names it after a collective fails then
+  // gives that reason, and one waiting for it in the exchange stops at once with it. Call it
+  // before the communicators close: the others find the rank gone once they do. Never throws
+  // (the store may be gone); no request waits longer than kTellStoppedBound.
+  void tell_stopped(const std::string& why);
 
  private:
   friend std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options);

@@ -77,15 +77,19 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   }
 }
 
-void rethrow_traced(const PeerError& lost, const std::string& backend, Store& store,
-                    const std::string& prefix, int rank, int size, std::chrono::milliseconds grace,
-                    std::chrono::milliseconds patience) {
-  const int culprit =
-      trace_failed_rank(store, prefix, rank, size, lost.peer_rank(), grace, patience).culprit;
-  if (culprit == lost.peer_rank() || culprit < 0) throw;
-  throw PeerError(
-      culprit, backend + ": rank " + std::to_string(culprit) +
-                   " failed first (traced through the other ranks' reports); here: " + lost.what());
+std::string rank_stopped_key(int rank) { return "ranks/stopped/" + std::to_string(rank); }
+
+std::optional<std::string> why_rank_stopped(Store& store, int rank,
+                                            std::chrono::milliseconds bound) {
+  const ScopedStoreTimeout bounded(store, std::min(store.timeout(), bound));
+  try {
+    const std::string key = rank_stopped_key(rank);
+    if (!store.check({key})) return std::nullopt;
+    const std::vector<std::uint8_t> why = store.get(key);
+    return std::string(why.begin(), why.end());
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace partrain::comm

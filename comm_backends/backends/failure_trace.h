@@ -9,9 +9,14 @@
 // own wait times out, so that wait may last up to `patience` (the collective timeout) plus
 // the grace period.
 // Stall inspection of this kind is how Horovod names the ranks that are missing.
+//
+// A rank that stopped on an error of its own (its data, its model, its disk) says why under
+// rank_stopped_key() before its communicators close (RankGroup::tell_stopped()), so the rank
+// that names it can give its reason too (why_rank_stopped()).
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,14 +39,13 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
                                int blamed, std::chrono::milliseconds grace,
                                std::chrono::milliseconds patience);
 
-// For a backend whose collective just threw `lost` (call it from the catch block): traces the
-// failure from lost.peer_rank() and throws. It rethrows `lost` itself when the chain of blame
-// ends at the rank it names (or nowhere), and otherwise a PeerError naming the rank found:
-// "BACKEND: rank N failed first (traced through the other ranks' reports); here: <lost>".
-[[noreturn]] void rethrow_traced(const PeerError& lost, const std::string& backend, Store& store,
-                                 const std::string& prefix, int rank, int size,
-                                 std::chrono::milliseconds grace,
-                                 std::chrono::milliseconds patience);
+// Where rank `rank` says why it stopped: "rank R (HOST) stopped: WHY".
+std::string rank_stopped_key(int rank);
+
+// What `rank` said under rank_stopped_key(), if it said anything; no request waits longer than
+// `bound`. Never throws: nullopt where the store cannot tell (it may have gone with that rank).
+std::optional<std::string> why_rank_stopped(Store& store, int rank,
+                                            std::chrono::milliseconds bound);
 
 // The grace period for a communicator timeout: long enough for the other survivors to
 // report, short against the timeout.

@@ -411,11 +411,12 @@ std::string PeerTransport::congestion_control(int peer) const {
 }
 
 PeerTransport::~PeerTransport() {
-  // Going while unwinding from an error of this rank's own (a collective's failure broke the
-  // transport first, and the others see that for themselves): a higher rank may wait for this
-  // one to connect, which it never will. The store outlives the transport.
-  // Briefly: a store that does not answer (its server frozen) must not hold the exit.
-  if (std::uncaught_exceptions() > 0 && !broken_) {
+  // Going while unwinding from an error: a higher rank may wait for this one to connect, which
+  // it never will. So too where a collective's failure broke the transport: the ranks it talked
+  // to see that for themselves, but not one it had yet to connect to (with three ranks, rank 0
+  // lost rank 2 before it connected to rank 1, which waited on). The store outlives the
+  // transport. Briefly: a store that does not answer (its server frozen) must not hold the exit.
+  if (std::uncaught_exceptions() > 0) {
     const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kPeerGoneSetBound));
     try {
       store_.set(peer_gone_key(options_.key_prefix, rank_), {1});

@@ -58,9 +58,9 @@ PeerAddress decode_peer_address(const std::string& text);
 
 // The store key under which rank `rank` publishes its PeerAddress.
 std::string peer_address_key(const std::string& key_prefix, int rank);
-// Set by a rank whose transport went while it unwound from an error of its own (its set-up
-// failed after the communicator was made): a higher rank waiting for it to connect finds it
-// there instead of waiting out the collective's deadline.
+// Set by a rank whose transport went while it unwound from an error (its set-up failed after
+// the communicator was made, or a collective failed): a higher rank waiting for it to connect
+// finds it there instead of waiting out the collective's deadline.
 std::string peer_gone_key(const std::string& key_prefix, int rank);
 // How long a collective waits for a lower rank to connect before it looks in the store whether
 // that rank is gone, and again after each look.

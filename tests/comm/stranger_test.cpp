@@ -1,9 +1,14 @@
 // Connections that are not this run's ranks are refused, and the collective still completes.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/peer/peer_transport.h"
@@ -91,9 +96,11 @@ TEST(RingStrangers, RanksThatDisagreeFailWithAMessage) {
 
 // Two asio-ring ranks as threads make their communicators; then rank `leaves` goes, its
 // communicator destroyed while it unwinds from an error of its own or, without `unwinding`,
-// quietly. The other rank's first allreduce must fail: its error, which must come within 10 s
-// (the deadline is 20 s).
-std::string first_allreduce_after_a_rank_left(int leaves, bool unwinding) {
+// quietly; with `why`, having said why it stopped in the store first (as a worker does,
+// RankGroup::tell_stopped()). The other rank's first allreduce must fail: its error, which must
+// come within 10 s (the deadline is 20 s).
+std::string first_allreduce_after_a_rank_left(int leaves, bool unwinding,
+                                              const std::string& why = "") {
   constexpr int kWorld = 2;
   testing::ScratchDir dir;
   StoreOptions store_options;
@@ -110,6 +117,10 @@ std::string first_allreduce_after_a_rank_left(int leaves, bool unwinding) {
     }
     try {
       auto comm = make_communicator(options, *stores[rank], rank, kWorld);
+      if (!why.empty()) {
+        stores[rank]->set(rank_stopped_key(rank),
+                          std::vector<std::uint8_t>(why.begin(), why.end()));
+      }
       if (unwinding) throw Error("its data is missing");
     } catch (const Error&) {
     }
@@ -142,6 +153,19 @@ TEST(RingStrangers, ARankGoneBeforeTheFirstCollectiveIsNamedAtOnce) {
 TEST(RingStrangers, ARankThatLeftBeforeConnectingIsNamedByTheRankWaitingForIt) {
   const std::string error = first_allreduce_after_a_rank_left(0, true);
   EXPECT_NE(error.find("rank 0 left before it connected"), std::string::npos) << error;
+}
+
+// A rank that said why it stopped before its communicator closed is named with that reason,
+// by the rank that found it gone in the store and by the one refused at its listener alike.
+TEST(RingStrangers, ARankThatSaidWhyItStoppedIsNamedWithItsReason) {
+  for (const int leaves : {0, 1}) {
+    const std::string why =
+        "rank " + std::to_string(leaves) + " (h) stopped: /data/train: no such folder";
+    const std::string error = first_allreduce_after_a_rank_left(leaves, true, why);
+    EXPECT_NE(error.find("; " + why), std::string::npos) << error;
+  }
+  const std::string quiet = first_allreduce_after_a_rank_left(1, true);
+  EXPECT_EQ(quiet.find("stopped: "), std::string::npos) << quiet;
 }
 
 // Without the promise that the peer listened before it published (a store server that may not

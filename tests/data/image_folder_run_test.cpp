@@ -73,45 +73,67 @@ TEST(ImageFolderRun, DamagedFileExitsTwoNamingIt) {
 }
 
 // data.root may differ between hosts; a folder missing on one fails that rank only, after the
-// ranks met and made their communicators. The other names it at once: over asio-ring rank 0's
-// first collective finds rank 1's listener gone (before, it tried to connect until
-// comm.timeout_s, 60 s here, and then said only that it could not), and rank 1, waiting for
-// rank 0 to connect, finds rank 0 gone in the store, or the store gone with rank 0 (before, it
-// waited out the timeout); over Gloo rank 1 leaves without its closing barrier (before, it
-// waited 10 s there for ranks that were not coming), and its connection closes.
+// ranks met and made their communicators. The others name it at once, and give its reason,
+// which it set in the store before its communicators closed: over asio-ring rank 0's first
+// collective finds rank 1's listener gone (before, it tried to connect until comm.timeout_s,
+// 60 s here, and then said only that it could not), and rank 1, waiting for rank 0 to connect,
+// finds rank 0 gone in the store, or the store gone with rank 0 (before, it waited out the
+// timeout; that store holds no reason then); over Gloo rank 1 leaves without its closing
+// barrier (before, it waited 10 s there for ranks that were not coming), and its connection
+// closes. With three ranks, rank 0 finds rank 2's listener gone before it connected to rank 1,
+// which waits for that connection: rank 0's transport, broken, says in the store that it left,
+// and rank 1 traces the failure from it to rank 2 (before, it waited out the timeout).
 TEST(ImageFolderRun, AFolderMissingOnOneHostStopsTheOthersAtOnce) {
   const fs::path dir = scratch("image_folder_one_host");
   write_split(dir / "images/train", 4, 1);
   write_split(dir / "images/val", 2, 2);
   const std::string tcp = "tcp://127.0.0.1:";
-  for (const auto& [name, backend, rendezvous, odd, lost] :
-       {std::tuple{"ring", "asio-ring", "file://" + (dir / "ring").string(), 1,
-                   "lost rank 1: asio-ring: cannot connect to rank 1: "},
-        std::tuple{"gloo", "gloo", "file://" + (dir / "gloo").string(), 1, "lost rank 1: gloo: "},
+  const std::string missing = (dir / "elsewhere/train").string() + ": no such folder";
+  struct Case {
+    const char* name;
+    const char* backend;
+    std::string rendezvous;
+    int world, odd;
+    const char* lost;
+    bool reason;  // whether the others can give the odd rank's reason
+  };
+  for (const Case& c :
+       {Case{"ring", "asio-ring", "file://" + (dir / "ring").string(), 2, 1,
+             "lost rank 1: asio-ring: cannot connect to rank 1: ", true},
+        Case{"gloo", "gloo", "file://" + (dir / "gloo").string(), 2, 1,
+             "lost rank 1: gloo: ", true},
         // Rank 0, the lower rank, would connect to rank 1: rank 1 finds it gone in the store.
-        std::tuple{"ring0", "asio-ring", "file://" + (dir / "ring0").string(), 0,
-                   "lost rank 0: asio-ring: rank 0 left before it connected"},
+        Case{"ring0", "asio-ring", "file://" + (dir / "ring0").string(), 2, 0,
+             "lost rank 0: asio-ring: rank 0 left before it connected", true},
         // Over the tcp store rank 0 serves, the store went with it: rank 1 finds that while it
         // waits for rank 0's connection, or, slower than rank 0 to fail, while it still makes
         // its communicator.
-        std::tuple{"ring0tcp", "asio-ring", tcp + std::to_string(unused_port()), 0,
-                   "the process serving the store (rank 0, or partrain run's launcher) has "
-                   "exited"}}) {
-    SCOPED_TRACE(name);
+        Case{"ring0tcp", "asio-ring", tcp + std::to_string(unused_port()), 2, 0,
+             "the process serving the store (rank 0, or partrain run's launcher) has exited",
+             false},
+        Case{"ring3", "asio-ring", "file://" + (dir / "ring3").string(), 3, 2,
+             "lost rank 2: asio-ring: ", true}}) {
+    SCOPED_TRACE(c.name);
     std::string config = read_text(write_folder_config(dir));
-    config.replace(config.find("asio-ring"), 9, backend);
-    const fs::path cfg = dir / (std::string(name) + ".yaml");
+    config.replace(config.find("asio-ring"), 9, c.backend);
+    const fs::path cfg = dir / (std::string(c.name) + ".yaml");
     std::ofstream(cfg) << config;
-    const EngineRanks ranks = run_engine_ranks(dir, cfg, name, rendezvous, 2, odd,
+    const EngineRanks ranks = run_engine_ranks(dir, cfg, c.name, c.rendezvous, c.world, c.odd,
                                                " --set data.root=" + (dir / "elsewhere").string());
-    const auto& [odd_code, odd_output] = ranks.ranks[odd];
+    const auto& [odd_code, odd_output] = ranks.ranks[static_cast<std::size_t>(c.odd)];
     EXPECT_EQ(odd_code, 2) << odd_output;
-    EXPECT_NE(odd_output.find((dir / "elsewhere/train").string() + ": no such folder"),
-              std::string::npos)
-        << odd_output;
-    const auto& [code, output] = ranks.ranks[1 - odd];
-    EXPECT_EQ(code, 1) << output;
-    EXPECT_NE(output.find(lost), std::string::npos) << output;
+    EXPECT_NE(odd_output.find(missing), std::string::npos) << odd_output;
+    for (int rank = 0; rank < c.world; ++rank) {
+      if (rank == c.odd) continue;
+      const auto& [code, output] = ranks.ranks[static_cast<std::size_t>(rank)];
+      EXPECT_EQ(code, 1) << output;
+      EXPECT_NE(output.find(c.lost), std::string::npos) << output;
+      const std::string told = "rank " + std::to_string(c.odd) + " (";
+      if (c.reason) {
+        EXPECT_NE(output.find(told), std::string::npos) << output;
+        EXPECT_NE(output.find(") stopped: " + missing), std::string::npos) << output;
+      }
+    }
     EXPECT_LT(ranks.seconds, 10.0);  // Gloo's closing barrier alone took 10 s
   }
 }

@@ -442,6 +442,44 @@ TEST(TwoHostsFailures, KilledRankBehindALeaderIsNamedOnTheOtherHost) {
   expect_no_process_left(hosts, 1);
 }
 
+// Rank 1's data is missing on its host (data.root may differ between hosts): it fails after
+// the ranks met, and host 0, whose rank waits for it in the first collective, stops at once and
+// gives rank 1's own reason (which it said through the store before its communicator closed),
+// not only that it was lost. Fashion-MNIST, which host 0 reads from Debian's package.
+TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_data_missing");
+  const fs::path config = small_config(dir, 1);
+  auto overrides = small_overrides("auto");
+  overrides.insert(overrides.end(), {"--set", "data.dataset=fashion-mnist"});
+  auto with_root = [&](const std::string& root) {
+    auto o = overrides;
+    o.insert(o.end(), {"--set", "data.root=" + root});
+    return o;
+  };
+  const fs::path nowhere = dir / "nowhere";
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<HostRun> runs = {
+      start_node(hosts, 0, dir, config, hosts.address(0), kPortBase + 80, "1",
+                 with_root("/usr/share/datasets/fashion-mnist"), "host0"),
+      start_node(hosts, 1, dir, config, hosts.address(0), kPortBase + 80, "1",
+                 with_root(nowhere.string()), "host1")};
+  const auto codes = finish(runs, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{1, 2})) << logs(runs);
+  const std::string why = ") stopped: fashion-mnist: " + nowhere.string();
+  EXPECT_NE(read_text(runs[1].log).find("fashion-mnist: " + nowhere.string()), std::string::npos)
+      << logs(runs);
+  const std::string host0 = read_text(runs[0].log);
+  EXPECT_NE(host0.find("partrain: lost rank 1: "), std::string::npos) << logs(runs);
+  EXPECT_NE(host0.find("; rank 1 ("), std::string::npos) << logs(runs);
+  EXPECT_NE(host0.find(why), std::string::npos) << logs(runs);
+  // Well inside comm.timeout_s (20 s), which host 0 would otherwise have waited out.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << logs(runs);
+  expect_no_process_left(hosts, 0);
+  expect_no_process_left(hosts, 1);
+}
+
 // A rank frozen with SIGSTOP (a stalled host, a debugger left attached) neither fails nor
 // exits: only its own launcher can tell, by its silence. It kills the rank once nothing, not
 // even a heartbeat, came for comm.timeout_s + the silence grace (10 s, cli/run_command.cpp);

@@ -82,18 +82,9 @@ void dump_flight_record(const Config& cfg, const WorkerEnv& env, const char* err
   std::fflush(stderr);
 }
 
-}  // namespace
-
-int run_worker(Config config, const WorkerEnv& env) {
-  const auto run_start = Clock::now();
-  // Before any tensor: the allocator that counts CPU tensor memory (the memory breakdown), and
-  // the process as it stands, LibTorch loaded, before the run makes anything.
-  count_cpu_tensor_memory();
-  RankMemory memory;
-  memory.floor_mb = rss_mb();
-  // The ranks meet first: where one's config differs from rank 0's, all stop here, before
-  // anything its config could make fail on it alone.
-  std::unique_ptr<comm::RankGroup> ranks = meet_ranks(config, env);
+// The run from the ranks' meeting on; `group` is filled here and outlives this (run_worker()).
+int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, RankGroup& group,
+                  Clock::time_point run_start, RankMemory memory) {
   // Global-batch mode: each rank's share of the batch, known now that the world size is.
   resolve_batch_size(config, env.world_size, env.rank);
   const Config& cfg = config;
@@ -118,7 +109,7 @@ int run_worker(Config config, const WorkerEnv& env) {
     phase_start = now;
     return seconds;
   };
-  RankGroup group = join_rank_group(cfg, device, std::move(ranks));
+  group = join_rank_group(cfg, device, ranks);
   RunObserver observer(cfg, env);
   observer.startup().join = std::chrono::duration<double>(Clock::now() - run_start).count();
   phase_seconds();
@@ -183,6 +174,32 @@ int run_worker(Config config, const WorkerEnv& env) {
                           device.is_cpu() ? std::optional<RankMemory>(memory) : std::nullopt);
   if (group.comm) group.comm->barrier();
   return 0;
+}
+
+}  // namespace
+
+int run_worker(Config config, const WorkerEnv& env) {
+  const auto run_start = Clock::now();
+  // Before any tensor: the allocator that counts CPU tensor memory (the memory breakdown), and
+  // the process as it stands, LibTorch loaded, before the run makes anything.
+  count_cpu_tensor_memory();
+  RankMemory memory;
+  memory.floor_mb = rss_mb();
+  // The ranks meet first: where one's config differs from rank 0's, all stop here, before
+  // anything its config could make fail on it alone.
+  const std::unique_ptr<comm::RankGroup> ranks = meet_ranks(config, env);
+  // Out here, so that the communicators are still open while a rank that failed tells why.
+  RankGroup group;
+  try {
+    return run_met_ranks(config, env, ranks.get(), group, run_start, memory);
+  } catch (const CommError&) {
+    throw;  // a peer or the network failed: the others learn of it on their own side
+  } catch (const std::exception& e) {
+    // This rank's own failure (its device, data, model, disk): the others, which would find
+    // it gone, give its reason too (comm::RankGroup::tell_stopped()).
+    if (ranks != nullptr) ranks->tell_stopped(e.what());
+    throw;
+  }
 }
 
 }  // namespace partrain

@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
 
 #include "common/errors.h"
 #include "trainer/config/config_agreement.h"
@@ -38,12 +37,11 @@ std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& 
   return ranks;
 }
 
-RankGroup join_rank_group(const Config& cfg, const c10::Device& device,
-                          std::unique_ptr<comm::RankGroup> ranks) {
+RankGroup join_rank_group(const Config& cfg, const c10::Device& device, comm::RankGroup* ranks) {
   RankGroup group;
   group.timeout = cfg.comm.timeout();
   if (ranks == nullptr) return group;
-  group.ranks = std::move(ranks);
+  group.ranks = ranks;
   comm::CommOptions co = group.ranks->comm_options();
   co.backend = cfg.comm.backend;
   co.wire_dtype = cfg.comm.wire_dtype;

@@ -16,7 +16,7 @@
 namespace partrain {
 
 struct RankGroup {
-  std::unique_ptr<comm::RankGroup> ranks;  // null for single and dp
+  comm::RankGroup* ranks = nullptr;  // meet_ranks()'s, held by the caller; null for single and dp
   std::unique_ptr<comm::Communicator> comm;
   // model.sync_batchnorm under ddp: the BatchNorm layers' own communicator, kept apart from
   // the Reducer's (Note [SyncBatchNorm]); null otherwise.
@@ -36,8 +36,9 @@ std::unique_ptr<comm::RankGroup> meet_ranks(const Config& config, const RankPlac
 
 // The communicators of the group `ranks` (meet_ranks()'s): strategy ddp always gets one — with
 // one rank too, so that a one-rank run exercises the backend it names; single and dp get none.
-// Collectives on `device`'s memory.
-RankGroup join_rank_group(const Config& config, const c10::Device& device,
-                          std::unique_ptr<comm::RankGroup> ranks);
+// Collectives on `device`'s memory. `ranks` must outlive the group: a rank that stops on an
+// error of its own tells the others through its store while the communicators are still open
+// (comm::RankGroup::tell_stopped()).
+RankGroup join_rank_group(const Config& config, const c10::Device& device, comm::RankGroup* ranks);
 
 }  // namespace partrain
