@@ -118,6 +118,7 @@ struct Worker {
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
   std::atomic<std::int64_t> stopped_step{-1};  // from its "partrain: stopped at step N" line
   std::string flight;  // from its "partrain: at failure, WHERE" line; read once output ended
+  std::optional<RankStopped> lost_why;  // that line's "; rank R (HOST) stopped: WHY"; the same
   // When it last wrote a line (a heartbeat included), in Clock's nanoseconds.
   std::atomic<std::int64_t> last_heard_ns{0};
   bool running = false;  // spawned and not reaped yet
@@ -147,6 +148,8 @@ struct GroupOutcome {
   std::int64_t stopped_step = -1;   // the step the workers said they stopped at, if any
   bool all_exited_stopped = false;  // every worker ended with kExitStopped
   bool all_succeeded = false;       // every worker ended with 0
+  // Why the lost rank stopped, where it said (its "; rank R (HOST) stopped: WHY").
+  std::optional<RankStopped> failed_lost_why;
   std::vector<int> stopped;
   std::vector<int> killed;
   std::vector<int> killed_at_once;
@@ -260,6 +263,7 @@ class GroupRun {
       if (w->rank == outcome.failed_rank) {
         outcome.failed_epoch = w->epoch.load();
         outcome.failed_lost_rank = w->lost_rank.load();
+        outcome.failed_lost_why = w->lost_why;
       }
       outcome.stopped_step = std::max(outcome.stopped_step, w->stopped_step.load());
       if (!w->flight.empty()) outcome.flights.emplace_back(w->rank, w->flight);
@@ -408,7 +412,10 @@ class GroupRun {
     if (const int epoch = parse_epoch_line(line); epoch > 0) w.epoch = epoch;
     if (p.to_err) {
       if (is_heartbeat_line(line)) return;  // for the launcher alone
-      if (const int lost = parse_lost_rank_line(line); lost >= 0) w.lost_rank = lost;
+      if (const int lost = parse_lost_rank_line(line); lost >= 0) {
+        w.lost_rank = lost;
+        w.lost_why = parse_rank_stopped(line);
+      }
       if (const std::int64_t step = parse_stopped_line(line); step >= 0) w.stopped_step = step;
       if (std::string where = parse_flight_line(line); !where.empty()) w.flight = std::move(where);
     }
@@ -523,6 +530,9 @@ std::string describe_failure(const GroupOutcome& o) {
          << static_cast<int>(o.failed_silent_s) << " s)";
   } else if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
     text << ": it lost rank " << o.failed_lost_rank;
+    if (o.failed_lost_why) {
+      text << ", which stopped on " << o.failed_lost_why->host << ": " << o.failed_lost_why->why;
+    }
   }
   // From the flight records: "rank 1 in allreduce #135 ..., rank 0 in allreduce #136 ...".
   for (std::size_t i = 0; i < o.flights.size(); ++i) {

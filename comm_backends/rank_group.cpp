@@ -8,6 +8,7 @@
 #include "comm_backends/net/local_address.h"
 #include "common/errors.h"
 #include "common/host_name.h"
+#include "common/worker_lines.h"
 
 namespace partrain::comm {
 
@@ -71,9 +72,8 @@ void RankGroup::tell_stopped(const std::string& why) {
   if (hosts_->ranks() == 1) return;  // nobody to tell
   // One line, of a length a message can carry: a LibTorch error goes on with its backtrace.
   constexpr std::size_t kLongest = 1000;
-  std::string line = why.substr(0, std::min(why.find('\n'), kLongest));
-  const std::string sentence =
-      "rank " + std::to_string(rank_) + " (" + this_host_name() + ") stopped: " + line;
+  const std::string line = why.substr(0, std::min(why.find('\n'), kLongest));
+  const std::string sentence = format_rank_stopped(rank_, this_host_name(), line);
   const ScopedStoreTimeout bound(*store_, std::min(store_->timeout(), kTellStoppedBound));
   try {
     store_->set(rank_stopped_key(rank_),

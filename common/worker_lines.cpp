@@ -51,6 +51,25 @@ int parse_lost_rank_line(std::string_view line) {
   return parse_number_before(*rest, ':').value_or(-1);
 }
 
+std::string format_rank_stopped(int rank, std::string_view host, std::string_view why) {
+  return "rank " + std::to_string(rank) + " (" + std::string(host) +
+         ") stopped: " + std::string(why);
+}
+
+std::optional<RankStopped> parse_rank_stopped(std::string_view line) {
+  const int rank = parse_lost_rank_line(line);
+  if (rank < 0) return std::nullopt;
+  const std::string opening = "; rank " + std::to_string(rank) + " (";
+  const std::size_t at = line.find(opening);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view rest = line.substr(at + opening.size());
+  constexpr std::string_view kStopped = ") stopped: ";
+  const std::size_t end = rest.find(kStopped);
+  if (end == std::string_view::npos) return std::nullopt;
+  return RankStopped{std::string(rest.substr(0, end)),
+                     std::string(rest.substr(end + kStopped.size()))};
+}
+
 std::string format_flight_line(std::string_view where, std::string_view path) {
   return std::string(kFlightPrefix) + std::string(where) + " [" + std::string(path) + "]";
 }

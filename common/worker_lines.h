@@ -1,5 +1,6 @@
 // defines: the lines a worker prints that the launcher reads back — format_epoch_line() and
-// parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(),
+// parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(), format_rank_stopped()
+// and parse_rank_stopped(),
 // format_stopped_line() and parse_stopped_line(), format_flight_line() and parse_flight_line(),
 // kHeartbeatLine and is_heartbeat_line() — and parse_number_before() / parse_count_before(), the
 // number parsers they share. No LibTorch, no Boost.
@@ -27,6 +28,18 @@ int parse_epoch_line(std::string_view line);
 std::string format_lost_rank_line(int rank, std::string_view what);
 // R for such a line; -1 for any other line.
 int parse_lost_rank_line(std::string_view line);
+
+// "rank R (HOST) stopped: WHY": what a rank that stopped on an error of its own says through
+// the store (comm::RankGroup::tell_stopped()), and what a rank that lost it puts at the end of
+// its lost-rank line, after "; ". The launcher's verdict gives it.
+std::string format_rank_stopped(int rank, std::string_view host, std::string_view why);
+struct RankStopped {
+  std::string host;
+  std::string why;
+};
+// The host and reason of rank R's "; rank R (HOST) stopped: WHY" in a lost-rank line for R;
+// nullopt where the line has none.
+std::optional<RankStopped> parse_rank_stopped(std::string_view line);
 
 // "partrain: at failure, WHERE [PATH]": a failing worker's flight record (where it stood among
 // its collectives, trainer/observe/flight_recorder.h) and the file it dumped it to. The

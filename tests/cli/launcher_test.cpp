@@ -627,6 +627,22 @@ TEST(LauncherTest, LostRankLines) {
   EXPECT_EQ(parse_lost_rank_line("partrain: lost rank 99999999999: x"), -1);
 }
 
+// A lost-rank line that ends with the lost rank's own reason gives its host and reason; the
+// reason of another rank, a line of another kind, or a cut one gives none.
+TEST(LauncherTest, LostRankLinesCarryTheRanksReason) {
+  const std::string why = "checkpoint /out/x.pt: cannot write (No space left on device)";
+  const std::string line = format_lost_rank_line(
+      1, "asio-ring: rank 1 closed its connection; " + format_rank_stopped(1, "node07", why));
+  const auto stopped = parse_rank_stopped(line);
+  ASSERT_TRUE(stopped.has_value()) << line;
+  EXPECT_EQ(stopped->host, "node07");
+  EXPECT_EQ(stopped->why, why);
+  EXPECT_FALSE(parse_rank_stopped("partrain: lost rank 2: x; " + format_rank_stopped(1, "h", why)));
+  EXPECT_FALSE(parse_rank_stopped("partrain: error: x; " + format_rank_stopped(1, "h", why)));
+  EXPECT_FALSE(parse_rank_stopped("partrain: lost rank 1: x; rank 1 (node07"));
+  EXPECT_FALSE(parse_rank_stopped("partrain: lost rank 1: asio-ring: rank 1 timed out"));
+}
+
 TEST(LauncherTest, ExecutablePathIsThisProgram) {
   const std::filesystem::path self = platform::executable_path();
   EXPECT_TRUE(self.is_absolute());

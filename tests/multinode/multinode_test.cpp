@@ -445,7 +445,8 @@ TEST(TwoHostsFailures, KilledRankBehindALeaderIsNamedOnTheOtherHost) {
 // Rank 1's data is missing on its host (data.root may differ between hosts): it fails after
 // the ranks met, and host 0, whose rank waits for it in the first collective, stops at once and
 // gives rank 1's own reason (which it said through the store before its communicator closed),
-// not only that it was lost. Fashion-MNIST, which host 0 reads from Debian's package.
+// not only that it was lost, in its worker's line and in its launcher's verdict. Fashion-MNIST,
+// which host 0 reads from Debian's package.
 TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost) {
   NetnsHosts hosts(2);
   if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
@@ -474,6 +475,8 @@ TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost)
   EXPECT_NE(host0.find("partrain: lost rank 1: "), std::string::npos) << logs(runs);
   EXPECT_NE(host0.find("; rank 1 ("), std::string::npos) << logs(runs);
   EXPECT_NE(host0.find(why), std::string::npos) << logs(runs);
+  // Host 0's launcher gives the reason in its verdict too.
+  EXPECT_NE(host0.find("it lost rank 1, which stopped on "), std::string::npos) << logs(runs);
   // Well inside comm.timeout_s (20 s), which host 0 would otherwise have waited out.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << logs(runs);
   expect_no_process_left(hosts, 0);
