@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,7 @@
 #include "common/hash.h"
 #include "common/stop_request.h"
 #include "common/temp_dir.h"
+#include "common/host_name.h"
 #include "common/worker_lines.h"
 
 namespace partrain::cli {
@@ -211,8 +213,11 @@ class GroupRun {
   // Waits for the first failure, full success or a stop signal (one newer than
   // `signals_seen`), stops whoever is left and drains their output.
   // After a failure the rest get up to `settle` to end by themselves before they are stopped.
+  // A worker killed by a signal, which could not say why it stopped, is told of through
+  // `tell_stopped` (rank, why), where that is set.
   GroupOutcome watch(const LaunchPlan& plan, milliseconds settle,
-                     const platform::StopSignals& signals, int signals_seen) {
+                     const platform::StopSignals& signals, int signals_seen,
+                     const std::function<void(int, const std::string&)>& tell_stopped) {
     GroupOutcome outcome;
     // Set once a worker exited with kExitStopped: the rest follow by themselves, until then.
     std::optional<Clock::time_point> stopping_until;
@@ -240,6 +245,11 @@ class GroupRun {
         outcome.failed_rank = failed->rank;
         outcome.failed_status = failed->status;
         if (failed->frozen) outcome.failed_silent_s = frozen_silent_s_;
+        // Before the others here are stopped: ranks on other nodes that lost it trace the
+        // failure to it for a grace period, then look for its reason.
+        if (tell_stopped && failed->status.killed() && !failed->frozen) {
+          tell_stopped(failed->rank, "its process " + platform::describe_exit(failed->status));
+        }
         break;
       }
       if (stopping_until && (!any_running || Clock::now() > *stopping_until)) {
@@ -698,7 +708,18 @@ int launch(const LaunchPlan& plan) {
                                             "; it runs on CPUs ", runs_on));
         }
       }
-      outcome = group.watch(plan, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen);
+      // Rank 0 serves a tcp rendezvous: with it gone, there is no store to tell.
+      std::function<void(int, const std::string&)> tell;
+      if (plan.tell_rank_stopped && !one_node && rendezvous.starts_with("tcp://")) {
+        tell = [&](int rank, const std::string& why) {
+          if (rank != 0) {
+            plan.tell_rank_stopped(rendezvous, token, rank,
+                                   format_rank_stopped(rank, this_host_name(), why));
+          }
+        };
+      }
+      outcome =
+          group.watch(plan, one_node ? milliseconds(0) : kSettleBound, signals, signals_seen, tell);
     }
 
     using Kind = GroupOutcome::Kind;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <string>
@@ -43,6 +44,13 @@ struct LaunchPlan {
   // [Binding ranks to cores] in comm_backends/placement.cpp); empty: none is bound. Applied on
   // Linux; a rank the system would not bind runs unbound, and the launcher says so.
   std::vector<std::vector<int>> local_cpus;
+  // Several nodes: says in the run's store (the rendezvous, the run token, then the rank and its
+  // "rank R (HOST) stopped: WHY") why a rank of this node stopped where it could not say so
+  // itself (killed by a signal: the kernel's out-of-memory killer, a crash), so that ranks on
+  // other nodes that lost it give the reason (comm::RankGroup::tell_stopped()). Bounded by
+  // itself; never throws. Unset: nothing is told (the launcher itself uses no store).
+  std::function<void(const std::string&, const std::string&, int, const std::string&)>
+      tell_rank_stopped;
   std::map<std::string, std::string> extra_env;  // set in every worker, last (wins)
   std::ostream* out = nullptr;                   // workers' stdout lines go here; null: std::cout
   std::ostream* err = nullptr;                   // their stderr lines and ours; null: std::cerr

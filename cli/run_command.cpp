@@ -13,12 +13,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
+#include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/placement.h"
+#include "comm_backends/rank_group.h"
+#include "comm_backends/store/store.h"
 #include "trainer/parity/parity.h"
 #include "common/errors.h"
 #include "common/output_lock.h"
@@ -245,6 +251,19 @@ LaunchPlan plan_for(const RunOptions& o, const Config& config,
   plan.stop_grace = timeout + kCheckpointAllowance;
   plan.heartbeat_interval = kHeartbeatInterval;
   plan.silence_bound = timeout + kSilenceGrace;
+  plan.tell_rank_stopped = [](const std::string& rendezvous, const std::string& token, int rank,
+                              const std::string& sentence) {
+    try {
+      comm::StoreOptions options;
+      options.token = token;
+      options.timeout = comm::kTellStoppedBound;
+      const std::unique_ptr<comm::Store> store = comm::open_store(rendezvous, options);
+      store->set(comm::rank_stopped_key(rank),
+                 std::vector<std::uint8_t>(sentence.begin(), sentence.end()));
+    } catch (const std::exception&) {
+      // The store is gone or unreachable: the others name the rank without a reason.
+    }
+  };
   // Ranks that train on the CPU get cores of their own (or share CPUs evenly where they
   // outnumber them); ranks on GPUs are left where the scheduler puts them (Note [Binding ranks to
   // cores] in comm_backends/placement.cpp).
