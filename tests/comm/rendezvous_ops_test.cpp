@@ -211,7 +211,10 @@ TEST(Rendezvous, EveryRankLearnsWhyTheExchangeStopped) {
 // exchange as it was: its value is there, and repeating the exchange still learns the layout.
 TEST(Rendezvous, ARankThatStoppedBeforeTheExchangeSaysWhy) {
   const std::string why = "rank R (h) stopped: /data/train: no such folder";
-  for (const auto& [world, stopped] : {std::pair{4, 2}, std::pair{66, 64}}) {
+  for (const auto& shape : {std::pair{4, 2}, std::pair{66, 64}}) {
+    // Named copies: a lambda may not capture a structured binding before C++20's clang 16.
+    const int world = shape.first;
+    const int stopped = shape.second;
     SCOPED_TRACE(world);
     TcpStore host("127.0.0.1", 0, options(true, std::chrono::seconds(20)));
     const auto start = std::chrono::steady_clock::now();
