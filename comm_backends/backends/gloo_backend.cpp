@@ -34,7 +34,10 @@
 #include <list>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "comm_backends/store/store_barrier.h"
 #include "comm_backends/reduction.h"
@@ -76,6 +79,10 @@ class GlooStore : public gloo::rendezvous::Store {
 // ring-chunked (two ranks) or bcube (a power-of-two world) does, as measured on loopback.
 constexpr std::size_t kSmallMessageBytes = 256 << 10;
 
+// The most a rank going before its first collective waits to set PREFIX/gone, and a rank at its
+// first collective to look for it (Note [A peer gone before the first collective]).
+constexpr std::chrono::milliseconds kGoneSetBound{2000};
+
 class GlooCommunicator : public Communicator {
  public:
   explicit GlooCommunicator(const BackendArgs& args)
@@ -108,7 +115,18 @@ class GlooCommunicator : public Communicator {
   // any collective (its data missing, say): no collective is there to finish, the others are not
   // coming to the barrier, and leaving at once is what tells them, as the closed connection.
   ~GlooCommunicator() override {
-    if (failed_ || size() == 1 || (!called_ && std::uncaught_exceptions() > 0)) return;
+    if (failed_ || size() == 1) return;
+    if (!called_ && std::uncaught_exceptions() > 0) {
+      // Before its sockets close: a peer whose first collective is yet to start finds this
+      // (look_for_a_rank_gone()). Briefly: the store may be gone too.
+      const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kGoneSetBound));
+      try {
+        const std::string me = std::to_string(rank());
+        store_.set(prefix_ + "gone", std::vector<std::uint8_t>(me.begin(), me.end()));
+      } catch (const std::exception&) {
+      }
+      return;
+    }
     try {
       store_barrier(store_, prefix_ + "closing", rank(), size(),
                     std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10)));
@@ -162,7 +180,9 @@ class GlooCommunicator : public Communicator {
     last_algorithm_ = "one_to_all";
     guard("broadcast", [&] {
       std::vector<std::uint8_t*> pointers{static_cast<std::uint8_t*>(buffer.data)};
-      gloo::BroadcastOneToAll<std::uint8_t>(context_, pointers, buffer.bytes(), root).run();
+      gloo::BroadcastOneToAll<std::uint8_t> one_to_all(context_, pointers, buffer.bytes(), root);
+      look_for_a_rank_gone();
+      one_to_all.run();
     });
   }
 
@@ -185,9 +205,10 @@ class GlooCommunicator : public Communicator {
     }
     guard("allgather", [&] {
       std::vector<const std::uint8_t*> inputs{source};
-      gloo::AllgatherRing<std::uint8_t>(context_, inputs, static_cast<std::uint8_t*>(out.data),
-                                        static_cast<int>(in.bytes()))
-          .run();
+      gloo::AllgatherRing<std::uint8_t> ring(context_, inputs, static_cast<std::uint8_t*>(out.data),
+                                             static_cast<int>(in.bytes()));
+      look_for_a_rank_gone();
+      ring.run();
     });
   }
 
@@ -195,7 +216,11 @@ class GlooCommunicator : public Communicator {
     start_call();
     if (size() == 1) return;
     last_algorithm_ = "all_to_all";
-    guard("barrier", [&] { gloo::BarrierAllToAll(context_).run(); });
+    guard("barrier", [&] {
+      gloo::BarrierAllToAll all_to_all(context_);
+      look_for_a_rank_gone();
+      all_to_all.run();
+    });
   }
 
  private:
@@ -284,6 +309,7 @@ class GlooCommunicator : public Communicator {
       hit = cache_.begin();
     }
     std::memcpy(hit->scratch.data(), in.data, in.bytes());
+    look_for_a_rank_gone();
     hit->algorithm->run();
     // Gloo's reduce-scatter leaves this rank's block at the start of the buffer.
     std::memcpy(out.data, hit->scratch.data(), out.bytes());
@@ -402,6 +428,39 @@ class GlooCommunicator : public Communicator {
     called_ = true;
   }
 
+  // Note [A peer gone before the first collective]
+  // This Gloo (2022) signals a closed connection only to the buffers registered at the time: a
+  // buffer an algorithm registers after its peer's socket closed waits out the whole timeout
+  // (then says "Connection closed by peer"). A rank that fails after the communicators were
+  // made and before its first collective (its data missing on its host) closes while the
+  // others build their first algorithm: in 2 of 12 runs by hand at two ranks, rank 0 waited
+  // the 20 s timeout. So such a rank sets PREFIX/gone before its sockets close, and each rank
+  // looks for it once, at its first collective, after the algorithm registered its buffers and
+  // before it runs: set by then, the rank is gone; not set, its close comes later and reaches
+  // the registered buffers. One store request a communicator. A rank failing later, between
+  // collectives built per call (broadcast, allgather, barrier), can still leave a peer waiting.
+  void look_for_a_rank_gone() {
+    if (looked_for_gone_) return;
+    looked_for_gone_ = true;
+    std::optional<int> gone;
+    {
+      const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kGoneSetBound));
+      try {
+        if (store_.check({prefix_ + "gone"})) {
+          const std::vector<std::uint8_t> who = store_.get(prefix_ + "gone");
+          gone = std::stoi(std::string(who.begin(), who.end()));
+        }
+      } catch (const std::exception&) {
+        // The store cannot say: the collective's own wait decides.
+      }
+    }
+    if (!gone) return;
+    failed_ = true;
+    throw PeerError(*gone, "gloo: rank " + std::to_string(*gone) +
+                               " left before the first collective: it failed (its own output "
+                               "says why)");
+  }
+
   [[noreturn]] void fail(const char* what, const std::string& message) {
     failed_ = true;
     const int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
@@ -413,6 +472,7 @@ class GlooCommunicator : public Communicator {
   std::chrono::milliseconds timeout_{0};
   bool failed_ = false;
   bool called_ = false;  // a collective was called
+  bool looked_for_gone_ = false;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
   std::list<CachedAllreduce> cache_;         // most recently used first; dies before context_
