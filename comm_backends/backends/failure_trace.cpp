@@ -81,15 +81,9 @@ std::string rank_stopped_key(int rank) { return "ranks/stopped/" + std::to_strin
 
 std::optional<std::string> why_rank_stopped(Store& store, int rank,
                                             std::chrono::milliseconds bound) {
-  const ScopedStoreTimeout bounded(store, std::min(store.timeout(), bound));
-  try {
-    const std::string key = rank_stopped_key(rank);
-    if (!store.check({key})) return std::nullopt;
-    const std::vector<std::uint8_t> why = store.get(key);
-    return std::string(why.begin(), why.end());
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  const auto why = try_get(store, rank_stopped_key(rank), bound);
+  if (!why) return std::nullopt;
+  return std::string(why->begin(), why->end());
 }
 
 }  // namespace partrain::comm

@@ -119,12 +119,9 @@ class GlooCommunicator : public Communicator {
     if (!called_ && std::uncaught_exceptions() > 0) {
       // Before its sockets close: a peer whose first collective is yet to start finds this
       // (look_for_a_rank_gone()). Briefly: the store may be gone too.
-      const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kGoneSetBound));
-      try {
-        const std::string me = std::to_string(rank());
-        store_.set(prefix_ + "gone", std::vector<std::uint8_t>(me.begin(), me.end()));
-      } catch (const std::exception&) {
-      }
+      const std::string me = std::to_string(rank());
+      try_set(store_, prefix_ + "gone", std::vector<std::uint8_t>(me.begin(), me.end()),
+              kGoneSetBound);
       return;
     }
     try {
@@ -442,23 +439,19 @@ class GlooCommunicator : public Communicator {
   void look_for_a_rank_gone() {
     if (looked_for_gone_) return;
     looked_for_gone_ = true;
-    std::optional<int> gone;
-    {
-      const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kGoneSetBound));
-      try {
-        if (store_.check({prefix_ + "gone"})) {
-          const std::vector<std::uint8_t> who = store_.get(prefix_ + "gone");
-          gone = std::stoi(std::string(who.begin(), who.end()));
-        }
-      } catch (const std::exception&) {
-        // The store cannot say: the collective's own wait decides.
-      }
+    // Not set, or the store cannot say: the collective's own wait decides.
+    const auto who = try_get(store_, prefix_ + "gone", kGoneSetBound);
+    if (!who) return;
+    int gone = 0;
+    try {
+      gone = std::stoi(std::string(who->begin(), who->end()));
+    } catch (const std::exception&) {
+      return;
     }
-    if (!gone) return;
     failed_ = true;
-    throw PeerError(*gone, "gloo: rank " + std::to_string(*gone) +
-                               " left before the first collective: it failed (its own output "
-                               "says why)");
+    throw PeerError(gone, "gloo: rank " + std::to_string(gone) +
+                              " left before the first collective: it failed (its own output "
+                              "says why)");
   }
 
   [[noreturn]] void fail(const char* what, const std::string& message) {

@@ -415,14 +415,10 @@ PeerTransport::~PeerTransport() {
   // it never will. So too where a collective's failure broke the transport: the ranks it talked
   // to see that for themselves, but not one it had yet to connect to (with three ranks, rank 0
   // lost rank 2 before it connected to rank 1, which waited on). The store outlives the
-  // transport. Briefly: a store that does not answer (its server frozen) must not hold the exit.
+  // transport. Briefly: a store that does not answer (its server frozen) must not hold the exit;
+  // where the store is gone too, the waiting rank finds that instead.
   if (std::uncaught_exceptions() > 0) {
-    const ScopedStoreTimeout bound(store_, std::min(store_.timeout(), kPeerGoneSetBound));
-    try {
-      store_.set(peer_gone_key(options_.key_prefix, rank_), {1});
-    } catch (...) {
-      // The store is gone too: the waiting rank finds that instead.
-    }
+    try_set(store_, peer_gone_key(options_.key_prefix, rank_), {1}, kPeerGoneSetBound);
   }
   // A socket the listener accepted may still belong to its io_context: it closes first.
   links_.clear();

@@ -1,4 +1,5 @@
 // Store urls: file://DIR, tcp://HOST:PORT, env://.
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 
@@ -86,6 +87,27 @@ std::unique_ptr<Store> open_store(const std::string& url, const StoreOptions& op
     return std::make_unique<FileStore>(parsed.path, options);
   }
   return std::make_unique<TcpStore>(parsed.host, parsed.port, options);
+}
+
+void try_set(Store& store, const std::string& key, const std::vector<std::uint8_t>& value,
+             std::chrono::milliseconds bound) {
+  try {
+    const ScopedStoreTimeout bounded(store, std::min(store.timeout(), bound));
+    store.set(key, value);
+  } catch (...) {
+    // Nobody to tell: whoever waits for the key learns of the store from the store.
+  }
+}
+
+std::optional<std::vector<std::uint8_t>> try_get(Store& store, const std::string& key,
+                                                 std::chrono::milliseconds bound) {
+  try {
+    const ScopedStoreTimeout bounded(store, std::min(store.timeout(), bound));
+    if (!store.check({key})) return std::nullopt;
+    return store.get(key);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace partrain::comm

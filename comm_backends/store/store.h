@@ -1,5 +1,5 @@
-// defines: Store (rendezvous key-value store), ScopedStoreTimeout, StoreOptions, StoreUrl,
-// parse_store_url(), open_store().
+// defines: Store (rendezvous key-value store), ScopedStoreTimeout, try_set(), try_get(),
+// StoreOptions, StoreUrl, parse_store_url(), open_store().
 //
 // A store is how ranks find each other before any collective runs: the NCCL unique id,
 // Gloo's pair addresses and the ring's listening ports travel through it.
@@ -84,6 +84,16 @@ class ScopedStoreTimeout {
   Store& store_;
   std::chrono::milliseconds before_;
 };
+
+// For a rank that is going, or failing: sets `key` with no request waiting longer than `bound`
+// (nor the store's own timeout), and a store that cannot take it (gone with the rank that served
+// it, or frozen) is no error. Never throws.
+void try_set(Store& store, const std::string& key, const std::vector<std::uint8_t>& value,
+             std::chrono::milliseconds bound);
+// The value of `key` where it is set now, without waiting for it; nullopt where it is not, or
+// where the store cannot say within `bound` (nor its own timeout). Never throws.
+std::optional<std::vector<std::uint8_t>> try_get(Store& store, const std::string& key,
+                                                 std::chrono::milliseconds bound);
 
 // A parsed store url. env:// comes back as tcp, read from MASTER_ADDR / MASTER_PORT.
 struct StoreUrl {
