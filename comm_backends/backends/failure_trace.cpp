@@ -23,9 +23,12 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   const auto key = [&prefix](int r) { return prefix + "failed/" + std::to_string(r); };
   const auto start = Clock::now();
   const auto grace_end = start + grace;
+  // A rank that said why it stopped (rank_stopped_key()) went on an error of its own, or was
+  // killed: it sends no report, so nobody waits for one.
+  const auto stopped = [&](int r) { return store.check({rank_stopped_key(r)}); };
   // Bounded by the grace period: each poll of a missing report sleeps 5 ms until then.
   const auto reported = [&](int r) {
-    while (!store.check({key(r)}) && Clock::now() < grace_end) {
+    while (!store.check({key(r)}) && !stopped(r) && Clock::now() < grace_end) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return store.check({key(r)});
@@ -67,7 +70,11 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
         if (r != rank && !store.check({key(r)})) trace.silent.push_back(r);
       }
       const auto now = Clock::now();
-      if ((now >= grace_end && trace.silent.size() <= 1) || now >= patience_end) break;
+      const bool one_left_that_stopped = trace.silent.size() == 1 && stopped(trace.silent[0]);
+      if (((now >= grace_end || one_left_that_stopped) && trace.silent.size() <= 1) ||
+          now >= patience_end) {
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (!trace.silent.empty()) trace.culprit = trace.silent.front();

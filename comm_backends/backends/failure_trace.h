@@ -12,7 +12,8 @@
 //
 // A rank that stopped on an error of its own (its data, its model, its disk) says why under
 // rank_stopped_key() before its communicators close (RankGroup::tell_stopped()), so the rank
-// that names it can give its reason too (why_rank_stopped()).
+// that names it can give its reason too (why_rank_stopped()). Such a rank sends no report, so
+// the trace waits no grace period for it.
 #pragma once
 
 #include <chrono>

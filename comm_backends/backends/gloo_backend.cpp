@@ -79,9 +79,17 @@ class GlooStore : public gloo::rendezvous::Store {
 // ring-chunked (two ranks) or bcube (a power-of-two world) does, as measured on loopback.
 constexpr std::size_t kSmallMessageBytes = 256 << 10;
 
-// The most a rank going before its first collective waits to set PREFIX/gone, and a rank at its
-// first collective to look for it (Note [A peer gone before the first collective]).
+// The most a rank going on an error of its own waits to set PREFIX/gone, and a rank that built
+// an algorithm waits to look for it (Note [A peer gone before the algorithm was built]).
 constexpr std::chrono::milliseconds kGoneSetBound{2000};
+
+// An allgather whose output is at most this size runs on an algorithm kept from call to call,
+// on a scratch buffer of our own, as allreduce does; a larger one is built per call. At two
+// ranks on loopback (`partrain bench allreduce --backend gloo --collective allgather --world 2
+// --timing loop`, 2026-12-07) kept took 78-104 us at 16 KiB and 106-108 at 64 KiB against
+// 122 and 134-140 built per call; at 256 KiB the two were even, and at 1 MiB the copies in and
+// out cost more (415-567 us kept, 348-354 built).
+constexpr std::size_t kKeptAllgatherBytes = std::size_t{128} << 10;
 
 class GlooCommunicator : public Communicator {
  public:
@@ -111,13 +119,13 @@ class GlooCommunicator : public Communicator {
 
   // Gloo closes its sockets on destruction, and a peer still finishing the last collective
   // (waiting for its own sends to complete) would see "connection closed". So ranks leave
-  // together: a store barrier, bounded briefly. Not where this rank unwinds from an error before
-  // any collective (its data missing, say): no collective is there to finish, the others are not
-  // coming to the barrier, and leaving at once is what tells them, as the closed connection.
+  // together: a store barrier, bounded briefly. Not where this rank unwinds from an error of its
+  // own (its data missing, its disk full; a peer's failure would have set failed_): the others
+  // are not coming to the barrier, and leaving at once is what tells them.
   ~GlooCommunicator() override {
     if (failed_ || size() == 1) return;
-    if (!called_ && std::uncaught_exceptions() > 0) {
-      // Before its sockets close: a peer whose first collective is yet to start finds this
+    if (std::uncaught_exceptions() > 0) {
+      // Before its sockets close: a peer that builds an algorithm after they closed finds this
       // (look_for_a_rank_gone()). Briefly: the store may be gone too.
       const std::string me = std::to_string(rank());
       try_set(store_, prefix_ + "gone", std::vector<std::uint8_t>(me.begin(), me.end()),
@@ -171,6 +179,7 @@ class GlooCommunicator : public Communicator {
     if (op == ReduceOp::avg) divide(out);
   }
 
+  // Built per call: broadcasts come at the start and on resuming, not in the steps.
   void broadcast(Buffer buffer, int root) override {
     start_call();
     if (size() == 1 || buffer.count == 0) return;
@@ -193,30 +202,48 @@ class GlooCommunicator : public Communicator {
       return;
     }
     last_algorithm_ = "ring";
-    // In place (the input is this rank's block of the output): Gloo copies the input into that
-    // block with memcpy, which must not see the two be one, so the input goes through a copy.
-    const auto* source = static_cast<const std::uint8_t*>(in.data);
-    if (source == static_cast<const std::uint8_t*>(out.data) + rank() * in.bytes()) {
-      in_place_.assign(source, source + in.bytes());
-      source = in_place_.data();
-    }
+    const int bytes = static_cast<int>(in.bytes());
     guard("allgather", [&] {
+      if (out.bytes() <= kKeptAllgatherBytes) {
+        // The scratch holds the output, then this rank's input: Gloo copies the input into its
+        // block of the output with memcpy, which must not see the two be one.
+        Kept& entry =
+            kept(Kind::allgather, in.count, in.dtype, ReduceOp::sum, out.bytes() + in.bytes(),
+                 [&](std::uint8_t* scratch) -> std::unique_ptr<gloo::Algorithm> {
+                   std::vector<const std::uint8_t*> inputs{scratch + out.bytes()};
+                   return std::make_unique<gloo::AllgatherRing<std::uint8_t>>(context_, inputs,
+                                                                              scratch, bytes);
+                 });
+        std::memcpy(entry.scratch.data() + out.bytes(), in.data, in.bytes());
+        entry.algorithm->run();
+        std::memcpy(out.data, entry.scratch.data(), out.bytes());
+        return;
+      }
+      // In place (the input is this rank's block of the output): the input goes through a copy.
+      const auto* source = static_cast<const std::uint8_t*>(in.data);
+      if (source == static_cast<const std::uint8_t*>(out.data) + rank() * in.bytes()) {
+        in_place_.assign(source, source + in.bytes());
+        source = in_place_.data();
+      }
       std::vector<const std::uint8_t*> inputs{source};
       gloo::AllgatherRing<std::uint8_t> ring(context_, inputs, static_cast<std::uint8_t*>(out.data),
-                                             static_cast<int>(in.bytes()));
+                                             bytes);
       look_for_a_rank_gone();
       ring.run();
     });
   }
 
+  // One kept algorithm: barriers come at every checkpoint and evaluation.
   void barrier() override {
     start_call();
     if (size() == 1) return;
     last_algorithm_ = "all_to_all";
     guard("barrier", [&] {
-      gloo::BarrierAllToAll all_to_all(context_);
-      look_for_a_rank_gone();
-      all_to_all.run();
+      if (!barrier_) {
+        barrier_ = std::make_unique<gloo::BarrierAllToAll>(context_);
+        look_for_a_rank_gone();
+      }
+      barrier_->run();
     });
   }
 
@@ -226,8 +253,8 @@ class GlooCommunicator : public Communicator {
   // of our own and kept; a call copies in, runs, copies out. The key holds no pointer, so
   // every rank makes the same hit/miss/evict decisions — it must, since building one takes
   // slots from the context in step with the peers.
-  enum class Kind { allreduce, reduce_scatter };
-  struct CachedAllreduce {
+  enum class Kind { allreduce, reduce_scatter, allgather };
+  struct Kept {
     Kind kind;
     std::size_t count;
     DType dtype;
@@ -236,6 +263,31 @@ class GlooCommunicator : public Communicator {
     std::unique_ptr<gloo::Algorithm> algorithm;
     const char* name;
   };
+
+  // The kept algorithm for the key, most recently used first; where there is none, make(SCRATCH)
+  // builds it on a scratch buffer of `scratch_bytes`, under `name`.
+  template <typename Make>
+  Kept& kept(Kind kind, std::size_t count, DType dtype, ReduceOp op, std::size_t scratch_bytes,
+             Make&& make, const char* name = "ring") {
+    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Kept& k) {
+      return k.kind == kind && k.count == count && k.dtype == dtype && k.op == op;
+    });
+    if (hit != cache_.end()) {
+      if (hit != cache_.begin()) cache_.splice(cache_.begin(), cache_, hit);
+      return cache_.front();
+    }
+    Kept entry{kind, count, dtype, op, std::vector<std::uint8_t>(scratch_bytes), nullptr, name};
+    entry.algorithm = make(entry.scratch.data());  // the vector's storage moves with it
+    cache_.push_front(std::move(entry));
+    std::size_t bytes = 0;
+    for (const auto& k : cache_) bytes += k.scratch.size();
+    while (cache_.size() > 1 && (cache_.size() > kCacheEntries || bytes > kCacheBytes)) {
+      bytes -= cache_.back().scratch.size();
+      cache_.pop_back();
+    }
+    look_for_a_rank_gone();
+    return cache_.front();
+  }
 
   std::vector<std::uint8_t> in_place_;  // an in-place allgather's input
 
@@ -265,52 +317,38 @@ class GlooCommunicator : public Communicator {
   // `in` reduced (allreduce: in place, in == out; reduce_scatter: this rank's block to out).
   template <typename T>
   void reduce(Kind kind, const Buffer& in, const Buffer& out, ReduceOp op) {
-    auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const CachedAllreduce& c) {
-      return c.kind == kind && c.count == in.count && c.dtype == in.dtype && c.op == op;
-    });
-    if (hit == cache_.end()) {
-      CachedAllreduce entry{kind,    in.count, in.dtype, op, std::vector<std::uint8_t>(in.bytes()),
-                            nullptr, nullptr};
-      const gloo::ReductionFunction<T>* fn = gloo::ReductionFunction<T>::sum;
-      if (op == ReduceOp::min) fn = gloo::ReductionFunction<T>::min;
-      if (op == ReduceOp::max) fn = gloo::ReductionFunction<T>::max;
-      std::vector<T*> pointers{reinterpret_cast<T*>(entry.scratch.data())};
-      const int count = static_cast<int>(in.count);
-      const bool power_of_two = (size() & (size() - 1)) == 0;
-      if (kind == Kind::reduce_scatter) {
-        entry.algorithm = std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
-            context_, pointers, count, std::vector<int>(size(), static_cast<int>(out.count)), fn);
-        entry.name = "halving_doubling";
-      } else if (in.bytes() < kSmallMessageBytes) {
-        entry.algorithm =
-            std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count, fn);
-        entry.name = "halving_doubling";
-      } else if (size() == 2 || !power_of_two) {
-        entry.algorithm =
-            std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
-        entry.name = "ring_chunked";
-      } else {
-        entry.algorithm = std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn);
-        entry.name = "bcube";
-      }
-      cache_.push_front(std::move(entry));
-      std::size_t bytes = 0;
-      for (const auto& c : cache_) bytes += c.scratch.size();
-      while (cache_.size() > 1 && (cache_.size() > kCacheEntries || bytes > kCacheBytes)) {
-        bytes -= cache_.back().scratch.size();
-        cache_.pop_back();
-      }
-      hit = cache_.begin();
-    } else if (hit != cache_.begin()) {
-      cache_.splice(cache_.begin(), cache_, hit);
-      hit = cache_.begin();
-    }
-    std::memcpy(hit->scratch.data(), in.data, in.bytes());
-    look_for_a_rank_gone();
-    hit->algorithm->run();
+    const gloo::ReductionFunction<T>* fn = gloo::ReductionFunction<T>::sum;
+    if (op == ReduceOp::min) fn = gloo::ReductionFunction<T>::min;
+    if (op == ReduceOp::max) fn = gloo::ReductionFunction<T>::max;
+    const int count = static_cast<int>(in.count);
+    const bool small = in.bytes() < kSmallMessageBytes;
+    const bool ring = size() == 2 || (size() & (size() - 1)) != 0;  // not a power of two
+    const char* name = "halving_doubling";
+    if (kind == Kind::allreduce && !small) name = ring ? "ring_chunked" : "bcube";
+    Kept& entry = kept(
+        kind, in.count, in.dtype, op, in.bytes(),
+        [&](std::uint8_t* scratch) -> std::unique_ptr<gloo::Algorithm> {
+          std::vector<T*> pointers{reinterpret_cast<T*>(scratch)};
+          if (kind == Kind::reduce_scatter) {
+            return std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
+                context_, pointers, count, std::vector<int>(size(), static_cast<int>(out.count)),
+                fn);
+          }
+          if (small) {
+            return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count,
+                                                                       fn);
+          }
+          if (ring) {
+            return std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
+          }
+          return std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn);
+        },
+        name);
+    std::memcpy(entry.scratch.data(), in.data, in.bytes());
+    entry.algorithm->run();
     // Gloo's reduce-scatter leaves this rank's block at the start of the buffer.
-    std::memcpy(out.data, hit->scratch.data(), out.bytes());
-    last_algorithm_ = hit->name;
+    std::memcpy(out.data, entry.scratch.data(), out.bytes());
+    last_algorithm_ = entry.name;
   }
 
   void divide(const Buffer& buffer) {
@@ -416,29 +454,22 @@ class GlooCommunicator : public Communicator {
     return -1;
   }
 
-  // With two ranks the peer is known. With more, the message names an address, which may be
-  // that of a survivor that is itself stuck on the failed one, or none (-1): either way the
-  // other ranks' reports tell (CheckedCommunicator, failure_trace.h).
-  // Every collective starts here: none has run an algorithm yet, and one was called.
-  void start_call() {
-    last_algorithm_ = "none";
-    called_ = true;
-  }
+  // Every collective starts here: none has run an algorithm yet.
+  void start_call() { last_algorithm_ = "none"; }
 
-  // Note [A peer gone before the first collective]
+  // Note [A peer gone before the algorithm was built]
   // This Gloo (2022) signals a closed connection only to the buffers registered at the time: a
   // buffer an algorithm registers after its peer's socket closed waits out the whole timeout
-  // (then says "Connection closed by peer"). A rank that fails after the communicators were
-  // made and before its first collective (its data missing on its host) closes while the
-  // others build their first algorithm: in 2 of 12 runs by hand at two ranks, rank 0 waited
-  // the 20 s timeout. So such a rank sets PREFIX/gone before its sockets close, and each rank
-  // looks for it once, at its first collective, after the algorithm registered its buffers and
-  // before it runs: set by then, the rank is gone; not set, its close comes later and reaches
-  // the registered buffers. One store request a communicator. A rank failing later, between
-  // collectives built per call (broadcast, allgather, barrier), can still leave a peer waiting.
+  // (then says "Connection closed by peer"). A rank that fails on its own (its data missing on
+  // its host before the first collective, its disk full at a checkpoint) closes while the
+  // others may be building their next algorithm: in 2 of 12 runs by hand at two ranks, rank 0
+  // waited the 20 s timeout at the first collective. So such a rank sets PREFIX/gone before its
+  // sockets close, and a rank looks for it each time it has built an algorithm, after the
+  // algorithm registered its buffers and before it runs: set by then, the rank is gone; not
+  // set, its close comes later and reaches the registered buffers. A kept algorithm (allreduce,
+  // reduce-scatter, a small allgather, the barrier) is looked for once, when built; one built
+  // per call (a broadcast, a large allgather) costs one store request a call.
   void look_for_a_rank_gone() {
-    if (looked_for_gone_) return;
-    looked_for_gone_ = true;
     // Not set, or the store cannot say: the collective's own wait decides.
     const auto who = try_get(store_, prefix_ + "gone", kGoneSetBound);
     if (!who) return;
@@ -450,10 +481,12 @@ class GlooCommunicator : public Communicator {
     }
     failed_ = true;
     throw PeerError(gone, "gloo: rank " + std::to_string(gone) +
-                              " left before the first collective: it failed (its own output "
-                              "says why)");
+                              " has left: it failed (its own output says why)");
   }
 
+  // With two ranks the peer is known. With more, the message names an address, which may be
+  // that of a survivor that is itself stuck on the failed one, or none (-1): either way the
+  // other ranks' reports tell (CheckedCommunicator, failure_trace.h).
   [[noreturn]] void fail(const char* what, const std::string& message) {
     failed_ = true;
     const int blamed = size() == 2 ? 1 - rank() : rank_named_in(message);
@@ -464,11 +497,11 @@ class GlooCommunicator : public Communicator {
   std::string prefix_;
   std::chrono::milliseconds timeout_{0};
   bool failed_ = false;
-  bool called_ = false;  // a collective was called
-  bool looked_for_gone_ = false;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<std::string> peer_addresses_;  // by rank: "\n"-led lines of its endpoints
-  std::list<CachedAllreduce> cache_;         // most recently used first; dies before context_
+  std::list<Kept> cache_;                    // most recently used first; dies before context_
+  std::unique_ptr<gloo::BarrierAllToAll>
+      barrier_;  // made at the first barrier; dies before context_
   std::string last_algorithm_ = "none";
 };
 

@@ -47,6 +47,7 @@ class MapStore : public partrain::comm::Store {
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
+  void said_why_it_stopped(int rank) { values_[partrain::comm::rank_stopped_key(rank)] = {'x'}; }
   void report(int rank, int blames) {
     const std::string text = std::to_string(blames);
     values_["t/failed/" + std::to_string(rank)] = {text.begin(), text.end()};
@@ -101,6 +102,21 @@ TEST(FailureTrace, AChainThatCannotTellEndsAtTheSilentRank) {
   const FailureTrace found = trace(store, 1, 4, 2);
   EXPECT_EQ(found.culprit, 3);
   EXPECT_EQ(found.silent, std::vector<int>{3});
+}
+
+// A rank that said why it stopped sends no report: the trace names it without waiting out the
+// grace period (here 10 s) for one, at the end of a chain and as the one silent rank alike.
+TEST(FailureTrace, ARankThatSaidWhyItStoppedIsNamedWithoutTheGracePeriod) {
+  for (const int blamed : {2, -1}) {
+    MapStore store;
+    store.report(2, 3);
+    store.report(0, 3);
+    store.said_why_it_stopped(3);
+    const auto start = std::chrono::steady_clock::now();
+    const FailureTrace found = trace_failed_rank(store, "t/", 1, 4, blamed, 10s, 20s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << blamed;
+    EXPECT_EQ(found.culprit, 3) << blamed;
+  }
 }
 
 }  // namespace
