@@ -259,6 +259,9 @@ struct TcpStoreServer::State {
   StoreTable data;
   std::map<std::string, std::vector<std::weak_ptr<StoreWaiter>>> waiters;
   bool told_accept_error = false;
+  // Partrain clients refused for another run's token, by address (refused_clients()).
+  mutable std::mutex refused_mutex;
+  std::vector<std::string> refused;
   // Read by other threads.
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::int64_t> first_connection_ns{0};  // steady clock; 0: nobody yet
@@ -329,6 +332,33 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     socket_.close(ignored);
   }
 
+  // A partrain client of another run: most often a node whose command differs from this one's,
+  // which stops at once while this run's ranks wait for it. Said here, on the node that waits,
+  // once for each address (the first TcpStoreServer::kRefusedNamed of them).
+  void tell_refused() {
+    boost::system::error_code ec;
+    const auto peer = socket_.remote_endpoint(ec);
+    const std::string address = ec ? std::string("an unknown address") : peer.address().to_string();
+    {
+      std::lock_guard<std::mutex> lock(state_.refused_mutex);
+      if (state_.refused.size() >= TcpStoreServer::kRefusedNamed ||
+          std::find(state_.refused.begin(), state_.refused.end(), address) !=
+              state_.refused.end()) {
+        return;
+      }
+      state_.refused.push_back(address);
+    }
+    boost::system::error_code ignored;
+    const int port = socket_.local_endpoint(ignored).port();
+    std::fprintf(stderr,
+                 "partrain: tcp store on port %d refused a partrain process at %s: its run token "
+                 "differs from this run's (a node whose command differs from this one's: config, "
+                 "--nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN; or another job using this "
+                 "port)\n",
+                 port, address.c_str());
+    std::fflush(stderr);
+  }
+
   // The hello timer still runs, so a client that never reads the answer is dropped too.
   void refuse() {
     asio::async_write(socket_, asio::buffer(kStoreRefuse, 8),
@@ -346,6 +376,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
           if (ec) return self->close();
           if (std::string(self->body_.begin(), self->body_.end()) != self->state_.token) {
+            self->tell_refused();
             return self->refuse();
           }
           self->accepted_ = true;
@@ -653,6 +684,11 @@ std::optional<double> TcpStoreServer::cpu_seconds() const {
 #endif
 }
 
+std::vector<std::string> TcpStoreServer::refused_clients() const {
+  std::lock_guard<std::mutex> lock(state_->refused_mutex);
+  return state_->refused;
+}
+
 // ---- client ---------------------------------------------------------------------------------
 
 TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& options)
@@ -771,10 +807,22 @@ bool TcpStore::wait_for(const std::string& key, std::chrono::milliseconds timeou
   return true;
 }
 
+std::string TcpStore::refused_note() const {
+  if (!server_) return "";
+  const std::vector<std::string> refused = server_->refused_clients();
+  if (refused.empty()) return "";
+  std::string from;
+  for (const auto& address : refused) from += (from.empty() ? "" : ", ") + address;
+  return "; meanwhile it refused partrain processes with another run's token, from " + from +
+         " (a node whose command differs from this one's: config, --nnodes, --nproc-per-node "
+         "or PARTRAIN_RUN_TOKEN; its own output says which)";
+}
+
 std::vector<std::uint8_t> TcpStore::get(const std::string& key) {
   std::vector<std::uint8_t> value;
   PARTRAIN_CHECK(wait_for(key, timeout_, true, &value), CommError, "tcp store ", endpoint_,
-                 ": key '", key, "' did not appear within ", timeout_.count(), " ms");
+                 ": key '", key, "' did not appear within ", timeout_.count(), " ms",
+                 refused_note());
   return value;
 }
 
@@ -806,7 +854,7 @@ std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std:
   };
   PARTRAIN_CHECK(answer.status != StoreStatus::timed_out, CommError, "tcp store ", endpoint_,
                  ": key '", keys[std::min<std::size_t>(index(), keys.size() - 1)],
-                 "' did not appear within ", timeout_.count(), " ms");
+                 "' did not appear within ", timeout_.count(), " ms", refused_note());
   PARTRAIN_CHECK(answer.status == StoreStatus::present, CommError, "tcp store ", endpoint_,
                  ": the values of ", keys.size(), " keys outgrow one answer (", kMaxValueBytes,
                  " bytes) at key '", keys[std::min<std::size_t>(index(), keys.size() - 1)], "'");
@@ -860,7 +908,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     PARTRAIN_CHECK(wait_for(key, std::max(left, std::chrono::milliseconds(0)), false, nullptr),
                    CommError, "tcp store ", endpoint_, ": key '", key, "' did not appear within ",
-                   timeout.count(), " ms");
+                   timeout.count(), " ms", refused_note());
   }
 }
 

@@ -125,6 +125,11 @@ class TcpStoreServer {
   std::optional<std::chrono::steady_clock::time_point> first_connection() const;
   // CPU seconds the server's one thread has used, where the platform can tell.
   std::optional<double> cpu_seconds() const;
+  // The addresses of partrain clients refused for another run's token (the first
+  // kRefusedNamed of them, each once), in the order they came. Each was also told on stderr
+  // as it came: the node it is on stopped at once, while this run's ranks wait for it.
+  std::vector<std::string> refused_clients() const;
+  static constexpr std::size_t kRefusedNamed = 8;
 
   struct State;  // io context, acceptor, data; shared with pending handlers
 
@@ -164,6 +169,9 @@ class TcpStore : public Store {
   Answer request(StoreCommand command, const std::string& key,
                  const std::vector<std::uint8_t>& value, std::chrono::milliseconds wait_ms = {});
   // One wait request: true when the key is there, false when `timeout` passed first.
+  // Where this store hosts the server and it refused a client for another run's token: why a
+  // key may never come, for the end of a timeout's message ("" otherwise).
+  std::string refused_note() const;
   bool wait_for(const std::string& key, std::chrono::milliseconds timeout, bool wants_value,
                 std::vector<std::uint8_t>* value);
 

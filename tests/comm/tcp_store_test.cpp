@@ -9,6 +9,7 @@
 #include <boost/asio/write.hpp>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -86,6 +87,45 @@ TEST(TcpStore, WrongTokenIsRefused) {
   TcpStore client("127.0.0.1", host.port(), options("right", false));
   client.set("still", bytes("works"));
   EXPECT_EQ(host.get("still"), bytes("works"));
+}
+
+// A node whose command differs from the master's is refused and stops at once; the host, whose
+// ranks wait for it, names where it came from once, and again when a wait times out. A
+// stranger that is no partrain client is not named.
+TEST(TcpStore, AHostNamesTheClientsItRefusedForAnotherRunsToken) {
+  TcpStore host("127.0.0.1", 0, options("right", true));
+  EXPECT_EQ(host.server()->refused_clients(), std::vector<std::string>{});
+  EXPECT_TRUE(stranger_is_closed(host.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THROW(TcpStore("127.0.0.1", host.port(), options("wrong", false)), UsageError);
+  }
+  EXPECT_EQ(host.server()->refused_clients(), std::vector<std::string>{"127.0.0.1"});
+  host.set_timeout(milliseconds(100));
+  for (const auto& wait : std::vector<std::function<void()>>{
+           [&] { host.get("never"); }, [&] { host.wait({"never"}, milliseconds(100)); },
+           [&] {
+             host.get_many({"never", "nor"});
+           }}) {
+    try {
+      wait();
+      ADD_FAILURE() << "a key nobody set was found";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("meanwhile it refused partrain processes with "
+                                           "another run's token, from 127.0.0.1 (a node whose "
+                                           "command differs"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A client of the run, not hosting the server, cannot tell.
+  TcpStore client("127.0.0.1", host.port(), options("right", false));
+  client.set_timeout(milliseconds(100));
+  try {
+    client.get("never");
+    ADD_FAILURE() << "a key nobody set was found";
+  } catch (const CommError& e) {
+    EXPECT_EQ(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {

@@ -351,6 +351,18 @@ TEST(TwoHostsStrangers, OtherJobsOnTheStorePortAreRefusedAndTheRunFinishes) {
   const std::vector<HostRun> runs = {
       master, start_node(hosts, 1, dir, config, hosts.address(0), port, "1", overrides, "host1")};
   EXPECT_EQ(finish(runs, std::chrono::seconds(120)), (std::vector<int>{0, 0})) << logs(runs);
+  // Host 0, whose ranks would have waited for a node refused so, said where it came from; the
+  // garbage was no partrain client and goes unnamed.
+  const std::string host0 = read_text(master.log);
+  EXPECT_NE(host0.find("tcp store on port " + std::to_string(port) +
+                       " refused a partrain process at " + hosts.address(1) +
+                       ": its run token "
+                       "differs from this run's"),
+            std::string::npos)
+      << host0;
+  EXPECT_EQ(host0.find("refused a partrain process", host0.find("refused a partrain process") + 1),
+            std::string::npos)
+      << host0;
 }
 
 // Bounds for the failure tests: comm.timeout_s 3 and the launcher's 3 s grace; a survivor
