@@ -230,17 +230,21 @@ std::vector<std::uint8_t> failure_value(const std::string& finding) {
 // Such a value, read by a rank that waited for it: `finding` is passed on as it is when this
 // rank stops in turn.
 // `by` is the leader that stopped the exchange, or -1 for a rank's own value: the finding
-// names that rank itself.
+// names that rank itself, as does a leader's that stopped on an error of its own ("rank 64
+// (HOST) stopped: ...", stop_host_layout()).
 class PublishedFailure : public CommError {
  public:
   PublishedFailure(int by, std::string finding)
-      : CommError("host layout: " +
-                  (by >= 0 ? "rank " + std::to_string(by) + " stopped the exchange: " : "") +
-                  finding),
+      : CommError("host layout: " + who_stopped(by, finding) + finding),
         finding_(std::move(finding)) {}
   const std::string& finding() const { return finding_; }
 
  private:
+  static std::string who_stopped(int by, const std::string& finding) {
+    if (by < 0) return "";
+    const std::string rank = "rank " + std::to_string(by);
+    return finding.starts_with(rank + " (") ? "" : rank + " stopped the exchange: ";
+  }
   std::string finding_;
 };
 

@@ -210,11 +210,12 @@ TEST(Rendezvous, EveryRankLearnsWhyTheExchangeStopped) {
 // default fan-in, 64, leads a second group at rank 64). A rank that took part leaves the
 // exchange as it was: its value is there, and repeating the exchange still learns the layout.
 TEST(Rendezvous, ARankThatStoppedBeforeTheExchangeSaysWhy) {
-  const std::string why = "rank R (h) stopped: /data/train: no such folder";
-  for (const auto& shape : {std::pair{4, 2}, std::pair{66, 64}}) {
+  for (const auto& shape : {std::pair{4, 2}, std::pair{66, 64}, std::pair{3, 0}}) {
     // Named copies: a lambda may not capture a structured binding before C++20's clang 16.
     const int world = shape.first;
     const int stopped = shape.second;
+    const std::string why =
+        "rank " + std::to_string(stopped) + " (h) stopped: /data/train: no such folder";
     SCOPED_TRACE(world);
     TcpStore host("127.0.0.1", 0, options(true, std::chrono::seconds(20)));
     const auto start = std::chrono::steady_clock::now();
@@ -228,9 +229,9 @@ TEST(Rendezvous, ARankThatStoppedBeforeTheExchangeSaysWhy) {
         exchange_host_layout(store, kHostLayoutPrefix, rank, world);
         FAIL() << "rank " << rank << " learned a layout without rank " << stopped;
       } catch (const CommError& e) {
-        // Rank 0 read the stopped rank's own value (or its group's); the others, rank 0's.
-        const std::string by = rank == 0 ? (stopped == 64 ? "rank 64 stopped the exchange: " : "")
-                                         : "rank 0 stopped the exchange: ";
+        // Rank 0 read the stopped rank's own value (or its group's, which names it as it is);
+        // the others, rank 0's, which names rank 0, unless rank 0 was the one that stopped.
+        const std::string by = rank == 0 || stopped == 0 ? "" : "rank 0 stopped the exchange: ";
         EXPECT_EQ(e.what(), "host layout: " + by + why) << rank;
       }
     });
@@ -242,7 +243,8 @@ TEST(Rendezvous, ARankThatStoppedBeforeTheExchangeSaysWhy) {
     exchange_host_layout(store, kHostLayoutPrefix, rank, 2);
   });
   TcpStore store("127.0.0.1", host.port(), options(false));
-  stop_host_layout(store, kHostLayoutPrefix, 1, 2, why);
+  stop_host_layout(store, kHostLayoutPrefix, 1, 2,
+                   "rank 1 (h) stopped: /data/train: no such folder");
   EXPECT_EQ(exchange_host_layout(store, kHostLayoutPrefix, 1, 2).ranks(), 2);
 }
 
