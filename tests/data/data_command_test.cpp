@@ -154,5 +154,46 @@ TEST_F(DataCommand, RanksWaitForASlowDownloadBeyondTheCommTimeout) {
   EXPECT_TRUE(std::filesystem::exists(dir_ / "out/report.json")) << r.output;
 }
 
+// When the first local rank cannot download the data, the ranks that waited for it stop with
+// its reason, not only its rank: each rank started as an engine starts it (its own output,
+// which may be a file of its own), a file store, the archive missing on the server.
+TEST_F(DataCommand, RanksThatWaitedForAFailedDownloadSayWhyItFailed) {
+#ifndef PARTRAIN_WITH_TORCH
+  GTEST_SKIP() << "partrain run needs LibTorch; this build has PARTRAIN_WITH_TORCH=OFF";
+#endif
+  const char* exe = std::getenv("PARTRAIN_EXE");
+  ASSERT_NE(exe, nullptr);
+  test_files::LoopbackHttpServer server({{"/c.tgz", {1, 2, 3}}});
+  const std::string url = server.url("/missing.tgz");
+  const std::string config = dir_.string() + "/failed.yaml";
+  const std::string yaml =
+      "name: failed\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
+      "comm: {backend: asio-ring, timeout_s: 20}\n"
+      "data: {dataset: cifar100, root: '" +
+      dir_.string() + "/data/cifar-100-binary', download: true, url: '" + url +
+      "', batch_size: 4, num_workers: 1}\n"
+      "model: {name: digitalnet, width: 4}\n"
+      "train: {epochs: 1, threads: 1}\n"
+      "checkpoint: {every_epochs: 0, resume: never}\n";
+  test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
+  const std::string d = dir_.string();
+  const std::string ranks =
+      "cd '" + d +
+      "' && for r in 0 1; do (RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
+      "PARTRAIN_RENDEZVOUS=file://" +
+      d + "/rdzv timeout 60 '" + exe + "' worker '" + config + "' --set output.dir=" + d +
+      "/out$r > rank$r.txt 2>&1; echo $? > rank$r.rc) & done; wait";
+  ASSERT_EQ(std::system(ranks.c_str()), 0);
+  const auto text = [&](const std::string& name) {
+    const auto bytes = test_files::read_bytes(dir_ / name);
+    return std::string(bytes.begin(), bytes.end());
+  };
+  EXPECT_EQ(text("rank0.rc"), "2\n") << text("rank0.txt");
+  EXPECT_THAT(text("rank0.txt"), HasSubstr("download of " + url + " failed: HTTP status 404"));
+  EXPECT_EQ(text("rank1.rc"), "2\n") << text("rank1.txt");
+  EXPECT_THAT(text("rank1.txt"), HasSubstr("rank 0 could not load the data set: download of " +
+                                           url + " failed: HTTP status 404"));
+}
+
 }  // namespace
 }  // namespace partrain::data

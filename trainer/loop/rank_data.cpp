@@ -1,7 +1,9 @@
 #include "trainer/loop/rank_data.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/errors.h"
@@ -11,6 +13,13 @@
 #include "trainer/data/tensor_file.h"
 
 namespace partrain {
+
+namespace {
+// What a host's first rank sets under data-loaded/RANK when it could not load the data: this,
+// then the first line of its error, at most kLongestReason bytes of it.
+constexpr std::string_view kLoadFailed = "failed: ";
+constexpr std::size_t kLongestReason = 1000;
+}  // namespace
 
 RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* store,
                         std::chrono::milliseconds timeout) {
@@ -30,8 +39,13 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
     if (env.local_rank == 0) {
       try {
         load();
-      } catch (const std::exception&) {
-        store->set(loaded_key, {'f', 'a', 'i', 'l', 'e', 'd'});  // the others stop waiting
+      } catch (const std::exception& e) {
+        // The others stop waiting, and say why: the first line of the error, as a rank that
+        // stopped tells its peers (comm::RankGroup::tell_stopped()).
+        const std::string what = e.what();
+        const std::string failed =
+            std::string(kLoadFailed) + what.substr(0, std::min(what.find('\n'), kLongestReason));
+        store->set(loaded_key, std::vector<std::uint8_t>(failed.begin(), failed.end()));
         throw;
       }
       store->set(loaded_key, {'o', 'k'});
@@ -43,8 +57,11 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
       store->wait({loaded_key}, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
       // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
-      PARTRAIN_CHECK(outcome == std::vector<std::uint8_t>({'o', 'k'}), UsageError, "rank ",
-                     env.rank - env.local_rank, " could not load the data set (see its error)");
+      const std::string said(outcome.begin(), outcome.end());
+      PARTRAIN_CHECK(
+          said == "ok", UsageError, "rank ", env.rank - env.local_rank,
+          " could not load the data set: ",
+          said.starts_with(kLoadFailed) ? said.substr(kLoadFailed.size()) : "(see its error)");
       load();
     }
   } else {
