@@ -217,7 +217,10 @@ std::string today() {
 
 int run_bench(const RendezvousArgs& args) {
   PARTRAIN_CHECK(args.world >= 1, UsageError, "bench rendezvous: --world must be at least 1");
-  PARTRAIN_CHECK(args.timeout_s > 0, UsageError, "bench rendezvous: --timeout-s must be positive");
+  PARTRAIN_CHECK(
+      args.timeout_s >= comm::kMinTimeoutSeconds && args.timeout_s <= comm::kMaxTimeoutSeconds,
+      UsageError, "bench rendezvous: --timeout-s ", args.timeout_s, " is out of range (",
+      comm::kMinTimeoutSeconds, " to ", comm::kMaxTimeoutSeconds, " s)");
   const auto world = static_cast<std::uint64_t>(args.world);
   // The server holds one descriptor a rank: past this process's limit, nothing else helps.
   const comm::net::OpenFileLimit limit = comm::net::raise_open_file_limit();

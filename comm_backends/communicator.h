@@ -28,6 +28,11 @@ namespace partrain::comm {
 
 class Store;
 
+// The range of a timeout given in seconds (comm.timeout_s, the benches' --timeout-s): every
+// wait it bounds ends within a week.
+inline constexpr double kMinTimeoutSeconds = 0.1;
+inline constexpr double kMaxTimeoutSeconds = 7 * 86400.0;
+
 struct CommOptions {
   std::string backend = "auto";  // gloo | asio-ring | shm | hierarchical | nccl | auto
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};

@@ -195,7 +195,11 @@ TEST(BenchCommand, BadUsageExitsTwoWithOneLine) {
         "--backend asio-ring --world 2 --collective alltoall",
         "--backend asio-ring --world 2 --algorithm bcube",
         "--backend asio-ring --world 2 --tcp-congestion 'bbr!'",
-        "--backend shm --world 2 --bind cores", "--backend shm --world 2 --timing always"}) {
+        "--backend shm --world 2 --bind cores", "--backend shm --world 2 --timing always",
+        // A timeout a wait would never reach (the config's range, 0.1 s to a week).
+        "--backend asio-ring --world 2 --timeout-s 1e9",
+        "--backend asio-ring --world 2 --timeout-s 0.01",
+        "--backend asio-ring --world 2 --timeout-s nan"}) {
     std::string output;
     EXPECT_EQ(run(exe + " bench allreduce " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
@@ -436,7 +440,8 @@ TEST(BenchRendezvous, AWorldPastTheOpenFileLimitIsRefusedInOneLine) {
   EXPECT_EQ(run("ulimit -n 256 && " + exe + " bench rendezvous --world 1000", output), 2) << output;
   EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
   EXPECT_NE(output.find("hard limit 256"), std::string::npos) << output;
-  for (const std::string args : {"--world 0", "--world 4 --timeout-s 0", "--world many"}) {
+  for (const std::string args :
+       {"--world 0", "--world 4 --timeout-s 0", "--world 4 --timeout-s 1e9", "--world many"}) {
     output.clear();
     EXPECT_EQ(run(exe + " bench rendezvous " + args, output), 2) << args << ": " << output;
     EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;

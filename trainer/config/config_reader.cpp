@@ -155,7 +155,7 @@ void read_comm(Section comm, CommConfig& m, StrategyKind strategy) {
   comm.read("algorithm", m.algorithm, comm::algorithm_request_names());
   comm.read_checked("tcp_congestion", m.tcp_congestion, comm::tcp_congestion_problem);
   comm.read_bool("shm_single_copy", m.shm_single_copy);
-  comm.read_double("timeout_s", m.timeout_s, 0.1, 86400.0 * 7);
+  comm.read_double("timeout_s", m.timeout_s, comm::kMinTimeoutSeconds, comm::kMaxTimeoutSeconds);
   comm.read_checked("interface", m.interface, interface_problem);
   comm.read_checked("host", m.host, host_problem);
   read_compression(comm, m, strategy);
