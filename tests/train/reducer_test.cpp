@@ -247,7 +247,14 @@ class FaultyCommunicator : public comm::Communicator {
   void allreduce(comm::Buffer, comm::ReduceOp) override {
     if (fault_ == Fault::peer_dies) throw PeerError(1, "rank 1 closed the connection");
     std::unique_lock<std::mutex> lock(mutex_);
+    entered_ = true;
+    cv_.notify_all();
     cv_.wait_for(lock, std::chrono::seconds(30), [&] { return released_; });
+  }
+  // Whether an allreduce has started, waiting at most 10 s for one.
+  bool entered() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return entered_; });
   }
   void broadcast(comm::Buffer, int) override {}
   void allgather(const comm::Buffer&, comm::Buffer) override {}
@@ -263,6 +270,7 @@ class FaultyCommunicator : public comm::Communicator {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool released_ = false;
+  bool entered_ = false;
 };
 
 void backward_one_step(torch::nn::Sequential& net, Reducer& reducer) {
@@ -368,6 +376,28 @@ TEST(ReducerFailure, AHungAllreduceEndsTheWaitAfterItsBound) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   comm.release();  // lets the communication thread finish before the reducer goes
+}
+
+// A reducer that goes while its bucket's collective hangs past the communicator's timeout (one
+// that does not honour it) does not wait on it for good: after the timeout and 5 s it stops
+// the process, saying why.
+TEST(ReducerFailure, AReducerGoingWhileACollectiveHangsStopsTheRankAfterItsBound) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto net = make_net();
+        FaultyCommunicator comm(FaultyCommunicator::Fault::hangs);
+        ReducerOptions ro;
+        ro.timeout = std::chrono::milliseconds(100);
+        {
+          Reducer reducer(net->parameters(), comm, ro);
+          backward_one_step(net, reducer);  // the bucket's allreduce starts, and hangs
+          if (!comm.entered()) std::exit(3);
+        }
+        std::exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(1),
+      "the gradient communication thread is still inside a collective 5100 ms after");
 }
 #endif
 

@@ -65,6 +65,8 @@
 #include <c10/util/strides.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "comm_backends/communicator.h"
 #include "common/errors.h"
@@ -202,12 +204,27 @@ void Reducer::prepare_cuda_staging() {
 }
 
 Reducer::~Reducer() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
+  if (comm_thread_.joinable()) {
+    std::unique_lock<std::mutex> lock(mutex_);
     stop_ = true;
+    cv_.notify_all();
+    // A bucket's collective in flight ends within the communicator's timeout. One that has not
+    // ended after it and a margin never will (its communicator does not honour its bound, as
+    // finish_backward() found): joining would hold this rank for good, with its heartbeat
+    // still beating, so it stops here, saying why.
+    const auto bound = options_.timeout + std::chrono::seconds(5);
+    if (!cv_.wait_for(lock, bound, [&] { return comm_thread_ended_; })) {
+      std::fprintf(stderr,
+                   "partrain: the gradient communication thread is still inside a collective "
+                   "%lld ms after it was asked to stop (the communicator ignores its timeout); "
+                   "exiting\n",
+                   static_cast<long long>(bound.count()));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    lock.unlock();
+    comm_thread_.join();
   }
-  cv_.notify_all();
-  if (comm_thread_.joinable()) comm_thread_.join();
   for (std::size_t k = 0; k < accumulators_.size(); ++k) {
     accumulators_[k]->del_post_hook(hooks_[k]);
   }
@@ -367,7 +384,11 @@ void Reducer::run_comm_thread() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || (next_ < buckets_.size() && ready_[next_]); });
-    if (stop_) return;
+    if (stop_) {
+      comm_thread_ended_ = true;
+      cv_.notify_all();
+      return;
+    }
     std::size_t b = next_;
     lock.unlock();
     auto start = Clock::now();

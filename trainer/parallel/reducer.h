@@ -170,6 +170,7 @@ class Reducer {
   std::condition_variable cv_;
   bool sync_ = false;
   bool stop_ = false;
+  bool comm_thread_ended_ = false;  // run_comm_thread() returned
   std::exception_ptr error_;
   double comm_busy_seconds_ = 0;
   double comm_wait_seconds_ = 0;
