@@ -31,6 +31,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -580,25 +581,36 @@ std::string describe_stops(const GroupOutcome& o, milliseconds grace) {
   return text.str();
 }
 
+// Boost.Process 1.74 looks a name up in a bp::environment (operator[], count, emplace: its
+// find()) by comparing "NAME=" with each entry through std::equal, with no length check, so it
+// reads past an entry shorter than that: ASan reports a heap-buffer-overflow where the
+// environment holds a variable of 16 to 18 characters, such as RUST_BACKTRACE=1, and RANK
+// is looked up. So the worker's environment is gathered here and handed to an empty
+// bp::environment longest entry first: each lookup then meets only entries at least as long
+// as the "NAME=VALUE" it adds.
 bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const std::string& token,
                                    const std::string& rendezvous, int master_port, int restart) {
-  bp::environment env = boost::this_process::environment();
-  const int local_world_size = plan.nodes.ranks_on(plan.node_rank);
-  env["RANK"] = std::to_string(plan.nodes.first_rank(plan.node_rank) + local_rank);
-  env["LOCAL_RANK"] = std::to_string(local_rank);
-  env["WORLD_SIZE"] = std::to_string(plan.nodes.world_size());
-  env["LOCAL_WORLD_SIZE"] = std::to_string(local_world_size);
-  env["MASTER_ADDR"] = plan.master_addr;
-  env["MASTER_PORT"] = std::to_string(master_port);
-  env["GROUP_RANK"] = std::to_string(plan.node_rank);
-  env["NODE_RANK"] = std::to_string(plan.node_rank);
-  env["PARTRAIN_RUN_TOKEN"] = token;
-  env["PARTRAIN_RENDEZVOUS"] = rendezvous;
-  env["PARTRAIN_RESTART"] = std::to_string(restart);
-  if (plan.heartbeat_interval.count() > 0) {
-    env["PARTRAIN_HEARTBEAT_S"] = std::to_string(plan.heartbeat_interval.count() / 1000.0);
+  std::map<std::string, std::string> vars;
+  for (const auto& entry : boost::this_process::environment()) {
+    // Not Windows' hidden "=C:=C:\dir" entries (a drive's current folder): a child needs none.
+    if (!entry.get_name().empty()) vars[entry.get_name()] = entry.to_string();
   }
-  if (env.count("OMP_NUM_THREADS") == 0) {
+  const int local_world_size = plan.nodes.ranks_on(plan.node_rank);
+  vars["RANK"] = std::to_string(plan.nodes.first_rank(plan.node_rank) + local_rank);
+  vars["LOCAL_RANK"] = std::to_string(local_rank);
+  vars["WORLD_SIZE"] = std::to_string(plan.nodes.world_size());
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(local_world_size);
+  vars["MASTER_ADDR"] = plan.master_addr;
+  vars["MASTER_PORT"] = std::to_string(master_port);
+  vars["GROUP_RANK"] = std::to_string(plan.node_rank);
+  vars["NODE_RANK"] = std::to_string(plan.node_rank);
+  vars["PARTRAIN_RUN_TOKEN"] = token;
+  vars["PARTRAIN_RENDEZVOUS"] = rendezvous;
+  vars["PARTRAIN_RESTART"] = std::to_string(restart);
+  if (plan.heartbeat_interval.count() > 0) {
+    vars["PARTRAIN_HEARTBEAT_S"] = std::to_string(plan.heartbeat_interval.count() / 1000.0);
+  }
+  if (vars.count("OMP_NUM_THREADS") == 0) {
     // N ranks each starting an OpenMP pool of every core would oversubscribe N times; a rank
     // bound to fewer CPUs than its share gets no more threads than it has CPUs.
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -606,9 +618,15 @@ bp::environment worker_environment(const LaunchPlan& plan, int local_rank, const
     if (!plan.local_cpus.empty()) {
       threads = std::min(threads, static_cast<unsigned>(plan.local_cpus[local_rank].size()));
     }
-    env["OMP_NUM_THREADS"] = std::to_string(threads);
+    vars["OMP_NUM_THREADS"] = std::to_string(threads);
   }
-  for (const auto& [name, value] : plan.extra_env) env[name] = value;
+  for (const auto& [name, value] : plan.extra_env) vars[name] = value;
+  std::vector<std::pair<std::string, std::string>> longest_first(vars.begin(), vars.end());
+  std::stable_sort(longest_first.begin(), longest_first.end(), [](const auto& a, const auto& b) {
+    return a.first.size() + a.second.size() > b.first.size() + b.second.size();
+  });
+  bp::environment env;
+  for (const auto& [name, value] : longest_first) env.emplace(name, value);
   return env;
 }
 

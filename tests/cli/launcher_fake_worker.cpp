@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     for (const char* name :
          {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
           "GROUP_RANK", "NODE_RANK", "PARTRAIN_RUN_TOKEN", "PARTRAIN_RENDEZVOUS",
-          "PARTRAIN_RESTART", "OMP_NUM_THREADS", "PARTRAIN_TEST_EXTRA"}) {
+          "PARTRAIN_RESTART", "OMP_NUM_THREADS", "PARTRAIN_TEST_EXTRA", "PARTRAIN_T16"}) {
       std::cout << "env " << name << "=" << env_or(name, "<unset>") << std::endl;
     }
 #if defined(__linux__)

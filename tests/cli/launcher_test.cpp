@@ -445,10 +445,31 @@ std::string launcher_env_token() {
   return token != nullptr ? token : "";
 }
 
+void set_environment(const char* name, const char* value) {
+#ifdef _WIN32
+  _putenv_s(name, value);  // "" removes it
+#else
+  if (*value == '\0') {
+    ::unsetenv(name);
+  } else {
+    ::setenv(name, value, 1);
+  }
+#endif
+}
+
+// Each rank gets its place, and the launcher's own environment besides: a variable of 16
+// characters (RUST_BACKTRACE=1 is one) passes, and one the launcher sets (RANK) is replaced.
+// Under ASan this also holds the environment's making to its bounds: Boost.Process reads past
+// such an entry when it looks a longer name up (the comment above worker_environment() in
+// launcher.cpp).
 TEST(LauncherTest, EachRankGetsItsEnvironment) {
   LaunchPlan plan = fake_plan(3, {"--print-env", "--epochs", "1"});
   plan.extra_env["PARTRAIN_TEST_EXTRA"] = "yes";
+  set_environment("PARTRAIN_T16", "abc");  // PARTRAIN_T16=abc: 16 characters
+  set_environment("RANK", "99");
   const Captured r = run_plan(plan);
+  set_environment("PARTRAIN_T16", "");
+  set_environment("RANK", "");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto first = env_of(r.out, 0);
   for (int rank = 0; rank < 3; ++rank) {
@@ -468,6 +489,7 @@ TEST(LauncherTest, EachRankGetsItsEnvironment) {
     EXPECT_NE(env["OMP_NUM_THREADS"], "<unset>");
     EXPECT_GE(std::stoi(env["OMP_NUM_THREADS"]), 1);
     EXPECT_EQ(env["PARTRAIN_TEST_EXTRA"], "yes");
+    EXPECT_EQ(env["PARTRAIN_T16"], "abc");
     EXPECT_EQ(value_after(r.out, rank, "rendezvous dir "), "exists");
   }
   const std::string token = first.at("PARTRAIN_RUN_TOKEN");
