@@ -207,13 +207,13 @@ class GlooCommunicator : public Communicator {
       if (out.bytes() <= kKeptAllgatherBytes) {
         // The scratch holds the output, then this rank's input: Gloo copies the input into its
         // block of the output with memcpy, which must not see the two be one.
-        Kept& entry =
-            kept(Kind::allgather, in.count, in.dtype, ReduceOp::sum, out.bytes() + in.bytes(),
-                 [&](std::uint8_t* scratch) -> std::unique_ptr<gloo::Algorithm> {
-                   std::vector<const std::uint8_t*> inputs{scratch + out.bytes()};
-                   return std::make_unique<gloo::AllgatherRing<std::uint8_t>>(context_, inputs,
-                                                                              scratch, bytes);
-                 });
+        Kept& entry = kept(Kind::allgather, in.count, in.dtype, ReduceOp::sum,
+                           out.bytes() + in.bytes(), [&](std::uint8_t* scratch) -> Built {
+                             std::vector<const std::uint8_t*> inputs{scratch + out.bytes()};
+                             return {std::make_unique<gloo::AllgatherRing<std::uint8_t>>(
+                                         context_, inputs, scratch, bytes),
+                                     "ring"};
+                           });
         std::memcpy(entry.scratch.data() + out.bytes(), in.data, in.bytes());
         entry.algorithm->run();
         std::memcpy(out.data, entry.scratch.data(), out.bytes());
@@ -264,11 +264,17 @@ class GlooCommunicator : public Communicator {
     const char* name;
   };
 
+  // An algorithm as it is built, and its name for last_algorithm().
+  struct Built {
+    std::unique_ptr<gloo::Algorithm> algorithm;
+    const char* name;
+  };
+
   // The kept algorithm for the key, most recently used first; where there is none, make(SCRATCH)
-  // builds it on a scratch buffer of `scratch_bytes`, under `name`.
+  // builds it on a scratch buffer of `scratch_bytes`.
   template <typename Make>
   Kept& kept(Kind kind, std::size_t count, DType dtype, ReduceOp op, std::size_t scratch_bytes,
-             Make&& make, const char* name = "ring") {
+             Make&& make) {
     auto hit = std::find_if(cache_.begin(), cache_.end(), [&](const Kept& k) {
       return k.kind == kind && k.count == count && k.dtype == dtype && k.op == op;
     });
@@ -276,8 +282,10 @@ class GlooCommunicator : public Communicator {
       if (hit != cache_.begin()) cache_.splice(cache_.begin(), cache_, hit);
       return cache_.front();
     }
-    Kept entry{kind, count, dtype, op, std::vector<std::uint8_t>(scratch_bytes), nullptr, name};
-    entry.algorithm = make(entry.scratch.data());  // the vector's storage moves with it
+    Kept entry{kind, count, dtype, op, std::vector<std::uint8_t>(scratch_bytes), nullptr, nullptr};
+    Built built = make(entry.scratch.data());  // the vector's storage moves with the entry
+    entry.algorithm = std::move(built.algorithm);
+    entry.name = built.name;
     cache_.push_front(std::move(entry));
     std::size_t bytes = 0;
     for (const auto& k : cache_) bytes += k.scratch.size();
@@ -321,29 +329,27 @@ class GlooCommunicator : public Communicator {
     if (op == ReduceOp::min) fn = gloo::ReductionFunction<T>::min;
     if (op == ReduceOp::max) fn = gloo::ReductionFunction<T>::max;
     const int count = static_cast<int>(in.count);
-    const bool small = in.bytes() < kSmallMessageBytes;
-    const bool ring = size() == 2 || (size() & (size() - 1)) != 0;  // not a power of two
-    const char* name = "halving_doubling";
-    if (kind == Kind::allreduce && !small) name = ring ? "ring_chunked" : "bcube";
-    Kept& entry = kept(
-        kind, in.count, in.dtype, op, in.bytes(),
-        [&](std::uint8_t* scratch) -> std::unique_ptr<gloo::Algorithm> {
+    Kept& entry =
+        kept(kind, in.count, in.dtype, op, in.bytes(), [&](std::uint8_t* scratch) -> Built {
           std::vector<T*> pointers{reinterpret_cast<T*>(scratch)};
           if (kind == Kind::reduce_scatter) {
-            return std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
-                context_, pointers, count, std::vector<int>(size(), static_cast<int>(out.count)),
-                fn);
+            return {std::make_unique<gloo::ReduceScatterHalvingDoubling<T>>(
+                        context_, pointers, count,
+                        std::vector<int>(size(), static_cast<int>(out.count)), fn),
+                    "halving_doubling"};
           }
-          if (small) {
-            return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count,
-                                                                       fn);
+          if (in.bytes() < kSmallMessageBytes) {
+            return {
+                std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context_, pointers, count, fn),
+                "halving_doubling"};
           }
-          if (ring) {
-            return std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn);
+          if (size() == 2 || (size() & (size() - 1)) != 0) {  // two ranks, or not a power of 2
+            return {std::make_unique<gloo::AllreduceRingChunked<T>>(context_, pointers, count, fn),
+                    "ring_chunked"};
           }
-          return std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn);
-        },
-        name);
+          return {std::make_unique<gloo::AllreduceBcube<T>>(context_, pointers, count, fn),
+                  "bcube"};
+        });
     std::memcpy(entry.scratch.data(), in.data, in.bytes());
     entry.algorithm->run();
     // Gloo's reduce-scatter leaves this rank's block at the start of the buffer.
