@@ -70,10 +70,7 @@ std::unique_ptr<Communicator> RankGroup::make_communicator(const CommOptions& op
 
 void RankGroup::tell_stopped(const std::string& why) {
   if (hosts_->ranks() == 1) return;  // nobody to tell
-  // One line, of a length a message can carry: a LibTorch error goes on with its backtrace.
-  constexpr std::size_t kLongest = 1000;
-  const std::string line = why.substr(0, std::min(why.find('\n'), kLongest));
-  const std::string sentence = format_rank_stopped(rank_, this_host_name(), line);
+  const std::string sentence = format_rank_stopped(rank_, this_host_name(), reason_of(why));
   const ScopedStoreTimeout bound(*store_, std::min(store_->timeout(), kTellStoppedBound));
   try {
     store_->set(rank_stopped_key(rank_),

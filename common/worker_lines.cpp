@@ -51,6 +51,11 @@ int parse_lost_rank_line(std::string_view line) {
   return parse_number_before(*rest, ':').value_or(-1);
 }
 
+std::string reason_of(std::string_view error) {
+  constexpr std::size_t kLongest = 1000;
+  return std::string(error.substr(0, std::min(error.find('\n'), kLongest)));
+}
+
 std::string format_rank_stopped(int rank, std::string_view host, std::string_view why) {
   return "rank " + std::to_string(rank) + " (" + std::string(host) +
          ") stopped: " + std::string(why);

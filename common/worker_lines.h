@@ -29,6 +29,10 @@ std::string format_lost_rank_line(int rank, std::string_view what);
 // R for such a line; -1 for any other line.
 int parse_lost_rank_line(std::string_view line);
 
+// WHY for the lines below that carry a rank's error to the others: its first line, at most
+// 1000 bytes of it (a LibTorch error goes on with its backtrace).
+std::string reason_of(std::string_view error);
+
 // "rank R (HOST) stopped: WHY": what a rank that stopped on an error of its own says through
 // the store (comm::RankGroup::tell_stopped()), and what a rank that lost it puts at the end of
 // its lost-rank line, after "; ". The launcher's verdict gives it.

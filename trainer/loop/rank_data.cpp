@@ -1,12 +1,12 @@
 #include "trainer/loop/rank_data.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/worker_lines.h"
 #include "trainer/data/batch_plan.h"
 #include "trainer/data/download.h"
 #include "trainer/data/sampler.h"
@@ -16,9 +16,8 @@ namespace partrain {
 
 namespace {
 // What a host's first rank sets under data-loaded/RANK when it could not load the data: this,
-// then the first line of its error, at most kLongestReason bytes of it.
+// then the reason of its error (reason_of()).
 constexpr std::string_view kLoadFailed = "failed: ";
-constexpr std::size_t kLongestReason = 1000;
 }  // namespace
 
 RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* store,
@@ -40,11 +39,9 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
       try {
         load();
       } catch (const std::exception& e) {
-        // The others stop waiting, and say why: the first line of the error, as a rank that
-        // stopped tells its peers (comm::RankGroup::tell_stopped()).
-        const std::string what = e.what();
-        const std::string failed =
-            std::string(kLoadFailed) + what.substr(0, std::min(what.find('\n'), kLongestReason));
+        // The others stop waiting, and say why, as a rank that stopped tells its peers
+        // (comm::RankGroup::tell_stopped()).
+        const std::string failed = std::string(kLoadFailed) + reason_of(e.what());
         store->set(loaded_key, std::vector<std::uint8_t>(failed.begin(), failed.end()));
         throw;
       }
