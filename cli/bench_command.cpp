@@ -654,10 +654,8 @@ void check_args(const BenchArgs& args, int world) {
   comm::parse_algorithm_request(args.algorithm);
   const std::string congestion = comm::tcp_congestion_problem(args.tcp_congestion);
   PARTRAIN_CHECK(congestion.empty(), UsageError, "bench: --tcp-congestion ", congestion);
-  PARTRAIN_CHECK(
-      args.timeout_s >= comm::kMinTimeoutSeconds && args.timeout_s <= comm::kMaxTimeoutSeconds,
-      UsageError, "bench: --timeout-s ", args.timeout_s, " is out of range (",
-      comm::kMinTimeoutSeconds, " to ", comm::kMaxTimeoutSeconds, " s)");
+  const std::string timeout_problem = comm::timeout_seconds_problem(args.timeout_s);
+  PARTRAIN_CHECK(timeout_problem.empty(), UsageError, "bench: --timeout-s ", timeout_problem);
   PARTRAIN_CHECK(args.warmup >= 0 && args.iters >= 0, UsageError,
                  "bench: --iters and --warmup must be 0 or more");
   const auto backends = split(args.backends);

@@ -217,10 +217,9 @@ std::string today() {
 
 int run_bench(const RendezvousArgs& args) {
   PARTRAIN_CHECK(args.world >= 1, UsageError, "bench rendezvous: --world must be at least 1");
-  PARTRAIN_CHECK(
-      args.timeout_s >= comm::kMinTimeoutSeconds && args.timeout_s <= comm::kMaxTimeoutSeconds,
-      UsageError, "bench rendezvous: --timeout-s ", args.timeout_s, " is out of range (",
-      comm::kMinTimeoutSeconds, " to ", comm::kMaxTimeoutSeconds, " s)");
+  const std::string timeout_problem = comm::timeout_seconds_problem(args.timeout_s);
+  PARTRAIN_CHECK(timeout_problem.empty(), UsageError, "bench rendezvous: --timeout-s ",
+                 timeout_problem);
   const auto world = static_cast<std::uint64_t>(args.world);
   // The server holds one descriptor a rank: past this process's limit, nothing else helps.
   const comm::net::OpenFileLimit limit = comm::net::raise_open_file_limit();

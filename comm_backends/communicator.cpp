@@ -54,6 +54,12 @@ void check_options(const CommOptions& options, int rank, int size) {
 
 std::optional<std::string> usable_anywhere(const Placement&) { return std::nullopt; }
 
+std::string timeout_seconds_problem(double seconds) {
+  if (seconds >= kMinTimeoutSeconds && seconds <= kMaxTimeoutSeconds) return "";
+  return detail::concat(seconds, " is out of range (", kMinTimeoutSeconds, " to ",
+                        kMaxTimeoutSeconds, " s)");
+}
+
 std::string tcp_congestion_problem(const std::string& request) {
   return net::congestion_problem(request);
 }

@@ -32,6 +32,9 @@ class Store;
 // wait it bounds ends within a week.
 inline constexpr double kMinTimeoutSeconds = 0.1;
 inline constexpr double kMaxTimeoutSeconds = 7 * 86400.0;
+// What is wrong with a timeout of `seconds` given on a command line ("X is out of range (...)",
+// NaN too), or "".
+std::string timeout_seconds_problem(double seconds);
 
 struct CommOptions {
   std::string backend = "auto";  // gloo | asio-ring | shm | hierarchical | nccl | auto

@@ -47,6 +47,9 @@ constexpr int kAcceptBurst = 1024;
 // The listen backlog asked for: the kernel caps it at its own limit (net.core.somaxconn), so
 // a host tuned for large jobs gets what it allows.
 constexpr int kListenBacklog = 65535;
+// What the nodes of a multi-node `partrain run` derive their run token from, as the messages
+// about a token that differs name it (choose_run_token(), cli/launcher.cpp).
+constexpr const char* kTokenSources = "config, --nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN";
 
 std::vector<std::uint8_t> encode_i64(std::int64_t value) {
   std::vector<std::uint8_t> out(8);
@@ -352,10 +355,9 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     const int port = socket_.local_endpoint(ignored).port();
     std::fprintf(stderr,
                  "partrain: tcp store on port %d refused a partrain process at %s: its run token "
-                 "differs from this run's (a node whose command differs from this one's: config, "
-                 "--nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN; or another job using this "
-                 "port)\n",
-                 port, address.c_str());
+                 "differs from this run's (a node whose command differs from this one's: %s; or "
+                 "another job using this port)\n",
+                 port, address.c_str(), kTokenSources);
     std::fflush(stderr);
   }
 
@@ -716,9 +718,9 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   PARTRAIN_CHECK(!got.ok() || std::memcmp(answer, kStoreRefuse, 8) != 0, UsageError,
                  "tcp store at ", endpoint_,
                  " belongs to another run: its run token differs from this one's (another job "
-                 "uses this port, or this node's command differs from the master's: config, "
-                 "--nnodes, --nproc-per-node or PARTRAIN_RUN_TOKEN); use another --master-port, "
-                 "or the same command and token on every node");
+                 "uses this port, or this node's command differs from the master's: ",
+                 kTokenSources,
+                 "); use another --master-port, or the same command and token on every node");
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
@@ -814,8 +816,8 @@ std::string TcpStore::refused_note() const {
   std::string from;
   for (const auto& address : refused) from += (from.empty() ? "" : ", ") + address;
   return "; meanwhile it refused partrain processes with another run's token, from " + from +
-         " (a node whose command differs from this one's: config, --nnodes, --nproc-per-node "
-         "or PARTRAIN_RUN_TOKEN; its own output says which)";
+         " (a node whose command differs from this one's: " + kTokenSources +
+         "; its own output says which)";
 }
 
 std::vector<std::uint8_t> TcpStore::get(const std::string& key) {
