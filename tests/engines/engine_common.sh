@@ -64,23 +64,42 @@ wait_for() {
   exit 1
 }
 
-# A TCP port on 127.0.0.1 that was free a moment ago, and the one above it too.
+# A TCP port on 127.0.0.1 that was free a moment ago, and the one above it too. Drawn below the
+# kernel's ephemeral range, where no outgoing connection or port-0 listener of a test running
+# beside this one can take it before the run binds it; at most 200 draws, then the kernel's pick.
 free_port_pair() {
   "$python" - <<'PY'
-import socket
-for _ in range(100):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    t = socket.socket()
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+def pair_free(port):
+    held = []
     try:
-        t.bind(("127.0.0.1", port + 1))
+        for p in (port, port + 1):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", p))
+        return held[0].getsockname()[1]
     except OSError:
-        continue
+        return 0
     finally:
-        t.close()
+        for s in held:
+            s.close()
+candidates = [random.randint(max(1024, low - 20000), low - 2) for _ in range(200)] if low > 3000 else []
+for port in candidates:
+    if pair_free(port):
+        print(port)
+        break
+else:
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
         s.close()
-    print(port)
-    break
+        if pair_free(port):
+            print(port)
+            break
 PY
 }

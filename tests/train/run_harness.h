@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -189,16 +191,34 @@ inline std::optional<int> wait_exit(pid_t pid, std::chrono::seconds bound) {
 }
 
 // A port nothing listens on now (bound, read back and closed: a test's store takes it next).
+// It is drawn below the kernel's ephemeral range, so that no outgoing connection or listener on
+// port 0 of a test running beside this one can take it before the store binds it; the draw tries
+// at most 200 ports, then falls back to one the kernel picks.
 inline int unused_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  int ephemeral_low = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> ephemeral_low;
+  const auto bindable = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    close(fd);
+    return bound ? static_cast<int>(ntohs(addr.sin_port)) : 0;
+  };
+  const int high = ephemeral_low - 1, low = std::max(1024, ephemeral_low - 20000);
+  if (high > low) {
+    std::mt19937 draw(std::random_device{}());
+    std::uniform_int_distribution<int> pick(low, high);
+    for (int attempt = 0; attempt < 200; ++attempt)
+      if (const int port = bindable(pick(draw)); port != 0) return port;
+  }
+  const int port = bindable(0);
+  EXPECT_NE(port, 0) << "no free port on 127.0.0.1";
+  return port;
 }
 
 // Ranks as an engine starts them (RANK, WORLD_SIZE, a rendezvous), each reading `cfg` with the
