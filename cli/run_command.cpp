@@ -25,8 +25,11 @@
 #include "comm_backends/placement.h"
 #include "comm_backends/rank_group.h"
 #include "comm_backends/store/store.h"
+#include "comm_backends/store/tcp_store.h"
 #include "trainer/parity/parity.h"
 #include "common/errors.h"
+#include "common/heartbeat.h"
+#include "common/host_name.h"
 #include "common/output_lock.h"
 #include "trainer/config/config.h"
 #include "trainer/config/config_agreement.h"
@@ -182,7 +185,48 @@ void compare_with_reference(const Config& config) {
             << " (" << config.output_dir << "/parity.md, parity.svg)\n";
 }
 
+// Note [A node that could not start]
+// A node of a multi-node `partrain run` that fails before its ranks start (its config missing
+// or invalid on that host, its output folder held by another run) has no rank to tell the others
+// through the store, and without the config it cannot derive the run token the store asks for.
+// Rank 0's ranks, and those of every other node, would wait for its ranks until comm.timeout_s,
+// then name ranks that did not arrive, without a reason. So the node tells the tcp store at
+// --master-addr:--master-port one line, "node N (HOST) could not start its ranks: WHY", in a
+// notice the server takes without a token (tell_tcp_store(), comm_backends/store/tcp_store.h):
+// the server says it on the master's stderr at once and keeps it, and rank 0, while the ranks
+// hold their configs against its own (settle() in trainer/config/config_agreement.cpp), ends
+// that check with the line, which every rank that came stops with (exit 2). A notice that comes
+// once the ranks have met only adds to the master's stderr and to its store timeouts' messages:
+// it cannot stop a run that formed. Where the master is not there yet the node retries, for
+// at most kTellReachBound (10 s), before it exits with its own error.
+void tell_master_this_node_stopped(const RunOptions& o, const std::string& why) {
+  if (o.node_rank <= 0 || o.master_port <= 0 || o.master_addr.empty()) return;
+  const std::string store = o.master_addr + ":" + std::to_string(o.master_port);
+  const TimedStderrLine note(
+      "partrain: node " + std::to_string(o.node_rank) + " stopped; telling node 0's tcp store at " +
+          store + " why (at most " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::seconds>(kTellReachBound).count()) +
+          " s)",
+      std::chrono::seconds(3), std::chrono::seconds(0));
+  comm::tell_tcp_store(o.master_addr, o.master_port,
+                       "node " + std::to_string(o.node_rank) + " (" + this_host_name() +
+                           ") could not start its ranks: " + why,
+                       kTellReachBound);
+}
+
+int run_node(const RunOptions& o);
+
 int run(const RunOptions& o) {
+  try {
+    return run_node(o);
+  } catch (const std::exception& e) {
+    tell_master_this_node_stopped(o, e.what());
+    throw;
+  }
+}
+
+int run_node(const RunOptions& o) {
   std::vector<std::string> overrides = o.config.overrides;
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
   if (o.trace) overrides.push_back("observe.trace=true");

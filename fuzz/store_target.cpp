@@ -1,6 +1,7 @@
 // The tcp store port: a byte stream played through the server's parsing and serving exactly
-// as a Session does (hello, token, then requests), minus the socket. Values set are checked
-// to read back, and no announced size is allocated before it is checked.
+// as a Session does (hello, token, then requests; or a notice's hello and its line), minus the
+// socket. Values set are checked to read back, and no announced size is allocated before it is
+// checked.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +41,19 @@ void fuzz_store(const std::uint8_t* data, std::size_t size) {
   Stream stream{data, size};
   const std::uint8_t* hello = nullptr;
   if (!stream.take(comm::kStoreHelloBytes, hello)) return;
+  // A notice: its announced length checked before it is read, and kept as one line.
+  if (std::uint32_t text_bytes = 0; comm::parse_store_notice(hello, text_bytes)) {
+    if (text_bytes > comm::kMaxNoticeBytes) throw InvariantBroken("store: oversized notice passes");
+    const std::uint8_t* text = nullptr;
+    if (!stream.take(text_bytes, text)) return;
+    const std::string line = comm::notice_line(std::vector<std::uint8_t>(text, text + text_bytes));
+    if (line.size() != text_bytes || std::any_of(line.begin(), line.end(), [](char c) {
+          return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        })) {
+      throw InvariantBroken("store: a notice keeps a control byte or changes length");
+    }
+    return;
+  }
   std::uint32_t token_bytes = 0;
   if (!comm::parse_store_hello(hello, token_bytes)) return;
   if (token_bytes > comm::kMaxTokenBytes) throw InvariantBroken("store: oversized token passes");

@@ -65,10 +65,13 @@ put("ring", "address-v6", bytes([1]) + b"[::1]:80")
 # Store: hello | token | set k=v | get k | add n 5 | add n -2 | get absent
 def request(command, key, value=b""):
     return struct.pack("<BII", command, len(key), len(value)) + key + value
-store = b"PTSTORE1" + struct.pack("<II", 1, len(token)) + token
+store = b"PTSTORE1" + struct.pack("<II", 4, len(token)) + token
 store += request(1, b"k", b"value") + request(2, b"k") + request(3, b"n", struct.pack("<q", 5))
 store += request(3, b"n", struct.pack("<q", -2)) + request(2, b"absent")
 put("store", "conversation", store)
+# A notice: hello | a line with a newline and a tab in it
+line = b"node 1 (h) could not start its ranks:\n\tcannot open config file"
+put("store", "notice", b"PTSTNOTE" + struct.pack("<II", 4, len(line)) + line)
 
 # Layout: u8 world - 1 | "PTL2" | hosts (length, identity) | per host CPUs (u32), room (u64)
 # | runs (host, count): hosts a and b, ranks 0-1 on a, 2 on b, 3 on a

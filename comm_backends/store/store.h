@@ -61,6 +61,10 @@ class Store {
   // so only the readings still missing cost a round trip each. Null for a store without a
   // server (the file store).
   virtual std::optional<ServerClockReading> server_clock(int /*readings*/) { return std::nullopt; }
+  // The lines that partrain processes which could not join the run told the server this
+  // process hosts (tell_tcp_store() in tcp_store.h), in the order they came; empty where this
+  // process hosts none.
+  virtual std::vector<std::string> notices() const { return {}; }
   virtual std::chrono::milliseconds timeout() const = 0;
   // Changes the bound on every later request and wait (a failure trace shortens it, so an
   // unreachable store costs a grace period, not a whole timeout).

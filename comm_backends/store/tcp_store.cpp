@@ -74,6 +74,20 @@ bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
          get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && token_bytes <= kMaxTokenBytes;
 }
 
+bool parse_store_notice(const std::uint8_t* hello, std::uint32_t& text_bytes) {
+  text_bytes = get_le<std::uint32_t>(hello + 12);
+  return std::memcmp(hello, kStoreNoticeMagic, 8) == 0 &&
+         get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && text_bytes <= kMaxNoticeBytes;
+}
+
+std::string notice_line(const std::vector<std::uint8_t>& text) {
+  std::string line(text.begin(), text.end());
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return line;
+}
+
 bool parse_store_request(const std::uint8_t* header, StoreRequestHeader& request) {
   request.command = header[0];
   request.key_bytes = get_le<std::uint32_t>(header + 1);
@@ -265,6 +279,8 @@ struct TcpStoreServer::State {
   // Partrain clients refused for another run's token, by address (refused_clients()).
   mutable std::mutex refused_mutex;
   std::vector<std::string> refused;
+  // What partrain processes that could not join told (notices()), under the same mutex.
+  std::vector<std::string> notices;
   // Read by other threads.
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::int64_t> first_connection_ns{0};  // steady clock; 0: nobody yet
@@ -361,6 +377,38 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     std::fflush(stderr);
   }
 
+  // A partrain process that could not join (a node that could not read its config, say): its
+  // line is kept for the ranks of this host (TcpStoreServer::notices()) and said here at once.
+  void keep_notice(const std::string& line) {
+    boost::system::error_code ec;
+    const auto peer = socket_.remote_endpoint(ec);
+    const std::string address = ec ? std::string("an unknown address") : peer.address().to_string();
+    {
+      std::lock_guard<std::mutex> lock(state_.refused_mutex);
+      if (state_.notices.size() >= TcpStoreServer::kNoticesKept) return;
+      state_.notices.push_back(line);
+    }
+    boost::system::error_code ignored;
+    const int port = socket_.local_endpoint(ignored).port();
+    std::fprintf(stderr, "partrain: tcp store on port %d: the partrain process at %s says: %s\n",
+                 port, address.c_str(), line.c_str());
+    std::fflush(stderr);
+  }
+
+  // The text of a notice's hello, then the answer that it was heard; the hello timer bounds it.
+  void read_notice(std::uint32_t text_bytes) {
+    body_.resize(text_bytes);
+    asio::async_read(socket_, asio::buffer(body_),
+                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                       if (ec) return self->close();
+                       self->keep_notice(notice_line(self->body_));
+                       asio::async_write(self->socket_, asio::buffer(kStoreNoted, 8),
+                                         [self](const boost::system::error_code&, std::size_t) {
+                                           self->close();
+                                         });
+                     });
+  }
+
   // The hello timer still runs, so a client that never reads the answer is dropped too.
   void refuse() {
     asio::async_write(socket_, asio::buffer(kStoreRefuse, 8),
@@ -371,6 +419,9 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
 
   void on_hello() {
     std::uint32_t token_bytes = 0;
+    if (std::uint32_t text_bytes = 0; parse_store_notice(header_, text_bytes)) {
+      return read_notice(text_bytes);
+    }
     if (!parse_store_hello(header_, token_bytes)) return close();
     body_.resize(token_bytes);
     asio::async_read(
@@ -691,6 +742,11 @@ std::vector<std::string> TcpStoreServer::refused_clients() const {
   return state_->refused;
 }
 
+std::vector<std::string> TcpStoreServer::notices() const {
+  std::lock_guard<std::mutex> lock(state_->refused_mutex);
+  return state_->notices;
+}
+
 // ---- client ---------------------------------------------------------------------------------
 
 TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& options)
@@ -811,13 +867,19 @@ bool TcpStore::wait_for(const std::string& key, std::chrono::milliseconds timeou
 
 std::string TcpStore::refused_note() const {
   if (!server_) return "";
+  std::string note;
+  for (const auto& line : server_->notices()) note += "; meanwhile it was told: " + line;
   const std::vector<std::string> refused = server_->refused_clients();
-  if (refused.empty()) return "";
+  if (refused.empty()) return note;
   std::string from;
   for (const auto& address : refused) from += (from.empty() ? "" : ", ") + address;
-  return "; meanwhile it refused partrain processes with another run's token, from " + from +
+  return note + "; meanwhile it refused partrain processes with another run's token, from " + from +
          " (a node whose command differs from this one's: " + kTokenSources +
          "; its own output says which)";
+}
+
+std::vector<std::string> TcpStore::notices() const {
+  return server_ ? server_->notices() : std::vector<std::string>{};
 }
 
 std::vector<std::uint8_t> TcpStore::get(const std::string& key) {
@@ -911,6 +973,28 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
     PARTRAIN_CHECK(wait_for(key, std::max(left, std::chrono::milliseconds(0)), false, nullptr),
                    CommError, "tcp store ", endpoint_, ": key '", key, "' did not appear within ",
                    timeout.count(), " ms", refused_note());
+  }
+}
+
+bool tell_tcp_store(const std::string& host, int port, const std::string& line,
+                    std::chrono::milliseconds bound) {
+  try {
+    asio::io_context io;
+    tcp::socket socket(io);
+    const auto deadline = net::deadline_after(bound);
+    if (!net::connect_with_retry(io, socket, host, port, deadline)) return false;
+    const std::string text = line.substr(0, kMaxNoticeBytes);
+    std::vector<std::uint8_t> hello(kHelloBytes);
+    std::memcpy(hello.data(), kStoreNoticeMagic, 8);
+    put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
+    put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(text.size()));
+    hello.insert(hello.end(), text.begin(), text.end());
+    const auto sent = net::write_all(io, socket, hello.data(), hello.size(), deadline);
+    char answer[8] = {};
+    const auto got = sent.ok() ? net::read_exact(io, socket, answer, 8, deadline) : sent;
+    return got.ok() && std::memcmp(answer, kStoreNoted, 8) == 0;
+  } catch (const std::exception&) {
+    return false;  // a name that does not resolve, say: nobody to tell
   }
 }
 

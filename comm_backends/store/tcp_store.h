@@ -4,7 +4,10 @@
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
 // the server answers kStoreAccept, then u32 bytes | the identity of its steady clock
 // (steady_clock_identity(): a client that shares it reads the server's clock itself), or
-// kStoreRefuse for a wrong token, or closes. Then each
+// kStoreRefuse for a wrong token, or closes. A client may open with kStoreNoticeMagic instead:
+// the same version, then u32 bytes | a line of text (at most kMaxNoticeBytes), from a partrain
+// process that could not join the run (tell_tcp_store()); the server keeps the line, says it on
+// stderr, answers kStoreNoted and closes. Then each
 // request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
 // with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes), and each answer
@@ -45,6 +48,10 @@ inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'}
 // Sent, before closing, to a client whose hello was well formed but whose run token is not
 // this store's: another job on the same port, which deserves to be told so.
 inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
+// The hello of a notice (tell_tcp_store()), and the server's answer that it has the line.
+inline constexpr char kStoreNoticeMagic[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'E'};
+inline constexpr char kStoreNoted[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'D'};
+inline constexpr std::uint32_t kMaxNoticeBytes = 2048;
 // 2: wait; 3: get many, clock; 4: the server's clock in every answer and its identity in the
 // hello's.
 inline constexpr std::uint32_t kStoreProtocolVersion = 4;
@@ -60,6 +67,10 @@ inline constexpr std::size_t kStoreResponseBytes = 13;  // status, value length,
 
 // Checks the magic, version and token length of a hello; sets the token bytes to read next.
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes);
+// Checks the magic, version and length of a notice's hello; sets the text bytes to read next.
+bool parse_store_notice(const std::uint8_t* hello, std::uint32_t& text_bytes);
+// A notice's text as the server keeps and prints it: one line, control bytes as spaces.
+std::string notice_line(const std::vector<std::uint8_t>& text);
 
 struct StoreRequestHeader {
   std::uint8_t command = 0;
@@ -130,6 +141,10 @@ class TcpStoreServer {
   // as it came: the node it is on stopped at once, while this run's ranks wait for it.
   std::vector<std::string> refused_clients() const;
   static constexpr std::size_t kRefusedNamed = 8;
+  // The lines partrain processes that could not join told this server (tell_tcp_store()), the
+  // first kNoticesKept of them, in the order they came; each was also said on stderr.
+  std::vector<std::string> notices() const;
+  static constexpr std::size_t kNoticesKept = 8;
 
   struct State;  // io context, acceptor, data; shared with pending handlers
 
@@ -153,6 +168,7 @@ class TcpStore : public Store {
   bool check(const std::vector<std::string>& keys) override;
   std::vector<std::vector<std::uint8_t>> get_many(const std::vector<std::string>& keys) override;
   std::optional<ServerClockReading> server_clock(int readings) override;
+  std::vector<std::string> notices() const override;
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -168,10 +184,11 @@ class TcpStore : public Store {
   // more than its own bound on the round trip.
   Answer request(StoreCommand command, const std::string& key,
                  const std::vector<std::uint8_t>& value, std::chrono::milliseconds wait_ms = {});
-  // One wait request: true when the key is there, false when `timeout` passed first.
-  // Where this store hosts the server and it refused a client for another run's token: why a
-  // key may never come, for the end of a timeout's message ("" otherwise).
+  // Where this store hosts the server and it refused a client for another run's token, or was
+  // told by one that could not join: why a key may never come, for the end of a timeout's
+  // message ("" otherwise).
   std::string refused_note() const;
+  // One wait request: true when the key is there, false when `timeout` passed first.
   bool wait_for(const std::string& key, std::chrono::milliseconds timeout, bool wants_value,
                 std::vector<std::uint8_t>* value);
 
@@ -186,5 +203,14 @@ class TcpStore : public Store {
   int clock_readings_ = 0;                        // answers received so far
   std::optional<ServerClockReading> best_clock_;  // the one with the shortest round trip
 };
+
+// Tells the tcp store server at host:port, which needs no run token for it, one line from a
+// partrain process that could not join the run: a node of a multi-node `partrain run` whose
+// config it could not read cannot derive the run's token, and the server's ranks would
+// otherwise wait for it until their timeout. Connects (retrying while nothing listens yet),
+// sends and waits for the server's answer within `bound`; true where the server has the line.
+// Never throws.
+bool tell_tcp_store(const std::string& host, int port, const std::string& line,
+                    std::chrono::milliseconds bound);
 
 }  // namespace partrain::comm

@@ -264,6 +264,35 @@ TEST(Rendezvous, ABarrierNamesTheRanksThatDidNotArrive) {
   });
 }
 
+// A rank that learns the missing ranks will not come stops waiting (stop_waiting) and releases
+// the ranks that came; one that comes later passes at once. Without that news the sliced wait
+// keeps its bound and names who is missing.
+TEST(Rendezvous, ABarrierThatStopsWaitingReleasesTheRanksThatCame) {
+  TcpStore host("127.0.0.1", 0, options(true));
+  testing::run_ranks(2, [&](int rank) {
+    TcpStore store("127.0.0.1", host.port(), options(false));
+    if (rank == 1) {
+      EXPECT_TRUE(store_barrier(store, "b", 1, 3, milliseconds(20000)));
+      return;
+    }
+    EXPECT_FALSE(store_barrier(store, "b", 0, 3, milliseconds(20000),
+                               [&] { return store_barrier_arrivals(store, "b") == 2; }));
+    store_barrier_release(store, "b");
+  });
+  TcpStore late("127.0.0.1", host.port(), options(false));
+  EXPECT_TRUE(store_barrier(late, "b", 2, 3, milliseconds(100)));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store_barrier(late, "c", 0, 2, milliseconds(250), [] { return false; });
+    ADD_FAILURE() << "the barrier let rank 0 through without rank 1";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1 did not arrive within 250 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(250));
+}
+
 TEST(Rendezvous, ThePublishedLayoutReadsBackAndABadOneIsRefused) {
   const HostLayout layout = group_by_host({"a", "a", "b", "a", "c", "c"});
   const std::vector<std::uint8_t> bytes = encode_host_layout(layout);

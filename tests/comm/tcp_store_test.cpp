@@ -128,6 +128,50 @@ TEST(TcpStore, AHostNamesTheClientsItRefusedForAnotherRunsToken) {
   }
 }
 
+// A partrain process that could not join (a node that could not read its config) tells the
+// server one line without a token: kept once, said on stderr at once, answered, and named at the
+// end of the hosting store's timeouts. A client of the run is told nothing, and a notice too
+// long for the protocol is closed unread.
+TEST(TcpStore, ANodeThatCouldNotStartIsHeardWithoutAToken) {
+  TcpStore host("127.0.0.1", 0, options("right", true));
+  EXPECT_EQ(host.notices(), std::vector<std::string>{});
+  ::testing::internal::CaptureStderr();
+  EXPECT_TRUE(tell_tcp_store("127.0.0.1", host.port(),
+                             "node 1 (h7) could not start its ranks: a.yaml:\ncannot open",
+                             milliseconds(5000)));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  const std::string line = "node 1 (h7) could not start its ranks: a.yaml: cannot open";
+  EXPECT_EQ(host.notices(), std::vector<std::string>{line});
+  EXPECT_EQ(host.server()->notices(), std::vector<std::string>{line});
+  EXPECT_NE(said.find("partrain: tcp store on port " + std::to_string(host.port()) +
+                      ": the partrain process at 127.0.0.1 says: " + line + "\n"),
+            std::string::npos)
+      << said;
+  std::string hello(kStoreNoticeMagic, 8);
+  hello += std::string("\x04\x00\x00\x00\x01\x08\x00\x00", 8);  // 2049 bytes
+  EXPECT_TRUE(stranger_is_closed(host.port(), hello));
+  EXPECT_EQ(host.notices().size(), 1u);
+  host.set_timeout(milliseconds(100));
+  try {
+    host.get("never");
+    ADD_FAILURE() << "a key nobody set was found";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("; meanwhile it was told: " + line), std::string::npos)
+        << e.what();
+  }
+  TcpStore client("127.0.0.1", host.port(), options("right", false));
+  EXPECT_EQ(client.notices(), std::vector<std::string>{});
+  // Nobody listening: the teller gives up at its bound, without an error.
+  int closed_port = 0;
+  {
+    TcpStore gone("127.0.0.1", 0, options("x", true));
+    closed_port = gone.port();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(tell_tcp_store("127.0.0.1", closed_port, "nobody hears this", milliseconds(300)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
 TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {
   TcpStore host("127.0.0.1", 0, options("tok", true));
   EXPECT_TRUE(stranger_is_closed(host.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));

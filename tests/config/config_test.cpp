@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "comm_backends/algorithms/algorithm_choice.h"
 #include "comm_backends/communicator.h"
+#include "comm_backends/store/tcp_store.h"
 #include "common/errors.h"
 #include "trainer/config/config_agreement.h"
 
@@ -752,6 +754,45 @@ TEST(ShippedConfigs, AllValidate) {
       load_config((fs::path(root) / "examples" / "torchscript_fashion_mnist.yaml").string(),
                   {"model.torchscript=" + model.string()}));
   fs::remove(model);
+}
+
+// A node that could not start its ranks (Note [A node that could not start] in
+// cli/run_command.cpp) tells rank 0's store server why, without the run token it could not
+// derive; rank 0 ends the config check with that line, and every rank that came stops with it
+// (exit 2) long before its timeout, while the ranks of that node never come.
+TEST_F(ConfigTest, RanksStopWithTheLineOfANodeThatCouldNotStart) {
+  const std::string agreement = agreement_json(load_config(write("strategy: ddp\n")));
+  comm::StoreOptions options;
+  options.token = "run";
+  options.timeout = std::chrono::seconds(20);
+  options.world_size = 3;
+  options.host_server = true;
+  comm::TcpStore host("127.0.0.1", 0, options);
+  options.host_server = false;
+  options.rank = 1;
+  comm::TcpStore client("127.0.0.1", host.port(), options);
+  const std::string line = "node 1 (h9) could not start its ranks: a.yaml: cannot open config file";
+  const auto start = std::chrono::steady_clock::now();
+  std::string said[2];
+  std::thread ranks[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks[rank] = std::thread([&, rank] {
+      try {
+        agree_on_config(rank == 0 ? static_cast<comm::Store&>(host) : client, agreement, rank, 3,
+                        std::chrono::seconds(20));
+      } catch (const UsageError& e) {
+        said[rank] = e.what();
+      } catch (const std::exception& e) {
+        said[rank] = std::string("not a usage error: ") + e.what();
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both wait for rank 2
+  EXPECT_TRUE(comm::tell_tcp_store("127.0.0.1", host.port(), line, std::chrono::seconds(5)));
+  for (auto& rank : ranks) rank.join();
+  EXPECT_EQ(said[0], line);
+  EXPECT_EQ(said[1], line);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 // What ranks must agree on: keys a host may set its own way leave the agreement text alone; any

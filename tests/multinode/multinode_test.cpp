@@ -3,8 +3,8 @@
 // differ, real TCP between 10.x addresses. What a user of two machines would do, and what
 // must hold: one run forms, DDP across hosts equals one process at the global batch (also with
 // data.balance auto moving samples between hosts), a resume agrees without a shared
-// filesystem, strangers on the store port are refused, and a pulled cable, a killed launcher
-// or a frozen rank stops every launcher, naming whom it lost.
+// filesystem, strangers on the store port are refused, and a pulled cable, a killed launcher,
+// a frozen rank or a node that cannot read its config stops every launcher, naming whom it lost.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -71,6 +71,19 @@ std::vector<HostRun> start_on_hosts(const NetnsHosts& hosts, const fs::path& dir
   for (int h = 0; h < hosts.count(); ++h) {
     runs.push_back(start_node(hosts, h, dir, config, master, port, nproc_per_node, extra,
                               "host" + std::to_string(h)));
+  }
+  return runs;
+}
+
+// One rank on each host, host 0 the master on `port`; each host's config and extra arguments
+// its own (a file only one host has, a folder only one host lacks).
+std::vector<HostRun> start_one_rank_each(
+    const NetnsHosts& hosts, const fs::path& dir, int port,
+    const std::vector<std::pair<fs::path, std::vector<std::string>>>& per_host) {
+  std::vector<HostRun> runs;
+  for (int h = 0; h < static_cast<int>(per_host.size()); ++h) {
+    runs.push_back(start_node(hosts, h, dir, per_host[h].first, hosts.address(0), port, "1",
+                              per_host[h].second, "host" + std::to_string(h)));
   }
   return runs;
 }
@@ -477,11 +490,10 @@ TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost)
   };
   const fs::path nowhere = dir / "nowhere";
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<HostRun> runs = {
-      start_node(hosts, 0, dir, config, hosts.address(0), kPortBase + 80, "1",
-                 with_root("/usr/share/datasets/fashion-mnist"), "host0"),
-      start_node(hosts, 1, dir, config, hosts.address(0), kPortBase + 80, "1",
-                 with_root(nowhere.string()), "host1")};
+  const std::vector<HostRun> runs =
+      start_one_rank_each(hosts, dir, kPortBase + 80,
+                          {{config, with_root("/usr/share/datasets/fashion-mnist")},
+                           {config, with_root(nowhere.string())}});
   const auto codes = finish(runs, std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{1, 2})) << logs(runs);
   const std::string why = ") stopped: fashion-mnist: " + nowhere.string();
@@ -495,6 +507,35 @@ TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost)
   EXPECT_NE(host0.find("it lost rank 1, which stopped on "), std::string::npos) << logs(runs);
   // Well inside comm.timeout_s (20 s), which host 0 would otherwise have waited out.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << logs(runs);
+  expect_no_process_left(hosts, 0);
+  expect_no_process_left(hosts, 1);
+}
+
+// A node whose config cannot be read on its host starts no rank and cannot derive the run token;
+// it tells host 0's store why all the same (Note [A node that could not start] in
+// cli/run_command.cpp), and host 0's launcher stops at once with that line (exit 2), where its
+// ranks would otherwise have waited out comm.timeout_s (20 s) for ranks that never come.
+TEST(TwoHostsFailures, ANodeThatCannotReadItsConfigIsNamedOnTheOtherHostAtOnce) {
+  NetnsHosts hosts(2);
+  if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
+  auto dir = scratch("two_hosts_config_missing");
+  const fs::path config = small_config(dir, 1);
+  const fs::path missing = dir / "not-on-this-host.yaml";
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<HostRun> runs =
+      start_one_rank_each(hosts, dir, kPortBase + 84,
+                          {{config, small_overrides("gloo")}, {missing, small_overrides("gloo")}});
+  const auto codes = finish(runs, std::chrono::seconds(60));
+  EXPECT_EQ(codes, (std::vector<int>{2, 2})) << logs(runs);
+  const std::string why = missing.string() + ": cannot open config file";
+  EXPECT_NE(read_text(runs[1].log).find(why), std::string::npos) << logs(runs);
+  const std::string host0 = read_text(runs[0].log);
+  EXPECT_NE(host0.find("the partrain process at " + hosts.address(1) + " says: node 1 ("),
+            std::string::npos)
+      << logs(runs);
+  EXPECT_NE(host0.find(") could not start its ranks: " + why), std::string::npos) << logs(runs);
+  EXPECT_EQ(host0.find("did not arrive"), std::string::npos) << logs(runs);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12)) << logs(runs);
   expect_no_process_left(hosts, 0);
   expect_no_process_left(hosts, 1);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -114,17 +115,39 @@ std::vector<std::uint8_t> bytes_of(const std::string& text) { return {text.begin
 // After every rank has compared its config (or said why it stopped): the line one rank
 // published, if any, once every rank holds it; nullopt where all agree. Both barriers together
 // take at most `timeout`.
+//
+// Rank 0 serves the store, and a node that could not start its ranks (its config unreadable,
+// say) may have told that server why (Store::notices(), tell_tcp_store()): its ranks will not
+// come. Rank 0 then publishes that line as a differing rank would, ends the check for the ranks
+// that came, holds the store until they have read the line, and every one of them stops with it
+// instead of waiting out `timeout` (Note [A node that could not start]).
 std::optional<std::string> settle(comm::Store& store, int rank, int size,
                                   std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  comm::store_barrier(store, "config/checked", rank, size, timeout);
+  const std::string checked = "config/checked", told = "config/told";
+  std::function<bool()> told_of_a_node;
+  if (rank == 0) told_of_a_node = [&store] { return !store.notices().empty(); };
+  if (!comm::store_barrier(store, checked, rank, size, timeout, told_of_a_node)) {
+    if (!store.check({kDiffersKey})) store.set(kDiffersKey, bytes_of(store.notices().front()));
+    comm::store_barrier_release(store, checked);
+    const std::int64_t came = comm::store_barrier_arrivals(store, checked);
+    try {
+      comm::store_barrier(store, told, rank, size, time_left(deadline), [&store, &told, came] {
+        return comm::store_barrier_arrivals(store, told) >= came;
+      });
+    } catch (const CommError&) {
+    }
+    comm::store_barrier_release(store, told);
+    const std::vector<std::uint8_t> line = store.get(kDiffersKey);
+    return std::string(line.begin(), line.end());
+  }
   if (!store.check({kDiffersKey})) return std::nullopt;
   const std::vector<std::uint8_t> line = store.get(kDiffersKey);
   // Rank 0's store serves until every rank has read the line: rank 0 unwinding at once would
   // take it away from the others mid-read. Past this barrier every rank holds the line, so
   // losing the store here (rank 0 gone first) changes nothing.
   try {
-    comm::store_barrier(store, "config/told", rank, size, time_left(deadline));
+    comm::store_barrier(store, told, rank, size, time_left(deadline));
   } catch (const CommError&) {
   }
   return std::string(line.begin(), line.end());
