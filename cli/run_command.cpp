@@ -199,6 +199,48 @@ void compare_with_reference(const Config& config) {
 // once the ranks have met only adds to the master's stderr and to its store timeouts' messages:
 // it cannot stop a run that formed. Where the master is not there yet the node retries, for
 // at most kTellReachBound (10 s), before it exits with its own error.
+//
+// Where the node that could not start is the master (node 0, started with --nnodes), there is
+// no store for the others to find: their ranks would retry it until comm.timeout_s. Its
+// launcher serves the store's port itself instead (stand_in_for_the_store()), answering every
+// rank that comes, whatever its token, with the line (kStoreFailed), on which that rank stops
+// (exit 2). It serves until kStandInQuiet (5 s) has passed since the last process it told or
+// heard from, and at most kStandInBound (60 s) in all; Ctrl-C ends it sooner. A port it cannot
+// take (another job's store there) leaves the others to their timeout, as before.
+constexpr std::chrono::seconds kStandInQuiet{5};
+constexpr std::chrono::seconds kStandInBound{60};
+
+std::string could_not_start(const RunOptions& o, const std::string& why) {
+  return "node " + std::to_string(o.node_rank) + " (" + this_host_name() +
+         ") could not start its ranks: " + why;
+}
+
+void stand_in_for_the_store(const RunOptions& o, const std::string& why) {
+  if (o.node_rank != 0 || o.nnodes <= 1 || o.master_port <= 0 || o.master_addr.empty()) return;
+  std::unique_ptr<comm::TcpStoreServer> server;
+  try {
+    server = std::make_unique<comm::TcpStoreServer>(o.master_addr, o.master_port, "",
+                                                    could_not_start(o, why));
+  } catch (const std::exception&) {
+    return;  // the port is taken, or the address is not this host's: nobody to tell from here
+  }
+  std::cerr << "partrain: " << why << "\npartrain: telling the ranks of the other nodes so on port "
+            << o.master_port << " (until " << kStandInQuiet.count()
+            << " s pass without one, at most " << kStandInBound.count()
+            << " s; Ctrl-C ends it sooner)\n"
+            << std::flush;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < kStandInBound) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto last = server->last_heard();
+    if (last && std::chrono::steady_clock::now() - *last > kStandInQuiet) break;
+  }
+  const std::uint64_t told = server->told_clients();
+  std::cerr << "partrain: answered " << told << " connection" << (told == 1 ? "" : "s")
+            << " from the ranks of the other nodes\n"
+            << std::flush;
+}
+
 void tell_master_this_node_stopped(const RunOptions& o, const std::string& why) {
   if (o.node_rank <= 0 || o.master_port <= 0 || o.master_addr.empty()) return;
   const std::string store = o.master_addr + ":" + std::to_string(o.master_port);
@@ -209,10 +251,7 @@ void tell_master_this_node_stopped(const RunOptions& o, const std::string& why) 
               std::chrono::duration_cast<std::chrono::seconds>(kTellReachBound).count()) +
           " s)",
       std::chrono::seconds(3), std::chrono::seconds(0));
-  comm::tell_tcp_store(o.master_addr, o.master_port,
-                       "node " + std::to_string(o.node_rank) + " (" + this_host_name() +
-                           ") could not start its ranks: " + why,
-                       kTellReachBound);
+  comm::tell_tcp_store(o.master_addr, o.master_port, could_not_start(o, why), kTellReachBound);
 }
 
 int run_node(const RunOptions& o);
@@ -222,6 +261,7 @@ int run(const RunOptions& o) {
     return run_node(o);
   } catch (const std::exception& e) {
     tell_master_this_node_stopped(o, e.what());
+    stand_in_for_the_store(o, e.what());
     throw;
   }
 }

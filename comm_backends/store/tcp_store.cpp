@@ -269,6 +269,10 @@ struct TcpStoreServer::State {
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_pause{io};  // after an accept error: a pause, not a hot loop
   std::string token;
+  // A stand-in's answer to every hello: kStoreFailed, u32 bytes, the line; empty otherwise.
+  std::vector<std::uint8_t> failed;
+  std::atomic<std::uint64_t> told{0};
+  std::atomic<std::int64_t> last_heard_ns{0};  // steady clock; 0: nobody told or heard yet
   // What a client that passes the hello is sent: kStoreAccept, then the identity of this
   // process's steady clock (u32 bytes | text).
   std::vector<std::uint8_t> accept;
@@ -383,6 +387,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
     boost::system::error_code ec;
     const auto peer = socket_.remote_endpoint(ec);
     const std::string address = ec ? std::string("an unknown address") : peer.address().to_string();
+    state_.last_heard_ns.store(steady_ns(Clock::now()));
     {
       std::lock_guard<std::mutex> lock(state_.refused_mutex);
       if (state_.notices.size() >= TcpStoreServer::kNoticesKept) return;
@@ -409,6 +414,17 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
                      });
   }
 
+  // A stand-in for a master node that could not start: the line, whatever the token; the hello
+  // timer bounds the write.
+  void tell_failed() {
+    state_.told.fetch_add(1);
+    state_.last_heard_ns.store(steady_ns(Clock::now()));
+    asio::async_write(socket_, asio::buffer(state_.failed),
+                      [self = shared_from_this()](const boost::system::error_code&, std::size_t) {
+                        self->close();
+                      });
+  }
+
   // The hello timer still runs, so a client that never reads the answer is dropped too.
   void refuse() {
     asio::async_write(socket_, asio::buffer(kStoreRefuse, 8),
@@ -428,6 +444,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
         socket_, asio::buffer(body_),
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
           if (ec) return self->close();
+          if (!self->state_.failed.empty()) return self->tell_failed();
           if (std::string(self->body_.begin(), self->body_.end()) != self->state_.token) {
             self->tell_refused();
             return self->refuse();
@@ -648,11 +665,19 @@ void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
 
 }  // namespace
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token,
+                               const std::string& failed_line)
     : state_(std::make_shared<State>()) {
   PARTRAIN_CHECK(token.size() <= kMaxTokenBytes, UsageError, "tcp store: run token longer than ",
                  kMaxTokenBytes, " bytes");
   state_->token = token;
+  if (!failed_line.empty()) {
+    const std::string line = failed_line.substr(0, kMaxNoticeBytes);
+    state_->failed.assign(kStoreFailed, kStoreFailed + 8);
+    state_->failed.resize(12 + line.size());
+    put_le<std::uint32_t>(state_->failed.data() + 8, static_cast<std::uint32_t>(line.size()));
+    std::memcpy(state_->failed.data() + 12, line.data(), line.size());
+  }
   const std::string clock = steady_clock_identity();
   state_->accept.assign(kStoreAccept, kStoreAccept + 8);
   state_->accept.resize(12 + clock.size());
@@ -747,6 +772,15 @@ std::vector<std::string> TcpStoreServer::notices() const {
   return state_->notices;
 }
 
+std::uint64_t TcpStoreServer::told_clients() const { return state_->told.load(); }
+
+std::optional<std::chrono::steady_clock::time_point> TcpStoreServer::last_heard() const {
+  const std::int64_t ns = state_->last_heard_ns.load();
+  if (ns == 0) return std::nullopt;
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
 // ---- client ---------------------------------------------------------------------------------
 
 TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& options)
@@ -777,6 +811,18 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
                  "uses this port, or this node's command differs from the master's: ",
                  kTokenSources,
                  "); use another --master-port, or the same command and token on every node");
+  if (got.ok() && std::memcmp(answer, kStoreFailed, 8) == 0) {
+    std::uint8_t length[4] = {};
+    got = net::read_exact(io_, socket_, length, 4, deadline);
+    const std::uint32_t bytes = got.ok() ? get_le<std::uint32_t>(length) : 0;
+    std::vector<std::uint8_t> line(got.ok() && bytes <= kMaxNoticeBytes ? bytes : 0);
+    if (got.ok() && bytes <= kMaxNoticeBytes) {
+      got = net::read_exact(io_, socket_, line.data(), line.size(), deadline);
+    }
+    PARTRAIN_CHECK(got.ok() && bytes <= kMaxNoticeBytes, CommError, "tcp store at ", endpoint_,
+                   ": a malformed answer to the hello: ", got.ok() ? "bad length" : got.message);
+    throw UsageError("the master at " + endpoint_ + " says: " + notice_line(line));
+  }
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);

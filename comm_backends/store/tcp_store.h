@@ -4,11 +4,11 @@
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
 // the server answers kStoreAccept, then u32 bytes | the identity of its steady clock
 // (steady_clock_identity(): a client that shares it reads the server's clock itself), or
-// kStoreRefuse for a wrong token, or closes. A client may open with kStoreNoticeMagic instead:
-// the same version, then u32 bytes | a line of text (at most kMaxNoticeBytes), from a partrain
-// process that could not join the run (tell_tcp_store()); the server keeps the line, says it on
-// stderr, answers kStoreNoted and closes. Then each
-// request is
+// kStoreRefuse for a wrong token, or kStoreFailed | u32 bytes | a line from a server that stands
+// in for a master node that could not start (any token), or closes. A client may open with
+// kStoreNoticeMagic instead: the same version, then u32 bytes | a line of text (at most
+// kMaxNoticeBytes), from a partrain process that could not join the run (tell_tcp_store()); the
+// server keeps the line, says it on stderr, answers kStoreNoted and closes. Then each request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
 // with key and value sizes bounded (kMaxKeyBytes, kMaxValueBytes), and each answer
 //   u8 status (0 absent, 1 present, 2 timed out) | u32 value bytes | u64 clock | value
@@ -48,6 +48,10 @@ inline constexpr char kStoreAccept[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'O', 'K'}
 // Sent, before closing, to a client whose hello was well formed but whose run token is not
 // this store's: another job on the same port, which deserves to be told so.
 inline constexpr char kStoreRefuse[8] = {'P', 'T', 'S', 'T', 'O', 'R', 'N', 'O'};
+// Sent instead of kStoreAccept, with u32 bytes | a line (at most kMaxNoticeBytes), by a server
+// that stands in for a master node that could not start (TcpStoreServer's `failed_line`): the
+// client stops with that line.
+inline constexpr char kStoreFailed[8] = {'P', 'T', 'S', 'T', 'F', 'A', 'I', 'L'};
 // The hello of a notice (tell_tcp_store()), and the server's answer that it has the line.
 inline constexpr char kStoreNoticeMagic[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'E'};
 inline constexpr char kStoreNoted[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'D'};
@@ -124,8 +128,12 @@ std::size_t first_missing(const StoreTable& table, const std::vector<std::string
 
 class TcpStoreServer {
  public:
-  // Listens on host:port (port 0: any free port) until destroyed.
-  TcpStoreServer(const std::string& host, int port, const std::string& token);
+  // Listens on host:port (port 0: any free port) until destroyed. With a `failed_line` it
+  // serves nobody: it stands in for a master node that could not start its ranks (Note [A node
+  // that could not start] in cli/run_command.cpp), and answers every well-formed hello, whatever
+  // its token, with kStoreFailed and that line, on which the client stops.
+  TcpStoreServer(const std::string& host, int port, const std::string& token,
+                 const std::string& failed_line = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -145,6 +153,10 @@ class TcpStoreServer {
   // first kNoticesKept of them, in the order they came; each was also said on stderr.
   std::vector<std::string> notices() const;
   static constexpr std::size_t kNoticesKept = 8;
+  // A stand-in (`failed_line`): the clients told that line so far, and when the last of them,
+  // or of the processes that sent a notice, came (nullopt: none yet).
+  std::uint64_t told_clients() const;
+  std::optional<std::chrono::steady_clock::time_point> last_heard() const;
 
   struct State;  // io context, acceptor, data; shared with pending handlers
 

@@ -172,6 +172,27 @@ TEST(TcpStore, ANodeThatCouldNotStartIsHeardWithoutAToken) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
 
+// A master node that could not start stands in for its store: every client, whatever its token,
+// stops with the line (a UsageError, exit 2), and the stand-in counts whom it told.
+TEST(TcpStore, AStandInForAMasterThatCouldNotStartTellsEveryClientWhy) {
+  const std::string line = "node 0 (h0) could not start its ranks: a.yaml: cannot open";
+  TcpStoreServer stand_in("127.0.0.1", 0, "", line);
+  EXPECT_EQ(stand_in.told_clients(), 0u);
+  EXPECT_FALSE(stand_in.last_heard());
+  for (const char* token : {"run", "another"}) {
+    try {
+      TcpStore client("127.0.0.1", stand_in.port(), options(token, false));
+      ADD_FAILURE() << "a stand-in served a client";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "the master at 127.0.0.1:" + std::to_string(stand_in.port()) + " says: " + line);
+    }
+  }
+  EXPECT_EQ(stand_in.told_clients(), 2u);
+  ASSERT_TRUE(stand_in.last_heard());
+  EXPECT_LE(*stand_in.last_heard(), std::chrono::steady_clock::now());
+}
+
 TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {
   TcpStore host("127.0.0.1", 0, options("tok", true));
   EXPECT_TRUE(stranger_is_closed(host.port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));

@@ -511,34 +511,49 @@ TEST(TwoHostsFailures, ARankThatFailsOnItsOwnIsNamedWithItsReasonOnTheOtherHost)
   expect_no_process_left(hosts, 1);
 }
 
-// A node whose config cannot be read on its host starts no rank and cannot derive the run token;
-// it tells host 0's store why all the same (Note [A node that could not start] in
-// cli/run_command.cpp), and host 0's launcher stops at once with that line (exit 2), where its
-// ranks would otherwise have waited out comm.timeout_s (20 s) for ranks that never come.
-TEST(TwoHostsFailures, ANodeThatCannotReadItsConfigIsNamedOnTheOtherHostAtOnce) {
+// A node whose config cannot be read on its host starts no rank and cannot derive the run token
+// (Note [A node that could not start] in cli/run_command.cpp). Host 1: it tells host 0's store
+// why all the same, and host 0 stops at once with that line (exit 2), where its ranks would have
+// waited out comm.timeout_s (20 s) for ranks that never come. Host 0: there is no store for
+// host 1's rank to find, so host 0's launcher answers on the store's port instead, and host 1's
+// rank stops with host 0's line where it would have retried the store until comm.timeout_s;
+// host 0 stops once 5 s have passed without another rank to tell.
+class TwoHostsConfigMissing : public ::testing::TestWithParam<int> {};
+
+TEST_P(TwoHostsConfigMissing, TheOtherHostStopsAtOnceNamingTheNodeAndWhy) {
+  const int lacking = GetParam(), other = 1 - lacking;
   NetnsHosts hosts(2);
   if (!hosts.ok()) GTEST_SKIP() << hosts.why_not();
-  auto dir = scratch("two_hosts_config_missing");
+  auto dir = scratch("two_hosts_config_missing_on_" + std::to_string(lacking));
   const fs::path config = small_config(dir, 1);
   const fs::path missing = dir / "not-on-this-host.yaml";
+  const int port = kPortBase + 84 + 2 * lacking;
+  std::vector<std::pair<fs::path, std::vector<std::string>>> per_host(2);
+  per_host[lacking] = {missing, small_overrides("gloo")};
+  per_host[other] = {config, small_overrides("gloo")};
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<HostRun> runs =
-      start_one_rank_each(hosts, dir, kPortBase + 84,
-                          {{config, small_overrides("gloo")}, {missing, small_overrides("gloo")}});
+  const std::vector<HostRun> runs = start_one_rank_each(hosts, dir, port, per_host);
   const auto codes = finish(runs, std::chrono::seconds(60));
   EXPECT_EQ(codes, (std::vector<int>{2, 2})) << logs(runs);
   const std::string why = missing.string() + ": cannot open config file";
-  EXPECT_NE(read_text(runs[1].log).find(why), std::string::npos) << logs(runs);
-  const std::string host0 = read_text(runs[0].log);
-  EXPECT_NE(host0.find("the partrain process at " + hosts.address(1) + " says: node 1 ("),
-            std::string::npos)
+  EXPECT_NE(read_text(runs[lacking].log).find(why), std::string::npos) << logs(runs);
+  const std::string told = read_text(runs[other].log);
+  const std::string by =
+      lacking == 1 ? "the partrain process at " + hosts.address(1) + " says: "
+                   : "the master at " + hosts.address(0) + ":" + std::to_string(port) + " says: ";
+  EXPECT_NE(told.find(by + "node " + std::to_string(lacking) + " ("), std::string::npos)
       << logs(runs);
-  EXPECT_NE(host0.find(") could not start its ranks: " + why), std::string::npos) << logs(runs);
-  EXPECT_EQ(host0.find("did not arrive"), std::string::npos) << logs(runs);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(12)) << logs(runs);
+  EXPECT_NE(told.find(") could not start its ranks: " + why), std::string::npos) << logs(runs);
+  EXPECT_EQ(told.find("did not arrive"), std::string::npos) << logs(runs);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << logs(runs);
   expect_no_process_left(hosts, 0);
   expect_no_process_left(hosts, 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(OnHost, TwoHostsConfigMissing, ::testing::Values(1, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("master") : std::string("node1");
+                         });
 
 // A rank frozen with SIGSTOP (a stalled host, a debugger left attached) neither fails nor
 // exits: only its own launcher can tell, by its silence. It kills the rank once nothing, not
