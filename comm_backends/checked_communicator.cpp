@@ -3,6 +3,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm_backends/backends/failure_trace.h"
@@ -85,7 +86,12 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
     if (trace.culprit < 0) throw;  // the one caught
     if (trace.culprit == lost.peer_rank()) {
       if (!why) throw;
-      throw PeerError(trace.culprit, lost.what() + reason);
+      // The reason itself in place of the words that point to it.
+      std::string told = lost.what();
+      if (told.ends_with(kItsOwnOutputSaysWhy)) {
+        told.resize(told.size() - std::string_view(kItsOwnOutputSaysWhy).size());
+      }
+      throw PeerError(trace.culprit, told + reason);
     }
     throw PeerError(trace.culprit,
                     name_ + ": rank " + std::to_string(trace.culprit) +

@@ -46,6 +46,11 @@ class PeerError : public CommError {
   int peer_rank_;
 };
 
+// How a PeerError's message ends where the rank lost went on an error of its own, which it says
+// itself (in its output, and through the store: comm::why_rank_stopped()). A caller that has
+// that reason puts it in place of these words.
+inline constexpr const char* kItsOwnOutputSaysWhy = " (its own output says why)";
+
 namespace detail {
 
 template <typename... Args>

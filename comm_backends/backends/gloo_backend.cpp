@@ -486,8 +486,8 @@ class GlooCommunicator : public Communicator {
       return;
     }
     failed_ = true;
-    throw PeerError(gone, "gloo: rank " + std::to_string(gone) +
-                              " has left: it failed (its own output says why)");
+    throw PeerError(
+        gone, "gloo: rank " + std::to_string(gone) + " has left: it failed" + kItsOwnOutputSaysWhy);
   }
 
   // With two ranks the peer is known. With more, the message names an address, which may be

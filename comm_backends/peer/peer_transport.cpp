@@ -749,7 +749,7 @@ void PeerTransport::look_for_gone_peers() {
     }
     if (gone) {
       fail_peer(t->peer, "rank " + std::to_string(t->peer) + " left before it connected, during " +
-                             call_.describe() + ": it failed (its own output says why)");
+                             call_.describe() + ": it failed" + kItsOwnOutputSaysWhy);
     }
   }
 }

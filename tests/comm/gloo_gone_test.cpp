@@ -78,6 +78,7 @@ void expect_next_call_fails_at_once(const NextCall& next) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - failed_at, std::chrono::seconds(5)) << error;
     EXPECT_NE(error.find("; " + kWhy), std::string::npos) << error;
+    EXPECT_EQ(error.find(kItsOwnOutputSaysWhy), std::string::npos) << error;
   });
 }
 

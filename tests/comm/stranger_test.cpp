@@ -163,9 +163,14 @@ TEST(RingStrangers, ARankThatSaidWhyItStoppedIsNamedWithItsReason) {
         "rank " + std::to_string(leaves) + " (h) stopped: /data/train: no such folder";
     const std::string error = first_allreduce_after_a_rank_left(leaves, true, why);
     EXPECT_NE(error.find("; " + why), std::string::npos) << error;
+    // The reason in place of the words that point to it.
+    EXPECT_EQ(error.find(kItsOwnOutputSaysWhy), std::string::npos) << error;
   }
   const std::string quiet = first_allreduce_after_a_rank_left(1, true);
   EXPECT_EQ(quiet.find("stopped: "), std::string::npos) << quiet;
+  const std::string unsaid = first_allreduce_after_a_rank_left(0, true);
+  EXPECT_NE(unsaid.find(std::string("it failed") + kItsOwnOutputSaysWhy), std::string::npos)
+      << unsaid;
 }
 
 // Without the promise that the peer listened before it published (a store server that may not
