@@ -204,9 +204,11 @@ void compare_with_reference(const Config& config) {
 // no store for the others to find: their ranks would retry it until comm.timeout_s. Its
 // launcher serves the store's port itself instead (stand_in_for_the_store()), answering every
 // rank that comes, whatever its token, with the line (kStoreFailed), on which that rank stops
-// (exit 2). It serves until kStandInQuiet (5 s) has passed since the last process it told or
-// heard from, and at most kStandInBound (60 s) in all; Ctrl-C ends it sooner. A port it cannot
-// take (another job's store there) leaves the others to their timeout, as before.
+// (exit 2). It serves until kStandInQuiet (5 s) has passed since it began or since the last
+// process it told or heard from, and at most kStandInBound (60 s) in all; Ctrl-C ends it
+// sooner. Nodes started together (a cluster's script, srun) come within that; a node started
+// by hand long after finds nobody, as before. A port it cannot take (another job's store there)
+// leaves the others to their timeout, as before.
 constexpr std::chrono::seconds kStandInQuiet{5};
 constexpr std::chrono::seconds kStandInBound{60};
 
@@ -226,14 +228,14 @@ void stand_in_for_the_store(const RunOptions& o, const std::string& why) {
   }
   std::cerr << "partrain: " << why << "\npartrain: telling the ranks of the other nodes so on port "
             << o.master_port << " (until " << kStandInQuiet.count()
-            << " s pass without one, at most " << kStandInBound.count()
+            << " s pass without one coming, at most " << kStandInBound.count()
             << " s; Ctrl-C ends it sooner)\n"
             << std::flush;
   const auto start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - start < kStandInBound) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const auto last = server->last_heard();
-    if (last && std::chrono::steady_clock::now() - *last > kStandInQuiet) break;
+    const auto last = server->last_heard().value_or(start);
+    if (std::chrono::steady_clock::now() - std::max(start, last) > kStandInQuiet) break;
   }
   const std::uint64_t told = server->told_clients();
   std::cerr << "partrain: answered " << told << " connection" << (told == 1 ? "" : "s")

@@ -164,9 +164,11 @@ TEST(Run, BadInputExitsTwoWithOneLine) {
                dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;
-  // --nproc-per-node: one count, or one per node, each 1..1024.
+  // --nproc-per-node: one count, or one per node, each 1..1024. (No --master-port: with one,
+  // node 0 would stand in for its store for a while to tell the other nodes why it stopped,
+  // Note [A node that could not start].)
   auto ddp = write_config(dir, "strategy: ddp\n");
-  const std::string nodes = " --nnodes 3 --master-port 29999 --node-rank 0 --nproc-per-node ";
+  const std::string nodes = " --nnodes 3 --node-rank 0 --nproc-per-node ";
   for (const std::string bad : {"2,x", "0", "2,,1", "2,1,1025", "-1"}) {
     r = partrain("run " + ddp.string() + nodes + bad, dir);
     EXPECT_EQ(r.code, 2) << bad;
