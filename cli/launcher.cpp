@@ -2,8 +2,9 @@
 //
 // One start of the group (GroupRun):
 //   spawn every local rank with Boost.Process; each worker's stdout and stderr are pipes,
-//     all read by one Asio thread that cuts them into whole lines and writes each line,
-//     prefixed, under one lock (so two workers never share a line)
+//     all read by one Asio thread that cuts them into whole lines and queues each line,
+//     prefixed, for a writer thread of its own (so two workers never share a line, and an
+//     output that takes nothing for a while holds no worker: Note [Output that takes nothing])
 //   poll the workers every kPollInterval until the first one fails, all succeed, or the
 //     launcher itself is told to stop; with a heartbeat, a worker silent for longer than
 //     the silence bound is killed and counts as failed (frozen: SIGSTOP, a stalled host)
@@ -26,8 +27,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -77,27 +80,108 @@ constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into
 constexpr int kMaxWorldSize = 1 << 20;
 
 // Whole lines from every worker, and the launcher's own, onto out and err.
+// Note [Output that takes nothing]
+// The launcher's own stdout and stderr may stop taking bytes for a while: a terminal paused
+// with Ctrl-S, a Windows console in which the user selects text (QuickEdit), a pager nobody
+// scrolls. Written from the thread that reads the workers' pipes, one blocked write held that
+// thread: the pipes filled, every worker blocked on its next line (its heartbeat too), the ranks
+// still computing timed out on the ones blocked, and the launcher, hearing nothing, killed them
+// all as frozen once the output moved again. So the lines go to a queue, and a thread of their
+// own writes them: the pipes are read, and the workers heard, whatever the output does. The
+// queue holds at most kSinkQueueBytes; a line past that is dropped and counted, and the count
+// is said once the output takes bytes again. At the end the writer gets kSinkDrainBound to
+// write what is left; an output still blocked then is left behind.
+constexpr std::size_t kSinkQueueBytes = std::size_t{64} << 20;
+constexpr milliseconds kSinkDrainBound{60000};
+
 class LineSink {
  public:
-  LineSink(std::ostream& out, std::ostream& err) : out_(out), err_(err) {}
+  LineSink(std::ostream& out, std::ostream& err)
+      : state_(std::make_shared<State>(out, err)), writer_([state = state_] { state->write(); }) {}
+
+  // Everything queued is written first (bounded, Note [Output that takes nothing]).
+  ~LineSink() {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    state_->closing = true;
+    state_->wake.notify_all();
+    const bool ended =
+        state_->ended.wait_for(lock, kSinkDrainBound, [this] { return state_->finished; });
+    lock.unlock();
+    if (ended) {
+      writer_.join();
+    } else {
+      writer_.detach();  // blocked in a write; the state lives on with it
+    }
+  }
+  LineSink(const LineSink&) = delete;
+  LineSink& operator=(const LineSink&) = delete;
 
   void worker_line(int rank, bool to_err, std::string_view line) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::ostream& os = to_err ? err_ : out_;
-    os << "[rank " << rank << "] " << line << '\n';
-    os.flush();
+    std::string text = "[rank " + std::to_string(rank) + "] ";
+    text.append(line);
+    text += '\n';
+    state_->push(to_err, std::move(text));
   }
 
-  void launcher_line(const std::string& text) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    err_ << "partrain: " << text << '\n';
-    err_.flush();
-  }
+  void launcher_line(const std::string& text) { state_->push(true, "partrain: " + text + "\n"); }
 
  private:
-  std::mutex mutex_;
-  std::ostream& out_;
-  std::ostream& err_;
+  struct State {
+    State(std::ostream& o, std::ostream& e) : out(o), err(e) {}
+    std::ostream& out;
+    std::ostream& err;
+    std::mutex mutex;
+    std::condition_variable wake;                    // a line queued, or closing
+    std::condition_variable ended;                   // the writer is done
+    std::deque<std::pair<bool, std::string>> queue;  // (to stderr, text)
+    std::size_t bytes = 0;
+    std::uint64_t dropped = 0;
+    bool closing = false;
+    bool finished = false;
+
+    void push(bool to_err, std::string text) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (bytes + text.size() > kSinkQueueBytes) {
+        ++dropped;
+        return;
+      }
+      bytes += text.size();
+      queue.emplace_back(to_err, std::move(text));
+      wake.notify_one();
+    }
+
+    // Takes what is queued, all at once, and writes it outside the lock; ends once closing with
+    // nothing left.
+    void write() {
+      for (;;) {
+        std::deque<std::pair<bool, std::string>> batch;
+        std::uint64_t lost = 0;
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          wake.wait(lock, [this] { return !queue.empty() || closing || dropped > 0; });
+          if (queue.empty() && dropped == 0) {
+            finished = true;
+            ended.notify_all();
+            return;
+          }
+          batch.swap(queue);
+          bytes = 0;
+          lost = std::exchange(dropped, 0);
+        }
+        for (const auto& [to_err, text] : batch) (to_err ? err : out) << text;
+        if (lost > 0) {
+          err << "partrain: " << lost << " line" << (lost == 1 ? "" : "s")
+              << " of output dropped: this process's own output took nothing while more than "
+              << (kSinkQueueBytes >> 20) << " MiB waited\n";
+        }
+        out.flush();
+        err.flush();
+      }
+    }
+  };
+
+  std::shared_ptr<State> state_;
+  std::thread writer_;  // last: starts once the state is there
 };
 
 // One of a worker's two output pipes. Touched only on the io thread once reading starts.

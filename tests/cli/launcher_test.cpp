@@ -9,6 +9,7 @@
 
 #include <boost/process.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <streambuf>
 #include <string>
 #include <thread>
 #include <utility>
@@ -354,6 +356,81 @@ TEST(LauncherTest, HeartbeatsKeepAQuietWorkerAliveAndAreNotRelayed) {
   EXPECT_NE(r.out.find("[rank 0] stopped hanging by itself"), std::string::npos) << r.out;
   EXPECT_EQ(r.err.find("frozen"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(std::string(kHeartbeatLine)), std::string::npos) << r.err;
+}
+
+// An output that takes nothing until released, as a terminal paused with Ctrl-S does, or a
+// Windows console while text is selected in it.
+class StuckOutput : public std::streambuf {
+ public:
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+    }
+    wake_.notify_all();
+  }
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    std::unique_lock<std::mutex> lock = stuck();
+    if (c != traits_type::eof()) text_.push_back(static_cast<char>(c));
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    std::unique_lock<std::mutex> lock = stuck();
+    text_.append(s, static_cast<std::size_t>(n));
+    return n;
+  }
+
+ private:
+  std::unique_lock<std::mutex> stuck() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait(lock, [this] { return released_; });
+    return lock;
+  }
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool released_ = false;
+  std::string text_;
+};
+
+// The launcher's stdout takes nothing for twice the silence bound while two heartbeating ranks
+// write 1 MB each (Note [Output that takes nothing] in launcher.cpp): the workers' pipes are
+// still read, so no worker blocks on its output and none is killed as frozen; once the output
+// moves, every line comes, whole and in order.
+TEST(LauncherTest, AnOutputThatTakesNothingForAWhileHoldsNoWorker) {
+  constexpr int kLines = 3000;
+  LaunchPlan plan =
+      fake_plan(2, {"--heartbeat", "--spam", std::to_string(kLines), "--epochs", "0"});
+  plan.heartbeat_interval = milliseconds(200);
+  plan.silence_bound = milliseconds(1500);
+  StuckOutput stuck;
+  std::ostream out(&stuck);
+  std::ostringstream err;
+  plan.out = &out;
+  plan.err = &err;
+  std::thread releaser([&stuck] {
+    std::this_thread::sleep_for(milliseconds(3000));
+    stuck.release();
+  });
+  const int code = launch(plan);
+  releaser.join();
+  EXPECT_EQ(code, 0) << err.str();
+  EXPECT_EQ(err.str().find("frozen"), std::string::npos) << err.str();
+  std::map<int, int> spam_lines;
+  for (const auto& line : lines_of(stuck.text())) {
+    if (line.find("] spam ") == std::string::npos) continue;
+    const int rank = line[6] - '0';
+    EXPECT_NE(line.find("spam " + std::to_string(spam_lines[rank]) + " of rank "),
+              std::string::npos)
+        << line.substr(0, 80);
+    ++spam_lines[rank];
+  }
+  EXPECT_EQ(spam_lines, (std::map<int, int>{{0, kLines}, {1, kLines}}));
 }
 
 // What a worker started itself is stopped with it: POSIX signals the worker's process group,
