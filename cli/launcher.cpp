@@ -79,7 +79,6 @@ constexpr milliseconds kSettleBound{1000};
 constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer "lines" are cut into pieces
 constexpr int kMaxWorldSize = 1 << 20;
 
-// Whole lines from every worker, and the launcher's own, onto out and err.
 // Note [Output that takes nothing]
 // The launcher's own stdout and stderr may stop taking bytes for a while: a terminal paused
 // with Ctrl-S, a Windows console in which the user selects text (QuickEdit), a pager nobody
@@ -94,6 +93,7 @@ constexpr int kMaxWorldSize = 1 << 20;
 constexpr std::size_t kSinkQueueBytes = std::size_t{64} << 20;
 constexpr milliseconds kSinkDrainBound{60000};
 
+// Whole lines from every worker, and the launcher's own, onto out and err.
 class LineSink {
  public:
   LineSink(std::ostream& out, std::ostream& err)

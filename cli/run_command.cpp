@@ -22,6 +22,7 @@
 #include "cli/launcher.h"
 #include "cli/platform_process.h"
 #include "comm_backends/backends/failure_trace.h"
+#include "comm_backends/net/timed_io.h"
 #include "comm_backends/placement.h"
 #include "comm_backends/rank_group.h"
 #include "comm_backends/store/store.h"
@@ -245,22 +246,22 @@ void stand_in_for_the_store(const RunOptions& o, const std::string& why) {
 
 void tell_master_this_node_stopped(const RunOptions& o, const std::string& why) {
   if (o.node_rank <= 0 || o.master_port <= 0 || o.master_addr.empty()) return;
-  const std::string store = o.master_addr + ":" + std::to_string(o.master_port);
   const TimedStderrLine note(
       "partrain: node " + std::to_string(o.node_rank) + " stopped; telling node 0's tcp store at " +
-          store + " why (at most " +
+          comm::net::join_host_port(o.master_addr, o.master_port) + " why (at most " +
           std::to_string(
               std::chrono::duration_cast<std::chrono::seconds>(kTellReachBound).count()) +
           " s)",
-      std::chrono::seconds(3), std::chrono::seconds(0));
+      kTellNoteAfter, std::chrono::seconds(0));
   comm::tell_tcp_store(o.master_addr, o.master_port, could_not_start(o, why), kTellReachBound);
 }
 
-int run_node(const RunOptions& o);
-
-int run(const RunOptions& o) {
+// `partrain run` as the command line starts it: run(), and where this node cannot start its
+// ranks, the other nodes are told why (Note [A node that could not start]). Once only: the
+// baseline and the compute probe that run() starts inside are not nodes of the run.
+int run_telling_the_other_nodes(const RunOptions& o) {
   try {
-    return run_node(o);
+    return run(o);
   } catch (const std::exception& e) {
     tell_master_this_node_stopped(o, e.what());
     stand_in_for_the_store(o, e.what());
@@ -268,7 +269,7 @@ int run(const RunOptions& o) {
   }
 }
 
-int run_node(const RunOptions& o) {
+int run(const RunOptions& o) {
   std::vector<std::string> overrides = o.config.overrides;
   if (!o.output.empty()) overrides.push_back("output.dir=" + o.output);
   if (o.trace) overrides.push_back("observe.trace=true");
@@ -384,7 +385,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--trace", o->trace,
                 "Write OUTPUT/trace.json: the spans of the steps in observe.trace_steps on every "
                 "rank, on one clock (chrome://tracing, Perfetto)");
-  sub->callback([o, &exit_code] { exit_code = run(*o); });
+  sub->callback([o, &exit_code] { exit_code = run_telling_the_other_nodes(*o); });
 }
 
 }  // namespace partrain::cli

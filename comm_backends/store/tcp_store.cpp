@@ -68,16 +68,41 @@ std::int64_t steady_ns(Clock::time_point t) {
 
 // ---- protocol -------------------------------------------------------------------------------
 
+namespace {
+
+// A client's opening: magic | version | u32 bytes | payload, and its check.
+std::vector<std::uint8_t> opening(const char (&magic)[8], const std::string& payload) {
+  std::vector<std::uint8_t> hello(kHelloBytes);
+  std::memcpy(hello.data(), magic, 8);
+  put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
+  put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(payload.size()));
+  hello.insert(hello.end(), payload.begin(), payload.end());
+  return hello;
+}
+bool parse_opening(const std::uint8_t* hello, const char (&magic)[8], std::uint32_t limit,
+                   std::uint32_t& payload_bytes) {
+  payload_bytes = get_le<std::uint32_t>(hello + 12);
+  return std::memcmp(hello, magic, 8) == 0 &&
+         get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && payload_bytes <= limit;
+}
+
+// A server's answer that carries text: magic | u32 bytes | text.
+std::vector<std::uint8_t> answer_with_text(const char (&magic)[8], const std::string& text) {
+  std::vector<std::uint8_t> answer(magic, magic + 8);
+  answer.resize(12 + text.size());
+  put_le<std::uint32_t>(answer.data() + 8, static_cast<std::uint32_t>(text.size()));
+  std::memcpy(answer.data() + 12, text.data(), text.size());
+  return answer;
+}
+
+}  // namespace
+
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
-  token_bytes = get_le<std::uint32_t>(hello + 12);
-  return std::memcmp(hello, kStoreMagic, 8) == 0 &&
-         get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && token_bytes <= kMaxTokenBytes;
+  return parse_opening(hello, kStoreMagic, kMaxTokenBytes, token_bytes);
 }
 
 bool parse_store_notice(const std::uint8_t* hello, std::uint32_t& text_bytes) {
-  text_bytes = get_le<std::uint32_t>(hello + 12);
-  return std::memcmp(hello, kStoreNoticeMagic, 8) == 0 &&
-         get_le<std::uint32_t>(hello + 8) == kStoreProtocolVersion && text_bytes <= kMaxNoticeBytes;
+  return parse_opening(hello, kStoreNoticeMagic, kMaxNoticeBytes, text_bytes);
 }
 
 std::string notice_line(const std::vector<std::uint8_t>& text) {
@@ -672,17 +697,9 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
                  kMaxTokenBytes, " bytes");
   state_->token = token;
   if (!failed_line.empty()) {
-    const std::string line = failed_line.substr(0, kMaxNoticeBytes);
-    state_->failed.assign(kStoreFailed, kStoreFailed + 8);
-    state_->failed.resize(12 + line.size());
-    put_le<std::uint32_t>(state_->failed.data() + 8, static_cast<std::uint32_t>(line.size()));
-    std::memcpy(state_->failed.data() + 12, line.data(), line.size());
+    state_->failed = answer_with_text(kStoreFailed, failed_line.substr(0, kMaxNoticeBytes));
   }
-  const std::string clock = steady_clock_identity();
-  state_->accept.assign(kStoreAccept, kStoreAccept + 8);
-  state_->accept.resize(12 + clock.size());
-  put_le<std::uint32_t>(state_->accept.data() + 8, static_cast<std::uint32_t>(clock.size()));
-  std::memcpy(state_->accept.data() + 12, clock.data(), clock.size());
+  state_->accept = answer_with_text(kStoreAccept, steady_clock_identity());
   net::raise_open_file_limit();  // one descriptor for each client
   boost::system::error_code ec;
   const asio::ip::address address = listen_address(host);
@@ -797,11 +814,7 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   PARTRAIN_CHECK(net::connect_with_retry(io_, socket_, host, port_, deadline), CommError,
                  "tcp store: no server at ", endpoint_, " within ", timeout_.count(), " ms");
   socket_.set_option(tcp::no_delay(true));
-  std::vector<std::uint8_t> hello(kHelloBytes);
-  std::memcpy(hello.data(), kStoreMagic, 8);
-  put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
-  put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(options.token.size()));
-  hello.insert(hello.end(), options.token.begin(), options.token.end());
+  const std::vector<std::uint8_t> hello = opening(kStoreMagic, options.token);
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};
   auto got = sent.ok() ? net::read_exact(io_, socket_, answer, 8, deadline) : sent;
@@ -811,30 +824,28 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
                  "uses this port, or this node's command differs from the master's: ",
                  kTokenSources,
                  "); use another --master-port, or the same command and token on every node");
-  if (got.ok() && std::memcmp(answer, kStoreFailed, 8) == 0) {
+  // The text after the answer's magic (answer_with_text()): u32 bytes, at most `limit`, then them.
+  const auto text_of_answer = [&](std::uint32_t limit) {
     std::uint8_t length[4] = {};
     got = net::read_exact(io_, socket_, length, 4, deadline);
     const std::uint32_t bytes = got.ok() ? get_le<std::uint32_t>(length) : 0;
-    std::vector<std::uint8_t> line(got.ok() && bytes <= kMaxNoticeBytes ? bytes : 0);
-    if (got.ok() && bytes <= kMaxNoticeBytes) {
-      got = net::read_exact(io_, socket_, line.data(), line.size(), deadline);
-    }
-    PARTRAIN_CHECK(got.ok() && bytes <= kMaxNoticeBytes, CommError, "tcp store at ", endpoint_,
+    PARTRAIN_CHECK(got.ok() && bytes <= limit, CommError, "tcp store at ", endpoint_,
                    ": a malformed answer to the hello: ", got.ok() ? "bad length" : got.message);
-    throw UsageError("the master at " + endpoint_ + " says: " + notice_line(line));
+    std::vector<std::uint8_t> text(bytes);
+    got = net::read_exact(io_, socket_, text.data(), bytes, deadline);
+    PARTRAIN_CHECK(got.ok(), CommError, "tcp store at ", endpoint_,
+                   ": a malformed answer to the hello: ", got.message);
+    return text;
+  };
+  if (got.ok() && std::memcmp(answer, kStoreFailed, 8) == 0) {
+    throw UsageError("the master at " + endpoint_ +
+                     " says: " + notice_line(text_of_answer(kMaxNoticeBytes)));
   }
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
-  std::uint8_t length[4] = {};
-  got = net::read_exact(io_, socket_, length, 4, deadline);
-  const std::uint32_t bytes = got.ok() ? get_le<std::uint32_t>(length) : 0;
-  PARTRAIN_CHECK(got.ok() && bytes <= kMaxTokenBytes, CommError, "tcp store at ", endpoint_,
-                 ": a malformed answer to the hello: ", got.ok() ? "bad length" : got.message);
-  std::string server_clock(bytes, '\0');
-  got = net::read_exact(io_, socket_, server_clock.data(), bytes, deadline);
-  PARTRAIN_CHECK(got.ok(), CommError, "tcp store at ", endpoint_,
-                 ": a malformed answer to the hello: ", got.message);
+  const std::vector<std::uint8_t> clock = text_of_answer(kMaxTokenBytes);
+  const std::string server_clock(clock.begin(), clock.end());
   const std::string mine = steady_clock_identity();
   same_clock_ = options.read_shared_clock_here && !mine.empty() && mine == server_clock;
 }
@@ -1029,12 +1040,8 @@ bool tell_tcp_store(const std::string& host, int port, const std::string& line,
     tcp::socket socket(io);
     const auto deadline = net::deadline_after(bound);
     if (!net::connect_with_retry(io, socket, host, port, deadline)) return false;
-    const std::string text = line.substr(0, kMaxNoticeBytes);
-    std::vector<std::uint8_t> hello(kHelloBytes);
-    std::memcpy(hello.data(), kStoreNoticeMagic, 8);
-    put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
-    put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(text.size()));
-    hello.insert(hello.end(), text.begin(), text.end());
+    const std::vector<std::uint8_t> hello =
+        opening(kStoreNoticeMagic, line.substr(0, kMaxNoticeBytes));
     const auto sent = net::write_all(io, socket, hello.data(), hello.size(), deadline);
     char answer[8] = {};
     const auto got = sent.ok() ? net::read_exact(io, socket, answer, 8, deadline) : sent;

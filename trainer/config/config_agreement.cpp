@@ -100,9 +100,6 @@ namespace {
 
 const std::string kTextKey = "config/0", kHashKey = "config/0/hash", kDiffersKey = "config/differs";
 
-// A rank still telling after this long says so (the line it exits with comes after).
-constexpr std::chrono::seconds kTellNoteAfter{3};
-
 // What is left of `deadline`, at least a millisecond (a store's bound must be positive).
 std::chrono::milliseconds time_left(std::chrono::steady_clock::time_point deadline) {
   return std::max(std::chrono::milliseconds(1),

@@ -50,6 +50,8 @@ void agree_on_config(comm::Store& store, const std::string& agreement, int rank,
 // of that the most it waits to reach the store.
 inline constexpr std::chrono::milliseconds kTellBound{std::chrono::seconds(30)};
 inline constexpr std::chrono::milliseconds kTellReachBound{std::chrono::seconds(10)};
+// One still telling after this long says so (the line it exits with comes after).
+inline constexpr std::chrono::seconds kTellNoteAfter{3};
 
 // A rank that stops before it meets the others (its config unreadable or refused, its output
 // folder held by another run, an address only its host cannot choose) would leave them waiting
