@@ -72,11 +72,11 @@ namespace {
 
 // A client's opening: magic | version | u32 bytes | payload, and its check.
 std::vector<std::uint8_t> opening(const char (&magic)[8], const std::string& payload) {
-  std::vector<std::uint8_t> hello(kHelloBytes);
+  std::vector<std::uint8_t> hello(kHelloBytes + payload.size());
   std::memcpy(hello.data(), magic, 8);
   put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
   put_le<std::uint32_t>(hello.data() + 12, static_cast<std::uint32_t>(payload.size()));
-  hello.insert(hello.end(), payload.begin(), payload.end());
+  std::memcpy(hello.data() + kHelloBytes, payload.data(), payload.size());
   return hello;
 }
 bool parse_opening(const std::uint8_t* hello, const char (&magic)[8], std::uint32_t limit,
