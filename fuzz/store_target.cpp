@@ -1,5 +1,6 @@
 // The tcp store port: a byte stream played through the server's parsing and serving exactly
-// as a Session does (hello, token, then requests; or a notice's hello and its line), minus the
+// as a Session does (hello, token, then requests; a join's hello, its key set, then requests; or
+// a notice's hello and its line), minus the
 // socket. Values set are checked to read back, and no announced size is allocated before it is
 // checked.
 #include <algorithm>
@@ -54,14 +55,34 @@ void fuzz_store(const std::uint8_t* data, std::size_t size) {
     }
     return;
   }
-  std::uint32_t token_bytes = 0;
-  if (!comm::parse_store_hello(hello, token_bytes)) return;
-  if (token_bytes > comm::kMaxTokenBytes) throw InvariantBroken("store: oversized token passes");
-  const std::uint8_t* their_token = nullptr;
-  if (!stream.take(token_bytes, their_token)) return;
-  if (std::string(their_token, their_token + token_bytes) != token) return;
-
   comm::StoreTable table;
+  // A join's hello: the payload's announced length checked before it is read; the token, key
+  // and value it holds within their limits and, built again, the same bytes.
+  if (std::uint32_t payload_bytes = 0; comm::parse_store_join(hello, payload_bytes)) {
+    if (payload_bytes > 8 + comm::kMaxTokenBytes + comm::kMaxKeyBytes + comm::kMaxJoinValueBytes) {
+      throw InvariantBroken("store: oversized join passes");
+    }
+    const std::uint8_t* payload_at = nullptr;
+    if (!stream.take(payload_bytes, payload_at)) return;
+    const std::vector<std::uint8_t> payload(payload_at, payload_at + payload_bytes);
+    const auto join = comm::parse_store_join_payload(payload);
+    if (!join) return;
+    if (join->token.size() > comm::kMaxTokenBytes || join->key.empty() ||
+        join->key.size() > comm::kMaxKeyBytes || join->value.size() > comm::kMaxJoinValueBytes ||
+        comm::store_join_payload(*join) != payload) {
+      throw InvariantBroken("store: a join's payload passes out of bounds or reads back changed");
+    }
+    if (join->token != token) return;
+    table[join->key] = join->value;
+  } else {
+    std::uint32_t token_bytes = 0;
+    if (!comm::parse_store_hello(hello, token_bytes)) return;
+    if (token_bytes > comm::kMaxTokenBytes) throw InvariantBroken("store: oversized token passes");
+    const std::uint8_t* their_token = nullptr;
+    if (!stream.take(token_bytes, their_token)) return;
+    if (std::string(their_token, their_token + token_bytes) != token) return;
+  }
+
   std::vector<std::uint8_t> response;
   const std::uint8_t* header = nullptr;
   while (stream.take(comm::kStoreRequestBytes, header)) {

@@ -72,6 +72,10 @@ put("store", "conversation", store)
 # A notice: hello | a line with a newline and a tab in it
 line = b"node 1 (h) could not start its ranks:\n\tcannot open config file"
 put("store", "notice", b"PTSTNOTE" + struct.pack("<II", 4, len(line)) + line)
+# A join: hello | token, the process key and its mark | get that key
+key, mark = b"ranks/process/1", b"pid=42 started=7 kernel=b pidns=1 uid=0"
+join = struct.pack("<I", len(token)) + token + struct.pack("<I", len(key)) + key + mark
+put("store", "join", b"PTSTJOIN" + struct.pack("<II", 4, len(join)) + join + request(2, key))
 
 # Layout: u8 world - 1 | "PTL2" | hosts (length, identity) | per host CPUs (u32), room (u64)
 # | runs (host, count): hosts a and b, ranks 0-1 on a, 2 on b, 3 on a

@@ -84,7 +84,9 @@ StoreUrl parse_store_url(const std::string& url) {
 std::unique_ptr<Store> open_store(const std::string& url, const StoreOptions& options) {
   const StoreUrl parsed = parse_store_url(url);
   if (parsed.kind == StoreUrl::Kind::file) {
-    return std::make_unique<FileStore>(parsed.path, options);
+    auto store = std::make_unique<FileStore>(parsed.path, options);
+    if (!options.join_key.empty()) store->set(options.join_key, options.join_value);
+    return store;
   }
   return std::make_unique<TcpStore>(parsed.host, parsed.port, options);
 }

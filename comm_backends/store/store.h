@@ -24,6 +24,12 @@ struct StoreOptions {
   // is read here, exactly; false reads it through round trips whatever it shares (tests and
   // benchmarks of that path).
   bool read_shared_clock_here = true;
+  // A key this client sets as it joins (empty: none). A tcp client sends it in its hello
+  // (kStoreJoinMagic), which the server takes as it takes the token: no request, no round trip
+  // (the value at most kMaxJoinValueBytes, 1 KiB); a file store sets it once its session is
+  // open. What every rank publishes about itself at join goes here (open_rank_group()).
+  std::string join_key;
+  std::vector<std::uint8_t> join_value;
 };
 
 // One reading of a store server's monotonic clock, `server_ns` nanoseconds, taken between

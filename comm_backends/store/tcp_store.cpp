@@ -70,6 +70,10 @@ std::int64_t steady_ns(Clock::time_point t) {
 
 namespace {
 
+std::string bytes_text(const std::vector<std::uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
 // A client's opening: magic | version | u32 bytes | payload, and its check.
 std::vector<std::uint8_t> opening(const char (&magic)[8], const std::string& payload) {
   std::vector<std::uint8_t> hello(kHelloBytes + payload.size());
@@ -103,6 +107,52 @@ bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
 
 bool parse_store_notice(const std::uint8_t* hello, std::uint32_t& text_bytes) {
   return parse_opening(hello, kStoreNoticeMagic, kMaxNoticeBytes, text_bytes);
+}
+
+namespace {
+constexpr std::uint32_t kMaxJoinPayloadBytes =
+    4 + kMaxTokenBytes + 4 + kMaxKeyBytes + kMaxJoinValueBytes;
+}  // namespace
+
+bool parse_store_join(const std::uint8_t* hello, std::uint32_t& payload_bytes) {
+  return parse_opening(hello, kStoreJoinMagic, kMaxJoinPayloadBytes, payload_bytes);
+}
+
+std::vector<std::uint8_t> store_join_payload(const StoreJoin& join) {
+  std::vector<std::uint8_t> out(4 + join.token.size() + 4 + join.key.size() + join.value.size());
+  std::uint8_t* at = out.data();
+  put_le<std::uint32_t>(at, static_cast<std::uint32_t>(join.token.size()));
+  std::memcpy(at + 4, join.token.data(), join.token.size());
+  at += 4 + join.token.size();
+  put_le<std::uint32_t>(at, static_cast<std::uint32_t>(join.key.size()));
+  std::memcpy(at + 4, join.key.data(), join.key.size());
+  at += 4 + join.key.size();
+  if (!join.value.empty()) std::memcpy(at, join.value.data(), join.value.size());
+  return out;
+}
+
+std::optional<StoreJoin> parse_store_join_payload(const std::vector<std::uint8_t>& payload) {
+  // A length and what it counts, within what is left and under `limit`; nullopt otherwise.
+  std::size_t at = 0;
+  const auto text = [&](std::uint32_t limit) -> std::optional<std::string> {
+    if (payload.size() - at < 4) return std::nullopt;
+    const std::uint32_t bytes = get_le<std::uint32_t>(payload.data() + at);
+    at += 4;
+    if (bytes > limit || bytes > payload.size() - at) return std::nullopt;
+    std::string out(payload.begin() + static_cast<std::ptrdiff_t>(at),
+                    payload.begin() + static_cast<std::ptrdiff_t>(at + bytes));
+    at += bytes;
+    return out;
+  };
+  StoreJoin join;
+  auto token = text(kMaxTokenBytes);
+  if (!token) return std::nullopt;
+  auto key = text(kMaxKeyBytes);
+  if (!key || key->empty() || payload.size() - at > kMaxJoinValueBytes) return std::nullopt;
+  join.token = std::move(*token);
+  join.key = std::move(*key);
+  join.value.assign(payload.begin() + static_cast<std::ptrdiff_t>(at), payload.end());
+  return join;
 }
 
 std::string notice_line(const std::vector<std::uint8_t>& text) {
@@ -459,20 +509,28 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
   }
 
   void on_hello() {
-    std::uint32_t token_bytes = 0;
-    if (std::uint32_t text_bytes = 0; parse_store_notice(header_, text_bytes)) {
-      return read_notice(text_bytes);
-    }
-    if (!parse_store_hello(header_, token_bytes)) return close();
-    body_.resize(token_bytes);
+    std::uint32_t payload_bytes = 0;
+    if (parse_store_notice(header_, payload_bytes)) return read_notice(payload_bytes);
+    // A join's hello carries a key to set with the token (kStoreJoinMagic); a hello, the token.
+    const bool join = parse_store_join(header_, payload_bytes);
+    if (!join && !parse_store_hello(header_, payload_bytes)) return close();
+    body_.resize(payload_bytes);
     asio::async_read(
         socket_, asio::buffer(body_),
-        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+        [self = shared_from_this(), join](const boost::system::error_code& ec, std::size_t) {
           if (ec) return self->close();
           if (!self->state_.failed.empty()) return self->tell_failed();
-          if (std::string(self->body_.begin(), self->body_.end()) != self->state_.token) {
+          std::optional<StoreJoin> joined;
+          if (join && !(joined = parse_store_join_payload(self->body_))) return self->close();
+          const std::string token =
+              joined ? joined->token : std::string(self->body_.begin(), self->body_.end());
+          if (token != self->state_.token) {
             self->tell_refused();
             return self->refuse();
+          }
+          if (joined) {
+            self->state_.data[joined->key] = std::move(joined->value);
+            self->state_.key_set(joined->key);
           }
           self->accepted_ = true;
           self->timer_.cancel();
@@ -804,6 +862,11 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
     : timeout_(options.timeout), socket_(io_) {
   PARTRAIN_CHECK(options.token.size() <= kMaxTokenBytes, UsageError,
                  "tcp store: run token longer than ", kMaxTokenBytes, " bytes");
+  PARTRAIN_CHECK(
+      options.join_key.size() <= kMaxKeyBytes && options.join_value.size() <= kMaxJoinValueBytes,
+      UsageError, "tcp store: a join's key of ", options.join_key.size(), " bytes or value of ",
+      options.join_value.size(), " bytes is over the limits (", kMaxKeyBytes, ", ",
+      kMaxJoinValueBytes, ")");
   port_ = port;
   if (options.host_server) {
     server_ = std::make_unique<TcpStoreServer>(host, port, options.token);
@@ -814,7 +877,12 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   PARTRAIN_CHECK(net::connect_with_retry(io_, socket_, host, port_, deadline), CommError,
                  "tcp store: no server at ", endpoint_, " within ", timeout_.count(), " ms");
   socket_.set_option(tcp::no_delay(true));
-  const std::vector<std::uint8_t> hello = opening(kStoreMagic, options.token);
+  // A key to set as it joins rides in the hello itself.
+  const std::vector<std::uint8_t> hello =
+      options.join_key.empty()
+          ? opening(kStoreMagic, options.token)
+          : opening(kStoreJoinMagic, bytes_text(store_join_payload(
+                                         {options.token, options.join_key, options.join_value})));
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};
   auto got = sent.ok() ? net::read_exact(io_, socket_, answer, 8, deadline) : sent;

@@ -5,8 +5,10 @@
 // the server answers kStoreAccept, then u32 bytes | the identity of its steady clock
 // (steady_clock_identity(): a client that shares it reads the server's clock itself), or
 // kStoreRefuse for a wrong token, or kStoreFailed | u32 bytes | a line from a server that stands
-// in for a master node that could not start (any token), or closes. A client may open with
-// kStoreNoticeMagic instead: the same version, then u32 bytes | a line of text (at most
+// in for a master node that could not start (any token), or closes. A client that sets a key as
+// it joins opens with kStoreJoinMagic instead, its token, key and value in the payload
+// (store_join_payload()); the server answers it as a hello, having set the key. A client may
+// open with kStoreNoticeMagic instead: the same version, then u32 bytes | a line of text (at most
 // kMaxNoticeBytes), from a partrain process that could not join the run (tell_tcp_store()); the
 // server keeps the line, says it on stderr, answers kStoreNoted and closes. Then each request is
 //   u8 command | u32 key bytes | u32 value bytes | key | value
@@ -56,6 +58,12 @@ inline constexpr char kStoreFailed[8] = {'P', 'T', 'S', 'T', 'F', 'A', 'I', 'L'}
 inline constexpr char kStoreNoticeMagic[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'E'};
 inline constexpr char kStoreNoted[8] = {'P', 'T', 'S', 'T', 'N', 'O', 'T', 'D'};
 inline constexpr std::uint32_t kMaxNoticeBytes = 2048;
+// The hello of a client that sets one key as it joins (StoreOptions::join_key): its payload is
+// u32 token bytes | token | u32 key bytes | key | value, the value at most kMaxJoinValueBytes.
+// The server checks the token as for a hello, sets the key, and answers as it answers a
+// hello; the key costs no request and no round trip.
+inline constexpr char kStoreJoinMagic[8] = {'P', 'T', 'S', 'T', 'J', 'O', 'I', 'N'};
+inline constexpr std::uint32_t kMaxJoinValueBytes = 1024;
 // 2: wait; 3: get many, clock; 4: the server's clock in every answer and its identity in the
 // hello's.
 inline constexpr std::uint32_t kStoreProtocolVersion = 4;
@@ -75,6 +83,16 @@ bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes);
 bool parse_store_notice(const std::uint8_t* hello, std::uint32_t& text_bytes);
 // A notice's text as the server keeps and prints it: one line, control bytes as spaces.
 std::string notice_line(const std::vector<std::uint8_t>& text);
+// Checks the magic, version and length of a join's hello; sets the payload bytes to read next.
+bool parse_store_join(const std::uint8_t* hello, std::uint32_t& payload_bytes);
+// A join's payload, built and read back; nullopt for one that is not well formed.
+struct StoreJoin {
+  std::string token;
+  std::string key;
+  std::vector<std::uint8_t> value;
+};
+std::vector<std::uint8_t> store_join_payload(const StoreJoin& join);
+std::optional<StoreJoin> parse_store_join_payload(const std::vector<std::uint8_t>& payload);
 
 struct StoreRequestHeader {
   std::uint8_t command = 0;

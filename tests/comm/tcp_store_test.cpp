@@ -179,18 +179,71 @@ TEST(TcpStore, AStandInForAMasterThatCouldNotStartTellsEveryClientWhy) {
   TcpStoreServer stand_in("127.0.0.1", 0, "", line);
   EXPECT_EQ(stand_in.told_clients(), 0u);
   EXPECT_FALSE(stand_in.last_heard());
-  for (const char* token : {"run", "another"}) {
+  for (const char* token : {"run", "another", "joining"}) {
     try {
-      TcpStore client("127.0.0.1", stand_in.port(), options(token, false));
+      StoreOptions o = options(token, false);
+      if (std::string(token) == "joining") o.join_key = "ranks/process/0";  // a join's hello
+      TcpStore client("127.0.0.1", stand_in.port(), o);
       ADD_FAILURE() << "a stand-in served a client";
     } catch (const UsageError& e) {
       EXPECT_EQ(std::string(e.what()),
                 "the master at 127.0.0.1:" + std::to_string(stand_in.port()) + " says: " + line);
     }
   }
-  EXPECT_EQ(stand_in.told_clients(), 2u);
+  EXPECT_EQ(stand_in.told_clients(), 3u);
   ASSERT_TRUE(stand_in.last_heard());
   EXPECT_LE(*stand_in.last_heard(), std::chrono::steady_clock::now());
+}
+
+// A key set as a client joins rides in its hello: there for the others at once, no request
+// of its own; a join with another run's token is refused as a hello is, and sets nothing.
+TEST(TcpStore, AKeySetAsAClientJoinsCostsNoRequest) {
+  TcpStore host("127.0.0.1", 0, options("tok", true));
+  const std::uint64_t before = host.server()->requests_served();
+  StoreOptions joining = options("tok", false);
+  joining.join_key = "ranks/process/1";
+  joining.join_value = bytes("pid=42");
+  TcpStore client("127.0.0.1", host.port(), joining);
+  EXPECT_EQ(host.server()->requests_served(), before);
+  EXPECT_EQ(host.get("ranks/process/1"), bytes("pid=42"));
+  client.set("after", bytes("works"));
+  EXPECT_EQ(host.get("after"), bytes("works"));
+
+  StoreOptions intruder = options("wrong", false);
+  intruder.join_key = "ranks/process/2";
+  intruder.join_value = bytes("pid=43");
+  EXPECT_THROW(TcpStore("127.0.0.1", host.port(), intruder), UsageError);
+  EXPECT_FALSE(host.check({"ranks/process/2"}));
+
+  StoreOptions too_big = options("tok", false);
+  too_big.join_key = "k";
+  too_big.join_value.resize(kMaxJoinValueBytes + 1);
+  EXPECT_THROW(TcpStore("127.0.0.1", host.port(), too_big), UsageError);
+}
+
+TEST(TcpStore, AJoinsPayloadReadsBackAndABadOneIsRefused) {
+  const StoreJoin join{"tok", "ranks/process/3", bytes("pid=7 started=9")};
+  const std::vector<std::uint8_t> payload = store_join_payload(join);
+  const auto back = parse_store_join_payload(payload);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->token, join.token);
+  EXPECT_EQ(back->key, join.key);
+  EXPECT_EQ(back->value, join.value);
+  EXPECT_TRUE(parse_store_join_payload(store_join_payload({"", "k", {}})).has_value());
+  // Cut short anywhere inside its lengths, token or key; an empty key; a value over the limit.
+  for (std::size_t cut = 0; cut < 4 + join.token.size() + 4 + join.key.size(); ++cut) {
+    const std::vector<std::uint8_t> short_one(payload.begin(),
+                                              payload.begin() + static_cast<std::ptrdiff_t>(cut));
+    EXPECT_FALSE(parse_store_join_payload(short_one).has_value()) << cut;
+  }
+  EXPECT_FALSE(parse_store_join_payload(store_join_payload({"tok", "", bytes("v")})).has_value());
+  EXPECT_FALSE(
+      parse_store_join_payload(
+          store_join_payload({"tok", "k", std::vector<std::uint8_t>(kMaxJoinValueBytes + 1)}))
+          .has_value());
+  std::vector<std::uint8_t> lying = payload;
+  put_le<std::uint32_t>(lying.data(), 0xffffffffu);  // a token length past the end
+  EXPECT_FALSE(parse_store_join_payload(lying).has_value());
 }
 
 TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {
