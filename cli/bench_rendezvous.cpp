@@ -10,7 +10,8 @@
 // a client: one process could hold only a quarter of what the server can serve. A child's
 // threads are all started before any connects (a file gate), so thread start-up is not
 // timed. What each rank does, in order:
-//   1. connects to the store and passes the token hello        (open_store, as RankGroup)
+//   1. connects to the store and passes the token hello, with   (open_store, as RankGroup)
+//      its process's mark set in the same write                  (publish_process_on_join)
 //   2. holds its config against rank 0's (a default Config's)   (agree_on_config: a barrier)
 //   3. learns the host layout                                    (exchange_host_layout)
 //   4. numbers its communicator                                  (make_communicator's add)
@@ -42,6 +43,7 @@
 
 #include "cli/commands.h"
 #include "cli/platform_process.h"
+#include "comm_backends/backends/peer_process.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/net/open_files.h"
 #include "comm_backends/peer/peer_transport.h"
@@ -120,6 +122,7 @@ std::unique_ptr<comm::Store> join_as_rank(const RendezvousArgs& args, int rank,
   options.world_size = world;
   // Rank 0 runs where the store's server does (its launcher or its own process), as in a run.
   options.read_shared_clock_here = !args.remote_clock || rank == 0;
+  comm::publish_process_on_join(options, rank);
   std::unique_ptr<comm::Store> store =
       comm::open_store("tcp://127.0.0.1:" + std::to_string(args.join_port), options);
   passed(0);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm_backends/backends/failure_trace.h"
+#include "comm_backends/backends/peer_process.h"
 #include "comm_backends/flight_recorder.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
@@ -78,17 +79,22 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
   const std::chrono::milliseconds grace = failure_grace(timeout_);
   const FailureTrace trace = trace_failed_rank(store_, prefix_ + "trace/", rank_, size_,
                                                lost.peer_rank(), grace, timeout_);
-  // The rank named, where it stopped on an error of its own, said why before it went.
+  // The rank named, where it stopped on an error of its own, said why before it went; one that
+  // was killed or froze said nothing, but where it shares this machine its process shows which
+  // (peer_process.h).
   const std::optional<std::string> why =
       trace.culprit >= 0 ? why_rank_stopped(store_, trace.culprit, grace) : std::nullopt;
-  const std::string reason = why ? "; " + *why : "";
+  const std::optional<std::string> seen = trace.culprit >= 0 && !why
+                                              ? look_at_rank_process(store_, trace.culprit, grace)
+                                              : std::nullopt;
+  const std::string reason = why ? "; " + *why : seen ? "; " + *seen : "";
   if (lost.peer_rank() >= 0) {
     if (trace.culprit < 0) throw;  // the one caught
     if (trace.culprit == lost.peer_rank()) {
-      if (!why) throw;
+      if (reason.empty()) throw;
       // The reason itself in place of the words that point to it.
       std::string told = lost.what();
-      if (told.ends_with(kItsOwnOutputSaysWhy)) {
+      if (why && told.ends_with(kItsOwnOutputSaysWhy)) {
         told.resize(told.size() - std::string_view(kItsOwnOutputSaysWhy).size());
       }
       throw PeerError(trace.culprit, told + reason);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm_backends/backends/failure_trace.h"
+#include "comm_backends/backends/peer_process.h"
 #include "comm_backends/net/local_address.h"
 #include "common/errors.h"
 #include "common/host_name.h"
@@ -50,6 +51,8 @@ std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options) {
   store.rank = options.rank;
   store.world_size = options.world_size;
   store.host_server = options.rank == 0;
+  // So that a rank that loses this one can look at its process, where they share a machine.
+  if (options.world_size > 1) publish_process_on_join(store, options.rank);
   group->store_ = open_store(rendezvous, store);
   group->hosts_ = std::make_unique<RankHosts>(*group->store_, kHostLayoutPrefix, options.rank,
                                               options.world_size);

@@ -279,7 +279,6 @@ class PeerTransport::Listener {
     asio::async_write(c->socket, asio::buffer(kPeerAccept, 8),
                       [this, c](const error_code& ec, std::size_t) {
                         if (ec) return refuse(c);
-                        error_code ignored;
                         c->timer.cancel();
                         forget(c);
                         std::lock_guard<std::mutex> lock(mutex_);

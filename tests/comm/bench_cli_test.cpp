@@ -411,7 +411,8 @@ TEST(BenchRendezvous, StoreRequestsGrowLinearlyWithTheWorld) {
     const auto ops = report["store_ops"].get<std::int64_t>();
     // About 11 a rank: config 5 (rank 0's hash; a barrier's set, add and wait; the check),
     // layout 2, numbering 1, addresses 2, clocks 1 (the server's clock is this host's, read
-    // without a request; rank 0 publishes its offset, the others read it).
+    // without a request; rank 0 publishes its offset, the others read it). The process mark
+    // each rank sets as it joins rides in its hello: no request.
     EXPECT_GE(ops, 10 * world) << "fewer requests than the steps need";
     EXPECT_LE(ops, 12 * world);
     per_rank.push_back(static_cast<double>(ops) / world);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm_backends/backends/peer_process.h"
 #include "comm_backends/communicator.h"
 #include "comm_backends/store/store.h"
 #include "common/errors.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
     StoreOptions store_options;
     store_options.token = "process-test";
     store_options.timeout = std::chrono::milliseconds(20000);
+    publish_process_on_join(store_options, rank);  // as open_rank_group() does
     auto store = open_store(argv[1], store_options);
     CommOptions options;
     options.backend = argv[4];

@@ -33,7 +33,8 @@ inline std::string read_file(const std::filesystem::path& path) {
 }
 
 // Waits (30 s at most) until every rank is ready, sends `signal_number` to `victim`, and
-// checks that every other rank exits 3 with a PeerError naming the victim within `bound`.
+// checks that every other rank exits 3 with a PeerError naming the victim within `bound`, and
+// saying what the victim's process shows.
 // Survivors still running 5 s after the bound are killed (and the test fails), so this
 // always returns with every process reaped but the victim, which the caller's signal may
 // have left stopped: it is killed and reaped too.
@@ -81,6 +82,12 @@ inline void expect_survivors_name(std::vector<RankProcess>& ranks, int victim, i
     EXPECT_NE(log.find("peer-error rank=" + std::to_string(victim) + ":"), std::string::npos)
         << "rank " << r << ": " << log;
     EXPECT_LE(ranks[r].exited - injured_at, bound) << "rank " << r << " took too long: " << log;
+    // The victim shares this machine: what its process shows is said (peer_process.h). Killed,
+    // it is a process this test has yet to reap; stopped, it is stopped still.
+    const std::string seen = "rank " + std::to_string(victim) + " (pid " +
+                             std::to_string(ranks[victim].pid) + ", this machine) " +
+                             (signal_number == SIGSTOP ? "is stopped" : "has ended");
+    EXPECT_NE(log.find(seen), std::string::npos) << "rank " << r << ": " << log;
   }
 }
 

@@ -197,8 +197,9 @@ TEST(Observe, SlowRankIsNamedStraggler) {
 }
 
 // A rank frozen mid-run (SIGSTOP): the others' collectives time out, each dumps its last
-// collectives to OUTPUT/flight/rank-R.json, the launcher's verdict says where they stood, and
-// `partrain explain OUTPUT` names the frozen rank, which left no record.
+// collectives to OUTPUT/flight/rank-R.json and says the frozen rank's process is stopped, the
+// launcher's verdict says where they stood, and `partrain explain OUTPUT` names the frozen rank,
+// which left no record.
 TEST(Observe, FrozenRankLeavesFlightRecords) {
   auto dir = scratch("observe_flight");
   const fs::path cfg = write_config(
@@ -247,6 +248,12 @@ TEST(Observe, FrozenRankLeavesFlightRecords) {
     EXPECT_NE(out.find(where), std::string::npos) << where << "\n" << out;
   }
   EXPECT_NE(out.find("; where the ranks stood: rank "), std::string::npos) << out;
+  // The ranks that lost it share its machine: they looked at its process and say it is stopped.
+  EXPECT_NE(out.find("rank 2 (pid " + std::to_string(victim) +
+                     ", this machine) is stopped (SIGSTOP or SIGTSTP): `kill -CONT " +
+                     std::to_string(victim) + "` resumes it"),
+            std::string::npos)
+      << out;
 
   Result e = partrain("explain " + (dir / "out").string(), dir);
   ASSERT_EQ(e.code, 0) << e.output;
