@@ -58,6 +58,7 @@
 #include "common/hash.h"
 #include "common/stop_request.h"
 #include "common/temp_dir.h"
+#include "common/process_state.h"
 #include "common/host_name.h"
 #include "common/worker_lines.h"
 
@@ -392,10 +393,15 @@ class GroupRun {
   // returns the worker to name as the cause.
   Worker* freeze_kill(Worker& w, const LaunchPlan& plan, Worker* current) {
     const double silent = silent_seconds(w);
+    // What its process shows, where the system says (stopped, blocked in the kernel, busy):
+    // why it wrote nothing. Not yet reaped, the pid is still this worker's.
+    const std::optional<ProcessState> state = watch_process(w.pid, process_start_ticks(w.pid));
     sink_.launcher_line(detail::concat(
         "rank ", w.rank, " (pid ", w.pid, ") wrote nothing for ", static_cast<int>(silent),
         " s, not even its heartbeat (every ", plan.heartbeat_interval.count() / 1000.0,
-        " s): it is frozen; ", platform::kForceStopName));
+        " s): it is frozen",
+        state ? ": its process " + describe_process_state(*state, w.pid, false) : std::string(),
+        "; ", platform::kForceStopName));
     w.frozen = true;
     frozen_silent_s_ = silent;
     w.group.force_stop();

@@ -1,15 +1,13 @@
 #include "comm_backends/backends/peer_process.h"
 
 #include <charconv>
-#include <fstream>
 #include <mutex>
-#include <sstream>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
+#include "common/process_state.h"
 
 #if defined(_WIN32)
 #ifndef NOMINMAX
@@ -40,49 +38,7 @@ std::uint64_t own_pid_space() {
   if (::stat("/proc/self/ns/pid", &ns) != 0) return 0;
   return static_cast<std::uint64_t>(ns.st_ino);
 }
-
-// /proc/PID/stat as its fields from the state on ("S", ppid, ...): field N of proc(5) is
-// fields[N - 3]. The name before them, in parentheses, may hold spaces and parentheses, so
-// the fields start after the last ')'. Empty where the process is gone (or hidden).
-std::vector<std::string> stat_fields(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) return {};
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return {};
-  std::istringstream rest(line.substr(close + 1));
-  std::vector<std::string> fields;
-  for (std::string field; rest >> field;) fields.push_back(field);
-  return fields;
-}
-
-constexpr std::size_t kStateField = 0;        // proc(5) field 3
-constexpr std::size_t kUserTimeField = 11;    // field 14, utime (ticks)
-constexpr std::size_t kSystemTimeField = 12;  // field 15, stime (ticks)
-constexpr std::size_t kStartField = 19;       // field 22, starttime (ticks after boot)
-
-std::uint64_t field_number(const std::vector<std::string>& fields, std::size_t i) {
-  if (i >= fields.size()) return 0;
-  return number<std::uint64_t>(fields[i]).value_or(0);
-}
-
-// The kernel function the process waits in, where the kernel names it ("0" or nothing where it
-// hides addresses from this user).
-std::string wait_channel(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/wchan");
-  std::string name;
-  in >> name;
-  return name == "0" ? "" : name;
-}
-
-const std::string kEnded =
-    "has ended without saying why: a signal such as SIGKILL, or the kernel's out-of-memory "
-    "killer (its engine's log or `dmesg` may say which)";
 #endif
-
-}  // namespace
-
-namespace {
 
 ProcessMark read_this_process() {
   ProcessMark mark;
@@ -93,7 +49,7 @@ ProcessMark read_this_process() {
   mark.user = static_cast<std::int64_t>(::getuid());
 #endif
 #if defined(__linux__)
-  mark.started = field_number(stat_fields("self"), kStartField);
+  mark.started = process_start_ticks(mark.pid);
   mark.kernel = kernel_identity();
   mark.pid_space = own_pid_space();
 #endif
@@ -168,68 +124,17 @@ void publish_process_on_join(StoreOptions& options, int rank) {
 
 std::optional<std::string> look_at_process(const ProcessMark& mark,
                                            std::chrono::milliseconds window) {
-#if defined(__linux__)
   const ProcessMark mine = this_process();
   if (mark.kernel.empty() || mark.kernel != mine.kernel || mark.pid_space == 0 ||
       mark.pid_space != mine.pid_space || mark.pid <= 0 || mark.started == 0) {
     return std::nullopt;
   }
-  const std::string pid = std::to_string(mark.pid);
-  // Gone, or another process that was given its id since.
-  const auto gone = [&](const std::vector<std::string>& fields) {
-    return fields.empty() || field_number(fields, kStartField) != mark.started;
-  };
-  const std::vector<std::string> first = stat_fields(pid);
-  if (gone(first)) {
-    // Another user's processes may be hidden from this one (/proc mounted with hidepid).
-    if (first.empty() && mark.user != mine.user) return std::nullopt;
-    return kEnded;
-  }
-  // Bounded by `window`: one sleep between two readings of its CPU time.
-  const auto started_watching = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(window);
-  const double watched =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_watching).count();
-  const std::vector<std::string> second = stat_fields(pid);
-  if (gone(second)) return kEnded;
-  const std::string state = second[kStateField];
-  if (state == "Z" || state == "X" || state == "x") return kEnded;  // its parent has yet to reap it
-  if (state == "T") {
-    return "is stopped (SIGSTOP or SIGTSTP): `kill -CONT " + pid + "` resumes it";
-  }
-  if (state == "t") return "is stopped by a debugger or tracer";
-  if (state == "D") {
-    const std::string channel = wait_channel(pid);
-    return "is blocked in the kernel, uninterruptibly (disk or network file system I/O, or a "
-           "device)" +
-           (channel.empty() ? std::string() : ", in " + channel);
-  }
-  const auto busy = [](const std::vector<std::string>& fields) {
-    return field_number(fields, kUserTimeField) + field_number(fields, kSystemTimeField);
-  };
-  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
-  const std::uint64_t used = busy(second) >= busy(first) ? busy(second) - busy(first) : 0;
-  const double share =
-      ticks_per_second > 0 && watched > 0
-          ? static_cast<double>(used) / static_cast<double>(ticks_per_second) / watched
-          : 0.0;
-  const std::string percent = std::to_string(static_cast<int>(share * 100 + 0.5)) + "%";
-  if (share >= 0.5) {
-    return "is running, using " + percent +
-           " of a CPU: busy with something other than this collective (a long computation, a "
-           "loop)";
-  }
-  if (share < 0.05) {
-    return "is alive but idle (" + percent +
-           " of a CPU): waiting on something other than this collective (another collective, a "
-           "lock, its data)";
-  }
-  return "is alive, using " + percent + " of a CPU";
-#else
-  (void)mark;
-  (void)window;
-  return std::nullopt;
-#endif
+  // Another user's processes may be hidden from this one (/proc mounted with hidepid): one that
+  // cannot be seen at all is not known to have ended.
+  if (mark.user != mine.user && process_start_ticks(mark.pid) == 0) return std::nullopt;
+  const auto state = watch_process(mark.pid, mark.started, window);
+  if (!state) return std::nullopt;
+  return describe_process_state(*state, mark.pid);
 }
 
 std::optional<std::string> look_at_rank_process(Store& store, int rank,

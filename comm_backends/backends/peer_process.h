@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/process_state.h"
+
 namespace partrain::comm {
 
 class Store;
@@ -49,16 +51,13 @@ std::string process_key(int rank);
 // (StoreOptions::join_key: over tcp, in the hello's write, no round trip of its own).
 void publish_process_on_join(StoreOptions& options, int rank);
 
-// How long look_at_process() watches a live process's CPU time to tell busy from idle.
-inline constexpr std::chrono::milliseconds kProcessLookWindow{200};
-
-// What this machine shows of the process `mark` names, as a phrase that follows "rank R (pid P,
-// this machine) ": "is stopped ...", "has ended ...", "is blocked in the kernel ...", "is
-// running, using 97% of a CPU ...", "is alive but idle ...". nullopt where the process runs on
-// another machine or in another process-id space, or this system does not say (not Linux).
-// Watches a live process for `window`.
+// What this machine shows of the process `mark` names (common/process_state.h), as a phrase
+// that follows "rank R (pid P, this machine) ": "is stopped ...", "has ended ...", "is blocked in
+// the kernel ...", "is running, using 97% of a CPU ...", "is alive but idle ...". nullopt where
+// the process runs on another machine or in another process-id space, or this system does not
+// say (not Linux). Watches a live process for `window`.
 std::optional<std::string> look_at_process(const ProcessMark& mark,
-                                           std::chrono::milliseconds window = kProcessLookWindow);
+                                           std::chrono::milliseconds window = kProcessWatchWindow);
 
 // The sentence for rank `rank`, from its published mark: "rank R (pid P, this machine) is
 // stopped ...". nullopt where it published none within `bound`, or look_at_process() cannot

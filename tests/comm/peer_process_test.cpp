@@ -1,22 +1,16 @@
 // What a rank can see of another rank's process on its machine (peer_process.h): the mark's
-// text and back, and on Linux real child processes that are stopped, killed, busy or idle.
+// text and back, which marks this machine can look at, and a rank named from its mark.
 #include "comm_backends/backends/peer_process.h"
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "comm_backends/store/store.h"
 #include "tests/support/scratch_dir.h"
 
 #if defined(__linux__)
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <thread>
 #endif
 
 namespace partrain::comm {
@@ -62,61 +56,6 @@ TEST(PeerProcess, ARankThatPublishedNothingShowsNothing) {
 
 #if defined(__linux__)
 
-// A child that does `what` until killed: "sleep" (idle), "spin" (busy).
-pid_t start_child(const std::string& what) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    volatile std::uint64_t sum = 0;
-    while (std::chrono::steady_clock::now() < end) {  // bounded: a minute, if never killed
-      if (what == "sleep") {
-        ::usleep(100000);
-      } else {
-        for (int i = 0; i < 1000000; ++i) sum = sum + static_cast<std::uint64_t>(i);
-      }
-    }
-    ::_exit(0);
-  }
-  return pid;
-}
-
-// Field `field` of /proc/PID/stat (numbered as proc(5) numbers them, from 3 on); empty where
-// there is none.
-std::string stat_field(pid_t pid, int field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream fields(line.substr(close + 1));
-  std::string value;
-  for (int i = 3; i <= field; ++i) {
-    if (!(fields >> value)) return "";
-  }
-  return value;
-}
-
-// The child's mark, as it would publish it: its pid and start time (field 22), this machine's
-// the rest.
-ProcessMark mark_of(pid_t pid) {
-  ProcessMark mark = this_process();
-  mark.pid = pid;
-  mark.started = std::stoull(stat_field(pid, 22));
-  return mark;
-}
-
-struct Child {
-  explicit Child(const std::string& what) : pid(start_child(what)) {}
-  ~Child() {
-    if (!reaped) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  }
-  pid_t pid;
-  bool reaped = false;
-};
-
 std::string look(const ProcessMark& mark) { return look_at_process(mark).value_or("(nothing)"); }
 
 TEST(PeerProcess, ThisProcessIsSeenAlive) {
@@ -124,65 +63,24 @@ TEST(PeerProcess, ThisProcessIsSeenAlive) {
   EXPECT_TRUE(seen.starts_with("is alive")) << seen;
 }
 
-TEST(PeerProcess, AStoppedChildIsSeenStoppedWithHowToResumeIt) {
-  Child child("sleep");
-  const ProcessMark mark = mark_of(child.pid);
-  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child.pid, &status, WUNTRACED), child.pid);  // it is stopped now
-  EXPECT_EQ(look(mark), "is stopped (SIGSTOP or SIGTSTP): `kill -CONT " +
-                            std::to_string(child.pid) + "` resumes it");
-}
-
-TEST(PeerProcess, AKilledChildIsSeenEndedReapedOrNot) {
-  Child child("sleep");
-  const ProcessMark mark = mark_of(child.pid);
-  ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
-  // Not yet reaped: a zombie, which has ended all the same. Bounded: a second at most.
-  for (int i = 0; i < 200 && stat_field(child.pid, 3) != "Z"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(stat_field(child.pid, 3), "Z");
-  EXPECT_TRUE(look(mark).starts_with("has ended without saying why")) << look(mark);
-  ASSERT_EQ(::waitpid(child.pid, nullptr, 0), child.pid);
-  child.reaped = true;
-  EXPECT_TRUE(look(mark).starts_with("has ended without saying why")) << look(mark);
-}
-
 TEST(PeerProcess, AnotherProcessGivenTheSameIdIsNotTheOne) {
-  Child child("sleep");
-  ProcessMark mark = mark_of(child.pid);
+  ProcessMark mark = this_process();
   mark.started += 1;  // the rank's process started at another time: this is not it
   EXPECT_TRUE(look(mark).starts_with("has ended")) << look(mark);
 }
 
-TEST(PeerProcess, BusyAndIdleChildrenAreToldApart) {
-  Child busy("spin");
-  Child idle("sleep");
-  const std::string busy_seen = look(mark_of(busy.pid));
-  const std::string idle_seen = look(mark_of(idle.pid));
-  // Two cores here, and a test beside this one may hold them: a spinning child may get less
-  // than the half of a CPU that "running" takes, but never as little as an idle one.
-  EXPECT_TRUE(busy_seen.starts_with("is running, using ") ||
-              busy_seen.starts_with("is alive, using "))
-      << busy_seen;
-  EXPECT_TRUE(idle_seen.starts_with("is alive but idle (")) << idle_seen;
-}
-
+// The mark a rank published, read back and looked at: here this test's own process, which
+// sleeps (idle) while it is watched. Stopped, killed and busy processes: process_state_test.
 TEST(PeerProcess, ARankIsNamedWithItsPidFromWhatItPublished) {
   testing::ScratchDir dir;
   StoreOptions options;
   options.timeout = std::chrono::milliseconds(2000);
+  publish_process_on_join(options, 1);
   const std::unique_ptr<Store> store = open_store(dir.url(), options);
-  Child child("sleep");
-  const std::string text = encode_process_mark(mark_of(child.pid));
-  store->set(process_key(1), std::vector<std::uint8_t>(text.begin(), text.end()));
-  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
-  ASSERT_EQ(::waitpid(child.pid, nullptr, WUNTRACED), child.pid);
   const auto seen = look_at_rank_process(*store, 1, std::chrono::milliseconds(1000));
   ASSERT_TRUE(seen.has_value());
-  EXPECT_TRUE(
-      seen->starts_with("rank 1 (pid " + std::to_string(child.pid) + ", this machine) is stopped"))
+  EXPECT_TRUE(seen->starts_with("rank 1 (pid " + std::to_string(::getpid()) +
+                                ", this machine) is alive but idle ("))
       << *seen;
 }
 

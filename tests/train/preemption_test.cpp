@@ -211,6 +211,9 @@ TEST(Preemption, AFrozenWorkerIsKilledAndNamed) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("it was frozen"), std::string::npos) << out;
+  EXPECT_NE(out.find("it is frozen: its process is stopped (SIGSTOP or SIGTSTP); SIGKILL"),
+            std::string::npos)
+      << out;
 }
 
 // The newest entry of OUT/checkpoints whose name holds `part`, or "".

@@ -1,0 +1,151 @@
+#include "common/process_state.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+
+namespace partrain {
+
+namespace {
+
+#if defined(__linux__)
+// /proc/PID/stat as its fields from the state on ("S", ppid, ...): field N of proc(5) is
+// fields[N - 3]. The name before them, in parentheses, may hold spaces and parentheses, so the
+// fields start after the last ')'. Empty where the process is gone (or hidden).
+std::vector<std::string> stat_fields(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!in || !std::getline(in, line)) return {};
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return {};
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields;
+  for (std::string field; rest >> field;) fields.push_back(field);
+  return fields;
+}
+
+constexpr std::size_t kStateField = 0;        // proc(5) field 3
+constexpr std::size_t kUserTimeField = 11;    // field 14, utime (ticks)
+constexpr std::size_t kSystemTimeField = 12;  // field 15, stime (ticks)
+constexpr std::size_t kStartField = 19;       // field 22, starttime (ticks after boot)
+
+std::uint64_t field_number(const std::vector<std::string>& fields, std::size_t i) {
+  if (i >= fields.size()) return 0;
+  std::uint64_t value = 0;
+  const std::string& text = fields[i];
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() ? value : 0;
+}
+
+// The kernel function the process waits in, where the kernel names it ("0" or nothing where it
+// hides addresses from this user).
+std::string wait_channel(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/wchan");
+  std::string name;
+  in >> name;
+  return name == "0" ? "" : name;
+}
+#endif
+
+}  // namespace
+
+std::uint64_t process_start_ticks(std::int64_t pid) {
+#if defined(__linux__)
+  return pid > 0 ? field_number(stat_fields(std::to_string(pid)), kStartField) : 0;
+#else
+  (void)pid;
+  return 0;
+#endif
+}
+
+std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t started,
+                                          std::chrono::milliseconds window) {
+#if defined(__linux__)
+  if (pid <= 0 || started == 0) return std::nullopt;
+  const std::string id = std::to_string(pid);
+  ProcessState state;
+  // Gone, or another process that was given its id since.
+  const auto gone = [&](const std::vector<std::string>& fields) {
+    return fields.empty() || field_number(fields, kStartField) != started;
+  };
+  const std::vector<std::string> first = stat_fields(id);
+  if (gone(first)) return state;
+  // Bounded by `window`: one sleep between two readings of its CPU time.
+  const auto watch_start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(window);
+  const double watched =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_start).count();
+  const std::vector<std::string> second = stat_fields(id);
+  if (gone(second)) return state;
+  const std::string& letter = second[kStateField];
+  if (letter == "Z" || letter == "X" || letter == "x") return state;  // not yet reaped
+  if (letter == "T") {
+    state.kind = ProcessState::Kind::stopped;
+    return state;
+  }
+  if (letter == "t") {
+    state.kind = ProcessState::Kind::traced;
+    return state;
+  }
+  if (letter == "D") {
+    state.kind = ProcessState::Kind::blocked;
+    state.wait_channel = wait_channel(id);
+    return state;
+  }
+  const auto busy = [](const std::vector<std::string>& fields) {
+    return field_number(fields, kUserTimeField) + field_number(fields, kSystemTimeField);
+  };
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  const std::uint64_t used = busy(second) >= busy(first) ? busy(second) - busy(first) : 0;
+  const double share =
+      ticks_per_second > 0 && watched > 0
+          ? static_cast<double>(used) / static_cast<double>(ticks_per_second) / watched
+          : 0.0;
+  state.cpu_percent = static_cast<int>(share * 100 + 0.5);
+  state.kind = share >= 0.5   ? ProcessState::Kind::running
+               : share < 0.05 ? ProcessState::Kind::idle
+                              : ProcessState::Kind::alive;
+  return state;
+#else
+  (void)pid;
+  (void)started;
+  (void)window;
+  return std::nullopt;
+#endif
+}
+
+std::string describe_process_state(const ProcessState& state, std::int64_t pid, bool resume_hint) {
+  const std::string percent = std::to_string(state.cpu_percent) + "%";
+  switch (state.kind) {
+    case ProcessState::Kind::ended:
+      return "has ended without saying why: a signal such as SIGKILL, or the kernel's "
+             "out-of-memory killer (its engine's log or `dmesg` may say which)";
+    case ProcessState::Kind::stopped:
+      return "is stopped (SIGSTOP or SIGTSTP)" +
+             (resume_hint ? ": `kill -CONT " + std::to_string(pid) + "` resumes it"
+                          : std::string());
+    case ProcessState::Kind::traced:
+      return "is stopped by a debugger or tracer";
+    case ProcessState::Kind::blocked:
+      return "is blocked in the kernel, uninterruptibly (disk or network file system I/O, or a "
+             "device)" +
+             (state.wait_channel.empty() ? std::string() : ", in " + state.wait_channel);
+    case ProcessState::Kind::running:
+      return "is running, using " + percent +
+             " of a CPU: busy with something else (a long computation, a loop)";
+    case ProcessState::Kind::idle:
+      return "is alive but idle (" + percent +
+             " of a CPU): waiting on something else (another collective, a lock, its data)";
+    case ProcessState::Kind::alive:
+      break;
+  }
+  return "is alive, using " + percent + " of a CPU";
+}
+
+}  // namespace partrain

@@ -1,0 +1,146 @@
+// What this machine shows of a process (common/process_state.h): real child processes that are
+// stopped, killed (reaped and not), spinning or sleeping, and how each is said.
+#include "common/process_state.h"
+
+#include <gtest/gtest.h>
+
+#if defined(__linux__)
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+#endif
+
+namespace partrain {
+namespace {
+
+TEST(ProcessState, EachStateIsSaidInOnePhrase) {
+  ProcessState state;
+  EXPECT_TRUE(describe_process_state(state, 7).starts_with("has ended without saying why"));
+  state.kind = ProcessState::Kind::stopped;
+  EXPECT_EQ(describe_process_state(state, 7),
+            "is stopped (SIGSTOP or SIGTSTP): `kill -CONT 7` resumes it");
+  EXPECT_EQ(describe_process_state(state, 7, false), "is stopped (SIGSTOP or SIGTSTP)");
+  state.kind = ProcessState::Kind::blocked;
+  state.wait_channel = "rpc_wait_bit_killable";
+  EXPECT_EQ(describe_process_state(state, 7),
+            "is blocked in the kernel, uninterruptibly (disk or network file system I/O, or a "
+            "device), in rpc_wait_bit_killable");
+  state.kind = ProcessState::Kind::running;
+  state.cpu_percent = 97;
+  EXPECT_TRUE(describe_process_state(state, 7).starts_with("is running, using 97% of a CPU"));
+  state.kind = ProcessState::Kind::idle;
+  state.cpu_percent = 0;
+  EXPECT_TRUE(describe_process_state(state, 7).starts_with("is alive but idle (0% of a CPU)"));
+}
+
+#if defined(__linux__)
+
+// A child that does `what` until killed: "sleep" (idle), "spin" (busy).
+pid_t start_child(const std::string& what) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    volatile std::uint64_t sum = 0;
+    while (std::chrono::steady_clock::now() < end) {  // bounded: a minute, if never killed
+      if (what == "sleep") {
+        ::usleep(100000);
+      } else {
+        for (int i = 0; i < 1000000; ++i) sum = sum + static_cast<std::uint64_t>(i);
+      }
+    }
+    ::_exit(0);
+  }
+  return pid;
+}
+
+// The state letter of /proc/PID/stat (field 3); empty where there is none.
+std::string state_letter(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const auto close = line.rfind(')');
+  if (close == std::string::npos) return "";
+  std::istringstream fields(line.substr(close + 1));
+  std::string letter;
+  fields >> letter;
+  return letter;
+}
+
+struct Child {
+  explicit Child(const std::string& what)
+      : pid(start_child(what)), started(process_start_ticks(pid)) {}
+  ~Child() {
+    if (!reaped) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  pid_t pid;
+  std::uint64_t started;
+  bool reaped = false;
+};
+
+ProcessState::Kind kind_of(const Child& child) {
+  const auto state = watch_process(child.pid, child.started);
+  return state ? state->kind : ProcessState::Kind::alive;
+}
+
+TEST(ProcessState, AChildsStartIsKnownAndNoProcessHasNone) {
+  Child child("sleep");
+  EXPECT_GT(child.started, 0u);
+  EXPECT_EQ(process_start_ticks(0), 0u);
+  EXPECT_FALSE(watch_process(child.pid, 0).has_value());  // no start time: not known
+}
+
+TEST(ProcessState, AStoppedChildIsStopped) {
+  Child child("sleep");
+  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
+  ASSERT_EQ(::waitpid(child.pid, nullptr, WUNTRACED), child.pid);  // it is stopped now
+  EXPECT_EQ(kind_of(child), ProcessState::Kind::stopped);
+}
+
+TEST(ProcessState, AKilledChildHasEndedReapedOrNot) {
+  Child child("sleep");
+  ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
+  // Not yet reaped: a zombie, which has ended all the same. Bounded: a second at most.
+  for (int i = 0; i < 200 && state_letter(child.pid) != "Z"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(state_letter(child.pid), "Z");
+  EXPECT_EQ(kind_of(child), ProcessState::Kind::ended);
+  ASSERT_EQ(::waitpid(child.pid, nullptr, 0), child.pid);
+  child.reaped = true;
+  EXPECT_EQ(kind_of(child), ProcessState::Kind::ended);
+}
+
+TEST(ProcessState, AnotherProcessGivenTheSameIdIsNotTheOne) {
+  Child child("sleep");
+  const auto state = watch_process(child.pid, child.started + 1);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->kind, ProcessState::Kind::ended);
+}
+
+TEST(ProcessState, BusyAndIdleChildrenAreToldApart) {
+  Child busy("spin");
+  Child idle("sleep");
+  // Two cores here, and a test beside this one may hold them: a spinning child may get less
+  // than the half of a CPU that "running" takes, but never as little as an idle one.
+  const auto busy_state = watch_process(busy.pid, busy.started);
+  const auto idle_state = watch_process(idle.pid, idle.started);
+  ASSERT_TRUE(busy_state && idle_state);
+  EXPECT_TRUE(busy_state->kind == ProcessState::Kind::running ||
+              busy_state->kind == ProcessState::Kind::alive)
+      << describe_process_state(*busy_state, busy.pid);
+  EXPECT_GE(busy_state->cpu_percent, 5);
+  EXPECT_EQ(idle_state->kind, ProcessState::Kind::idle)
+      << describe_process_state(*idle_state, idle.pid);
+}
+
+#endif
+
+}  // namespace
+}  // namespace partrain
