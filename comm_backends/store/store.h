@@ -1,5 +1,5 @@
-// defines: Store (rendezvous key-value store), ScopedStoreTimeout, try_set(), try_get(),
-// StoreOptions, StoreUrl, parse_store_url(), open_store().
+// defines: Store (rendezvous key-value store), MasterStoppedError, ScopedStoreTimeout, try_set(),
+// try_get(), StoreOptions, StoreUrl, parse_store_url(), open_store().
 //
 // A store is how ranks find each other before any collective runs: the NCCL unique id,
 // Gloo's pair addresses and the ring's listening ports travel through it.
@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "common/errors.h"
 
 namespace partrain::comm {
 
@@ -39,6 +41,14 @@ struct ServerClockReading {
   std::chrono::steady_clock::time_point received;
   std::int64_t server_ns = 0;
   std::chrono::steady_clock::duration round_trip() const { return received - sent; }
+};
+
+// What a store client is told by a master node that could not start and stands in for its
+// store (kStoreFailed): "the master at ADDR:PORT says: LINE". There is no store behind it, so a
+// rank that gets it tells nobody why it stops.
+class MasterStoppedError : public UsageError {
+ public:
+  using UsageError::UsageError;
 };
 
 class Store {

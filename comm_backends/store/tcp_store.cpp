@@ -906,8 +906,8 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
     return text;
   };
   if (got.ok() && std::memcmp(answer, kStoreFailed, 8) == 0) {
-    throw UsageError("the master at " + endpoint_ +
-                     " says: " + notice_line(text_of_answer(kMaxNoticeBytes)));
+    throw MasterStoppedError("the master at " + endpoint_ +
+                             " says: " + notice_line(text_of_answer(kMaxNoticeBytes)));
   }
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",

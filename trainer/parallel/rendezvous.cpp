@@ -23,6 +23,8 @@ std::unique_ptr<comm::RankGroup> meet_ranks(const Config& cfg, const RankPlace& 
     options.host = cfg.comm.host;
     options.interface = cfg.comm.interface;
     ranks = comm::open_rank_group(options);
+  } catch (const comm::MasterStoppedError&) {
+    throw;  // the master stood in for a store it could not start: nobody to tell
   } catch (const UsageError& e) {
     // A setting this rank alone refuses (another strategy, an address its host cannot choose):
     // the others hear of it now rather than at their timeout. A store that could not be
