@@ -98,15 +98,20 @@ std::optional<ProcessMark> decode_process_mark(std::string_view text) {
     const std::string_view value = item.substr(equals + 1);
     bool ok = true;
     if (key == "pid") {
-      ok = read(value, mark.pid), seen |= 1;
+      ok = read(value, mark.pid);
+      seen |= 1;
     } else if (key == "started") {
-      ok = read(value, mark.started), seen |= 2;
+      ok = read(value, mark.started);
+      seen |= 2;
     } else if (key == "kernel") {
-      mark.kernel = std::string(value), seen |= 4;
+      mark.kernel = std::string(value);
+      seen |= 4;
     } else if (key == "pidns") {
-      ok = read(value, mark.pid_space), seen |= 8;
+      ok = read(value, mark.pid_space);
+      seen |= 8;
     } else if (key == "uid") {
-      ok = read(value, mark.user), seen |= 16;
+      ok = read(value, mark.user);
+      seen |= 16;
     }  // a field of a later build: skipped
     if (!ok) return std::nullopt;
   }

@@ -1,4 +1,4 @@
-// defines: ProcessMark, this_process(), publish_this_process(), look_at_process() and
+// defines: ProcessMark, this_process(), publish_process_on_join(), look_at_process() and
 // look_at_rank_process() — what a rank that lost another can see of that rank's process when it
 // runs on the same machine: ended, stopped, blocked in the kernel, busy, or idle.
 //
@@ -6,7 +6,7 @@
 // froze, says nothing; the others know only that it went quiet. Where they share its machine
 // (one kernel, one process-id space: the common case of several GPUs in one box, and of the
 // network-namespace hosts of the tests) they can look at the process itself, as `ps` would.
-// So every rank publishes its process id at join (process_key()), and the rank that names a
+// So every rank publishes its process at join (process_key()), and the rank that names a
 // silent one adds what it sees: "rank 1 (pid 4242, this machine) is stopped (SIGSTOP or
 // SIGTSTP): kill -CONT 4242 resumes it". Across machines, and outside Linux, nothing is added.
 #pragma once
@@ -48,7 +48,7 @@ std::optional<ProcessMark> decode_process_mark(std::string_view text);
 std::string process_key(int rank);
 
 // Has the store that `options` open publish this process's mark as rank `rank`'s as it joins
-// (StoreOptions::join_key: over tcp, in the hello's write, no round trip of its own).
+// (StoreOptions::join_key: over tcp, in the hello itself, no request of its own).
 void publish_process_on_join(StoreOptions& options, int rank);
 
 // What this machine shows of the process `mark` names (common/process_state.h), as a phrase

@@ -520,8 +520,9 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
         [self = shared_from_this(), join](const boost::system::error_code& ec, std::size_t) {
           if (ec) return self->close();
           if (!self->state_.failed.empty()) return self->tell_failed();
-          std::optional<StoreJoin> joined;
-          if (join && !(joined = parse_store_join_payload(self->body_))) return self->close();
+          const std::optional<StoreJoin> joined =
+              join ? parse_store_join_payload(self->body_) : std::nullopt;
+          if (join && !joined) return self->close();
           const std::string token =
               joined ? joined->token : std::string(self->body_.begin(), self->body_.end());
           if (token != self->state_.token) {
@@ -529,7 +530,7 @@ class Session : public StoreWaiter, public std::enable_shared_from_this<Session>
             return self->refuse();
           }
           if (joined) {
-            self->state_.data[joined->key] = std::move(joined->value);
+            self->state_.data[joined->key] = joined->value;
             self->state_.key_set(joined->key);
           }
           self->accepted_ = true;
