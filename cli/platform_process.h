@@ -121,8 +121,6 @@ void interrupt_process(int pid);
 // True while the process exists and has not exited (a zombie counts as exited).
 bool process_running(int pid);
 
-int current_process_id();
-
 // The absolute path of the running executable, for spawning itself as a worker.
 std::string executable_path();
 

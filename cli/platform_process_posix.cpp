@@ -14,11 +14,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/cpu_list.h"
 #include "common/errors.h"
+#include "common/process_state.h"
 
 namespace partrain::cli::platform {
 
@@ -101,7 +100,7 @@ WorkerGroup::~WorkerGroup() = default;
 
 WorkerChildSetup WorkerGroup::child_setup(const std::vector<int>& cpus) {
   WorkerChildSetup setup;
-  setup.launcher_pid = current_process_id();
+  setup.launcher_pid = static_cast<int>(current_process_id());
 #if defined(__linux__)
   // The mask the kernel reads: bit c of word c / bits-per-word for CPU c (what CPU_SET_S sets).
   constexpr int kBits = static_cast<int>(8 * sizeof(unsigned long));
@@ -140,24 +139,12 @@ bool process_running(int pid) {
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
 #if defined(__linux__)
   // A dead process nobody has reaped yet still answers kill(pid, 0); its state is 'Z'.
-  // /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces and parentheses, so the
-  // state follows the last ')'.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::stringstream text;
-  text << stat.rdbuf();
-  const std::string line = text.str();
-  const auto close = line.rfind(')');
-  if (close != std::string::npos && close + 2 < line.size()) {
-    const char state = line[close + 2];
-    return state != 'Z' && state != 'X';
-  }
-  return !line.empty();
+  const std::string state = process_state_letter(pid);
+  return !state.empty() && state != "Z" && state != "X";
 #else
   return true;
 #endif
 }
-
-int current_process_id() { return static_cast<int>(::getpid()); }
 
 void set_close_on_exec(NativeHandle native_handle) {
   const int flags = ::fcntl(native_handle, F_GETFD);

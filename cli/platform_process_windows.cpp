@@ -29,6 +29,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "common/process_state.h"
 
 namespace partrain::cli::platform {
 namespace {
@@ -210,8 +211,6 @@ bool process_running(int pid) {
   return running;
 }
 
-int current_process_id() { return static_cast<int>(::GetCurrentProcessId()); }
-
 void set_close_on_exec(NativeHandle handle) {
   PARTRAIN_CHECK(
       ::SetHandleInformation(static_cast<HANDLE>(handle), HANDLE_FLAG_INHERIT, 0), Error,
@@ -253,7 +252,7 @@ StopSignals::StopSignals() {
   saved_ = std::make_unique<Saved>();
   g_signal_count = 0;
   g_last_signal = 0;
-  const std::string name = stop_event_name(current_process_id());
+  const std::string name = stop_event_name(static_cast<int>(current_process_id()));
   // Manual reset, so a request stays visible until count() has taken it.
   saved_->stop_event = ::CreateEventA(nullptr, TRUE, FALSE, name.c_str());
   if (saved_->stop_event == nullptr) {

@@ -18,17 +18,10 @@
 #endif
 
 #include "common/errors.h"
+#include "common/process_state.h"
 
 namespace partrain {
 namespace {
-
-int process_id() {
-#if defined(_WIN32)
-  return _getpid();
-#else
-  return static_cast<int>(::getpid());
-#endif
-}
 
 void remove_quietly(const std::string& path) {
   std::error_code ignored;
@@ -41,7 +34,7 @@ std::string temp_path_for(const std::string& path) {
   static std::atomic<std::uint64_t> counter{0};
   static const std::uint64_t salt = std::random_device{}();
   const std::uint64_t tag = salt ^ (counter.fetch_add(1) * 0x9E3779B97F4A7C15ull);
-  return detail::concat(path, ".tmp-", process_id(), "-", std::hex, tag & 0xFFFFFFFFull);
+  return detail::concat(path, ".tmp-", current_process_id(), "-", std::hex, tag & 0xFFFFFFFFull);
 }
 
 void sync_file(const std::string& path) {

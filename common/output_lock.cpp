@@ -11,6 +11,7 @@
 #include "common/atomic_file.h"
 #include "common/errors.h"
 #include "common/host_name.h"
+#include "common/process_state.h"
 
 #ifdef _WIN32
 #include <process.h>
@@ -30,14 +31,6 @@ namespace fs = std::filesystem;
 // A stale lock is removed and the lock taken again; another run may race for it, so the
 // attempts are bounded.
 constexpr int kMaxAttempts = 3;
-
-int this_pid() {
-#ifdef _WIN32
-  return _getpid();
-#else
-  return static_cast<int>(::getpid());
-#endif
-}
 
 bool pid_alive(int pid) {
   if (pid <= 0) return false;
@@ -135,7 +128,7 @@ OutputLock::OutputLock(const std::string& output_dir, const std::string& token,
   fs::create_directories(output_dir, ec);
   PARTRAIN_CHECK(!ec, UsageError, "cannot create the output directory ", output_dir, ": ",
                  ec.message());
-  mine_ = LockHolder{this_host_name(), this_pid(), utc_now(), token};
+  mine_ = LockHolder{this_host_name(), static_cast<int>(current_process_id()), utc_now(), token};
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (create_exclusively(path_, lock_to_text(mine_))) {
       owned_ = true;

@@ -6,7 +6,9 @@
 #include <thread>
 #include <vector>
 
-#if defined(__linux__)
+#if defined(_WIN32)
+#include <process.h>
+#else
 #include <unistd.h>
 #endif
 
@@ -54,6 +56,33 @@ std::string wait_channel(const std::string& pid) {
 #endif
 
 }  // namespace
+
+std::int64_t current_process_id() {
+#if defined(_WIN32)
+  return _getpid();
+#else
+  return static_cast<std::int64_t>(::getpid());
+#endif
+}
+
+std::int64_t current_user_id() {
+#if defined(_WIN32)
+  return -1;
+#else
+  return static_cast<std::int64_t>(::getuid());
+#endif
+}
+
+std::string process_state_letter(std::int64_t pid) {
+#if defined(__linux__)
+  if (pid <= 0) return "";
+  const std::vector<std::string> fields = stat_fields(std::to_string(pid));
+  return fields.empty() ? "" : fields[kStateField];
+#else
+  (void)pid;
+  return "";
+#endif
+}
 
 std::uint64_t process_start_ticks(std::int64_t pid) {
 #if defined(__linux__)

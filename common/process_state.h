@@ -1,4 +1,5 @@
-// defines: ProcessState, process_start_ticks(), watch_process() and describe_process_state() —
+// defines: ProcessState, current_process_id(), current_user_id(), process_state_letter(),
+// process_start_ticks(), watch_process() and describe_process_state() —
 // what this machine shows of a process that has gone quiet, as `ps` would: ended, stopped,
 // held by a debugger, blocked in the kernel, busy, or idle. A rank that lost another rank of its
 // machine says it (comm_backends/backends/peer_process.h), and so does a launcher about to kill
@@ -27,6 +28,16 @@ struct ProcessState {
   int cpu_percent = 0;       // of one CPU, while watched (running, idle, alive)
   std::string wait_channel;  // blocked: the kernel function it waits in, where the kernel says
 };
+
+// This process's id (getpid(); _getpid() on Windows).
+std::int64_t current_process_id();
+
+// The user this process runs as (getuid()); -1 where the system has no such number (Windows).
+std::int64_t current_user_id();
+
+// The state letter of /proc/PID/stat ("R", "S", "D", "T", "Z", ...); empty where it cannot be
+// read (no such process, hidden from this user, or not Linux).
+std::string process_state_letter(std::int64_t pid);
 
 // When process `pid` started, in clock ticks after boot (field 22 of /proc/PID/stat); 0 where it
 // is not known (no such process, or not Linux). With the pid it names one process for good.

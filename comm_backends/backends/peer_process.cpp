@@ -7,17 +7,8 @@
 
 #include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
+#include "common/byte_codec.h"
 #include "common/process_state.h"
-
-#if defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#include <windows.h>
-#else
-#include <sys/stat.h>
-#include <unistd.h>
-#endif
 
 namespace partrain::comm {
 
@@ -31,28 +22,13 @@ std::optional<T> number(std::string_view text) {
   return value;
 }
 
-#if defined(__linux__)
-// The inode of this process's process-id namespace; 0 where it cannot be read.
-std::uint64_t own_pid_space() {
-  struct stat ns {};
-  if (::stat("/proc/self/ns/pid", &ns) != 0) return 0;
-  return static_cast<std::uint64_t>(ns.st_ino);
-}
-#endif
-
 ProcessMark read_this_process() {
   ProcessMark mark;
-#if defined(_WIN32)
-  mark.pid = static_cast<std::int64_t>(GetCurrentProcessId());
-#else
-  mark.pid = static_cast<std::int64_t>(::getpid());
-  mark.user = static_cast<std::int64_t>(::getuid());
-#endif
-#if defined(__linux__)
-  mark.started = process_start_ticks(mark.pid);
+  mark.pid = current_process_id();
+  mark.user = current_user_id();
+  mark.started = process_start_ticks(mark.pid);  // each of these empty where not known
   mark.kernel = kernel_identity();
-  mark.pid_space = own_pid_space();
-#endif
+  mark.pid_space = pid_namespace();
   return mark;
 }
 
@@ -64,12 +40,7 @@ ProcessMark this_process() {
   static std::mutex mutex;
   static std::optional<ProcessMark> kept;
   std::lock_guard<std::mutex> lock(mutex);
-#if defined(_WIN32)
-  const auto pid = static_cast<std::int64_t>(GetCurrentProcessId());
-#else
-  const auto pid = static_cast<std::int64_t>(::getpid());
-#endif
-  if (!kept || kept->pid != pid) kept = read_this_process();
+  if (!kept || kept->pid != current_process_id()) kept = read_this_process();
   return *kept;
 }
 
@@ -147,8 +118,7 @@ std::optional<std::string> look_at_rank_process(Store& store, int rank,
   try {
     const auto published = try_get(store, process_key(rank), bound);
     if (!published) return std::nullopt;
-    const auto mark = decode_process_mark(
-        std::string_view(reinterpret_cast<const char*>(published->data()), published->size()));
+    const auto mark = decode_process_mark(bytes_as_text(*published));
     if (!mark) return std::nullopt;
     const auto seen = look_at_process(*mark);
     if (!seen) return std::nullopt;

@@ -30,16 +30,19 @@ std::string boot_id() {
   return id;
 }
 
-// " NAME inode" for the namespace at the first of `paths` that exists, else empty.
-std::string namespace_of(const char* name, std::initializer_list<const char*> paths) {
+// The inode of the namespace at the first of `paths` that exists; 0 where none does.
+std::uint64_t namespace_inode(std::initializer_list<const char*> paths) {
   for (const char* path : paths) {
     struct stat ns {};
-    if (::stat(path, &ns) == 0) {
-      return std::string(" ") + name + " " +
-             std::to_string(static_cast<unsigned long long>(ns.st_ino));
-    }
+    if (::stat(path, &ns) == 0) return static_cast<std::uint64_t>(ns.st_ino);
   }
-  return {};
+  return 0;
+}
+
+// " NAME inode" for the namespace at the first of `paths` that exists, else empty.
+std::string namespace_of(const char* name, std::initializer_list<const char*> paths) {
+  const std::uint64_t inode = namespace_inode(paths);
+  return inode == 0 ? std::string() : std::string(" ") + name + " " + std::to_string(inode);
 }
 #endif
 
@@ -70,6 +73,14 @@ std::string host_identity() {
   identity += namespace_of("netns", {"/proc/thread-self/ns/net", "/proc/self/ns/net"});
 #endif
   return identity;
+}
+
+std::uint64_t pid_namespace() {
+#if !defined(_WIN32)
+  return namespace_inode({"/proc/self/ns/pid"});
+#else
+  return 0;
+#endif
 }
 
 std::string kernel_identity() {

@@ -1,7 +1,7 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
-// host and may map the same shared memory — kernel_identity(), cpu_affinity(), shm_room() and
-// steady_clock_identity(). Ranks compare them through the store (exchange_host_layout(),
-// placement.h; the peer transport's addresses).
+// host and may map the same shared memory — kernel_identity(), pid_namespace(), cpu_affinity(),
+// shm_room() and steady_clock_identity(). Ranks compare them through the store
+// (exchange_host_layout(), placement.h; the peer transport's addresses).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,10 @@ std::string host_identity();
 // namespaces or containers: on Linux the kernel's boot id; empty where the system does not
 // say. Traffic between two such processes never leaves the machine (loopback, veth, bridge).
 std::string kernel_identity();
+
+// The process-id namespace of this process (the inode of /proc/self/ns/pid): two processes of
+// one kernel whose pids mean the same share it. 0 where the system does not say.
+std::uint64_t pid_namespace();
 
 // The CPUs the calling thread may run on, as ranges in ascending order ("0-3,8"): what ranks of
 // one host compare to tell whether they share cores (HostLayout::host_cpus, placement.h). Empty

@@ -70,7 +70,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #endif
 
 #if defined(__linux__)
@@ -81,6 +80,7 @@
 #include "comm_backends/reduction.h"
 #include "comm_backends/shm/shm_region.h"
 #include "common/errors.h"
+#include "common/process_state.h"
 
 namespace partrain::comm {
 namespace {
@@ -165,14 +165,6 @@ RankState& state_of(std::uint8_t* region, int rank) {
   return *reinterpret_cast<RankState*>(region + kHeaderBytes + sizeof(RankState) * rank);
 }
 
-std::int64_t process_id() {
-#if defined(_WIN32)
-  return _getpid();
-#else
-  return ::getpid();
-#endif
-}
-
 // Whether the process is gone (exited, or a zombie nobody has reaped yet). Only where the
 // system says so for sure; elsewhere the timeout decides.
 bool process_gone(std::int64_t pid) {
@@ -180,11 +172,9 @@ bool process_gone(std::int64_t pid) {
   (void)pid;
   return false;
 #else
-  if (pid <= 0 || pid == process_id()) return false;
+  if (pid <= 0 || pid == current_process_id()) return false;
   if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string ignored_pid, comm, state;
-  return (stat >> ignored_pid >> comm >> state) && state == "Z";
+  return process_state_letter(pid) == "Z";
 #endif
 }
 
@@ -293,13 +283,13 @@ ShmCollectives::ShmCollectives(void* region, int rank, int world, ShmOptions opt
     noise = static_cast<std::uint64_t>(random()) << 32 ^ random();
   } catch (const std::exception&) {  // no entropy source: the clock and the pid must do
     noise = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-            static_cast<std::uint64_t>(process_id()) << 40;
+            static_cast<std::uint64_t>(current_process_id()) << 40;
   }
   probe_word_ = noise ^ reinterpret_cast<std::uintptr_t>(this);
   RankState& me = state_of(region_, rank);
   me.probe_address.store(reinterpret_cast<std::uintptr_t>(&probe_word_), std::memory_order_relaxed);
   me.probe_value.store(probe_word_, std::memory_order_relaxed);
-  me.pid.store(process_id(), std::memory_order_release);
+  me.pid.store(current_process_id(), std::memory_order_release);
 }
 
 std::uint8_t* ShmCollectives::slot(int half, int rank) const {

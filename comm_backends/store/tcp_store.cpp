@@ -70,12 +70,8 @@ std::int64_t steady_ns(Clock::time_point t) {
 
 namespace {
 
-std::string bytes_text(const std::vector<std::uint8_t>& bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
-
 // A client's opening: magic | version | u32 bytes | payload, and its check.
-std::vector<std::uint8_t> opening(const char (&magic)[8], const std::string& payload) {
+std::vector<std::uint8_t> opening(const char (&magic)[8], std::string_view payload) {
   std::vector<std::uint8_t> hello(kHelloBytes + payload.size());
   std::memcpy(hello.data(), magic, 8);
   put_le<std::uint32_t>(hello.data() + 8, kStoreProtocolVersion);
@@ -882,7 +878,7 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   const std::vector<std::uint8_t> hello =
       options.join_key.empty()
           ? opening(kStoreMagic, options.token)
-          : opening(kStoreJoinMagic, bytes_text(store_join_payload(
+          : opening(kStoreJoinMagic, bytes_as_text(store_join_payload(
                                          {options.token, options.join_key, options.join_value})));
   auto sent = net::write_all(io_, socket_, hello.data(), hello.size(), deadline);
   char answer[8] = {};

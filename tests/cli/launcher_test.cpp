@@ -26,6 +26,7 @@
 #include "cli/platform_process.h"
 #include "common/cpu_list.h"
 #include "common/errors.h"
+#include "common/process_state.h"
 #include "common/worker_lines.h"
 
 #ifdef _WIN32
@@ -144,8 +145,8 @@ std::string without_at_once_notes(std::string text) {
 std::string ready_file() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const auto path = std::filesystem::temp_directory_path() /
-                    ("partrain-launcher-test-" + std::to_string(platform::current_process_id()) +
-                     "-" + info->name() + ".ready");
+                    ("partrain-launcher-test-" + std::to_string(current_process_id()) + "-" +
+                     info->name() + ".ready");
   std::filesystem::remove(path);
   return path.string();
 }

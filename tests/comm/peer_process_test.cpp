@@ -9,10 +9,6 @@
 #include "comm_backends/store/store.h"
 #include "tests/support/scratch_dir.h"
 
-#if defined(__linux__)
-#include <unistd.h>
-#endif
-
 namespace partrain::comm {
 namespace {
 
@@ -79,7 +75,7 @@ TEST(PeerProcess, ARankIsNamedWithItsPidFromWhatItPublished) {
   const std::unique_ptr<Store> store = open_store(dir.url(), options);
   const auto seen = look_at_rank_process(*store, 1, std::chrono::milliseconds(1000));
   ASSERT_TRUE(seen.has_value());
-  EXPECT_TRUE(seen->starts_with("rank 1 (pid " + std::to_string(::getpid()) +
+  EXPECT_TRUE(seen->starts_with("rank 1 (pid " + std::to_string(current_process_id()) +
                                 ", this machine) is alive but idle ("))
       << *seen;
 }

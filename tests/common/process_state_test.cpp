@@ -9,8 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 #endif
 
@@ -57,19 +55,6 @@ pid_t start_child(const std::string& what) {
   return pid;
 }
 
-// The state letter of /proc/PID/stat (field 3); empty where there is none.
-std::string state_letter(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  const auto close = line.rfind(')');
-  if (close == std::string::npos) return "";
-  std::istringstream fields(line.substr(close + 1));
-  std::string letter;
-  fields >> letter;
-  return letter;
-}
-
 struct Child {
   explicit Child(const std::string& what)
       : pid(start_child(what)), started(process_start_ticks(pid)) {}
@@ -92,6 +77,8 @@ ProcessState::Kind kind_of(const Child& child) {
 TEST(ProcessState, AChildsStartIsKnownAndNoProcessHasNone) {
   Child child("sleep");
   EXPECT_GT(child.started, 0u);
+  EXPECT_EQ(current_process_id(), ::getpid());
+  EXPECT_EQ(process_state_letter(0), "");
   EXPECT_EQ(process_start_ticks(0), 0u);
   EXPECT_FALSE(watch_process(child.pid, 0).has_value());  // no start time: not known
 }
@@ -107,10 +94,10 @@ TEST(ProcessState, AKilledChildHasEndedReapedOrNot) {
   Child child("sleep");
   ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
   // Not yet reaped: a zombie, which has ended all the same. Bounded: a second at most.
-  for (int i = 0; i < 200 && state_letter(child.pid) != "Z"; ++i) {
+  for (int i = 0; i < 200 && process_state_letter(child.pid) != "Z"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(state_letter(child.pid), "Z");
+  EXPECT_EQ(process_state_letter(child.pid), "Z");
   EXPECT_EQ(kind_of(child), ProcessState::Kind::ended);
   ASSERT_EQ(::waitpid(child.pid, nullptr, 0), child.pid);
   child.reaped = true;
