@@ -529,6 +529,17 @@ void PeerTransport::connect_to(int peer, Link& link) {
   auto result = net::write_all(io, *link.socket, hello.data(), hello.size(), deadline_);
   char answer[8] = {};
   if (result.ok()) result = net::read_exact(io, *link.socket, answer, 8, deadline_);
+  // A listener closes a connection it refuses (another run's token) without a word, and so does
+  // one whose rank is leaving: its accept queue is reset as it closes. A rank that leaves while
+  // unwinding says so (peer_gone_key()) before its listener closes, so the store tells the two
+  // apart, as connect_with_retry() tells a listener already gone.
+  if (!result.ok() && result.status == net::IoStatus::closed &&
+      try_get(store_, peer_gone_key(options_.key_prefix, peer), kPeerGoneSetBound)) {
+    fail_peer(peer, "cannot connect to rank " + std::to_string(peer) + ": " + text +
+                        " closed the connection during our handshake: that rank is leaving (its "
+                        "process exited or failed): " +
+                        result.message);
+  }
   if (!result.ok() || std::memcmp(answer, kPeerAccept, 8) != 0) {
     fail_peer(peer, "rank " + std::to_string(peer) + " at " + text +
                         " refused our handshake (another run, or a different token?): " +
