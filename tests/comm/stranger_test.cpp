@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -171,6 +172,79 @@ TEST(RingStrangers, ARankThatSaidWhyItStoppedIsNamedWithItsReason) {
   const std::string unsaid = first_allreduce_after_a_rank_left(0, true);
   EXPECT_NE(unsaid.find(std::string("it failed") + kItsOwnOutputSaysWhy), std::string::npos)
       << unsaid;
+}
+
+// Rank 1 is played by a listener that publishes its address, takes rank 0's connection, reads
+// its handshake and closes it without an answer: what a rank leaving does to a connection its
+// listener queued, and what a listener refusing another run's token does. Rank 0's first
+// message to it fails; its error, which must come well before the deadline.
+std::string a_handshake_closed_by_rank_1(bool said_it_is_leaving) {
+  testing::ScratchDir dir;
+  StoreOptions store_options;
+  store_options.timeout = milliseconds(5000);
+  auto store = open_store(dir.url(), store_options);
+  PeerTransportOptions options;
+  options.token = "leaving-test";
+  options.timeout = milliseconds(20000);
+
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  const std::string published =
+      encode_peer_address({"127.0.0.1:" + std::to_string(acceptor.local_endpoint().port()), ""});
+  store->set(peer_address_key(options.key_prefix, 1),
+             std::vector<std::uint8_t>(published.begin(), published.end()));
+  if (said_it_is_leaving) store->set(peer_gone_key(options.key_prefix, 1), {1});
+  std::thread rank1([&] {
+    asio::ip::tcp::socket socket(io);
+    acceptor.accept(socket);
+    std::string hello(encode_peer_handshake(0, 2, options.token).size(), '\0');
+    const auto read = net::read_exact(io, socket, hello.data(), hello.size(),
+                                      net::deadline_after(milliseconds(5000)));
+    EXPECT_TRUE(read.ok()) << read.message;
+    socket.close();
+  });
+
+  PeerTransport transport(*store, 0, 2, options);
+  CollectiveCall call;
+  call.bytes = sizeof(std::uint64_t);
+  call.kind = static_cast<std::uint8_t>(CollectiveKind::broadcast);
+  transport.begin(call);
+  std::uint64_t value = 7;
+  PeerTransport::Transfer out;
+  out.peer = 1;
+  out.outgoing = true;
+  out.data = &value;
+  out.bytes = sizeof value;
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    transport.start(out);
+    transport.wait(out);
+    ADD_FAILURE() << "a message to a rank that closed our handshake was sent";
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  rank1.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << error;
+  return error;
+}
+
+// A handshake closed by a rank that said, in the store, that it is leaving is named as that;
+// one closed by a rank that said nothing is a refusal, as a stranger's listener gives.
+TEST(RingStrangers, AHandshakeClosedByARankThatIsLeavingIsNamedAsLeaving) {
+  const std::string leaving = a_handshake_closed_by_rank_1(true);
+  EXPECT_NE(leaving.find("cannot connect to rank 1: 127.0.0.1:"), std::string::npos) << leaving;
+  EXPECT_NE(leaving.find("closed the connection during our handshake: that rank is leaving"),
+            std::string::npos)
+      << leaving;
+  EXPECT_EQ(leaving.find("refused our handshake"), std::string::npos) << leaving;
+
+  const std::string refused = a_handshake_closed_by_rank_1(false);
+  EXPECT_NE(refused.find("rank 1 at 127.0.0.1:"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("refused our handshake (another run, or a different token?)"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.find("is leaving"), std::string::npos) << refused;
 }
 
 // Without the promise that the peer listened before it published (a store server that may not
