@@ -79,6 +79,17 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
   const std::chrono::milliseconds grace = failure_grace(timeout_);
   const FailureTrace trace = trace_failed_rank(store_, prefix_ + "trace/", rank_, size_,
                                                lost.peer_rank(), grace, timeout_);
+  // The store went during the trace, so the blame could be followed no further. Where its
+  // server, a rank of this machine, has ended or is stopped, that rank went first.
+  if (trace.store_lost) {
+    const auto serving = serving_rank_gone(store_);
+    if (serving && serving->rank != lost.peer_rank()) {
+      throw PeerError(serving->rank, name_ + ": rank " + std::to_string(serving->rank) +
+                                         " failed first (it served the store, which no longer "
+                                         "answers); here: " +
+                                         lost.what() + "; " + serving->sentence);
+    }
+  }
   // The rank named, where it stopped on an error of its own, said why before it went; one that
   // was killed or froze said nothing, but where it shares this machine its process shows which
   // (peer_process.h).

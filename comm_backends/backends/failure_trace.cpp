@@ -80,6 +80,7 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
     if (!trace.silent.empty()) trace.culprit = trace.silent.front();
     return trace;
   } catch (const std::exception&) {
+    trace.store_lost = true;
     return trace;
   }
 }

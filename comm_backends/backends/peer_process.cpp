@@ -1,94 +1,15 @@
 #include "comm_backends/backends/peer_process.h"
 
 #include <charconv>
-#include <mutex>
-#include <type_traits>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-#include "comm_backends/shm/host_identity.h"
 #include "comm_backends/store/store.h"
 #include "common/byte_codec.h"
 #include "common/process_state.h"
 
 namespace partrain::comm {
-
-namespace {
-
-template <typename T>
-std::optional<T> number(std::string_view text) {
-  T value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return value;
-}
-
-ProcessMark read_this_process() {
-  ProcessMark mark;
-  mark.pid = current_process_id();
-  mark.user = current_user_id();
-  mark.started = process_start_ticks(mark.pid);  // each of these empty where not known
-  mark.kernel = kernel_identity();
-  mark.pid_space = pid_namespace();
-  return mark;
-}
-
-}  // namespace
-
-ProcessMark this_process() {
-  // Read once a process: the ranks of `bench rendezvous` are threads of a few processes, and a
-  // forked child has a mark of its own (a new pid, a new start time).
-  static std::mutex mutex;
-  static std::optional<ProcessMark> kept;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!kept || kept->pid != current_process_id()) kept = read_this_process();
-  return *kept;
-}
-
-std::string encode_process_mark(const ProcessMark& mark) {
-  return "pid=" + std::to_string(mark.pid) + " started=" + std::to_string(mark.started) +
-         " kernel=" + mark.kernel + " pidns=" + std::to_string(mark.pid_space) +
-         " uid=" + std::to_string(mark.user);
-}
-
-std::optional<ProcessMark> decode_process_mark(std::string_view text) {
-  ProcessMark mark;
-  int seen = 0;  // one bit a field
-  // Reads `value` into `field` as a number; false where it is none.
-  const auto read = [](std::string_view value, auto& field) {
-    const auto parsed = number<std::remove_reference_t<decltype(field)>>(value);
-    if (parsed) field = *parsed;
-    return parsed.has_value();
-  };
-  while (!text.empty()) {
-    const auto space = text.find(' ');
-    const std::string_view item = text.substr(0, space);
-    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
-    const auto equals = item.find('=');
-    if (equals == std::string_view::npos) return std::nullopt;
-    const std::string_view key = item.substr(0, equals);
-    const std::string_view value = item.substr(equals + 1);
-    bool ok = true;
-    if (key == "pid") {
-      ok = read(value, mark.pid);
-      seen |= 1;
-    } else if (key == "started") {
-      ok = read(value, mark.started);
-      seen |= 2;
-    } else if (key == "kernel") {
-      mark.kernel = std::string(value);
-      seen |= 4;
-    } else if (key == "pidns") {
-      ok = read(value, mark.pid_space);
-      seen |= 8;
-    } else if (key == "uid") {
-      ok = read(value, mark.user);
-      seen |= 16;
-    }  // a field of a later build: skipped
-    if (!ok) return std::nullopt;
-  }
-  if (seen != 31) return std::nullopt;
-  return mark;
-}
 
 std::string process_key(int rank) { return "ranks/process/" + std::to_string(rank); }
 
@@ -98,26 +19,67 @@ void publish_process_on_join(StoreOptions& options, int rank) {
   options.join_value.assign(text.begin(), text.end());
 }
 
-std::optional<std::string> look_at_process(const ProcessMark& mark,
-                                           std::chrono::milliseconds window) {
-  const ProcessMark mine = this_process();
-  if (mark.kernel.empty() || mark.kernel != mine.kernel || mark.pid_space == 0 ||
-      mark.pid_space != mine.pid_space || mark.pid <= 0 || mark.started == 0) {
+namespace {
+
+// The rank the process serving `store` said it is, and its mark; nullopt where it said none.
+std::optional<std::pair<int, ProcessMark>> serving_rank(const Store& store) {
+  const auto server = store.server_process();
+  constexpr std::string_view kRank = "rank ";
+  if (!server || !server->role.starts_with(kRank)) return std::nullopt;
+  int rank = -1;
+  const std::string_view number = std::string_view(server->role).substr(kRank.size());
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), rank);
+  if (error != std::errc() || end != number.data() + number.size() || rank < 0) {
     return std::nullopt;
   }
-  // Another user's processes may be hidden from this one (/proc mounted with hidepid): one that
-  // cannot be seen at all is not known to have ended.
-  if (mark.user != mine.user && process_start_ticks(mark.pid) == 0) return std::nullopt;
-  const auto state = watch_process(mark.pid, mark.started, window);
+  const auto mark = decode_process_mark(server->mark);
+  if (!mark) return std::nullopt;
+  return std::make_pair(rank, *mark);
+}
+
+// The sentence for the rank serving the store, from what its process shows. An ended process is
+// said plainly: whether it said why went with its store.
+std::string serving_rank_sentence(int rank, const ProcessMark& mark, const ProcessState& state) {
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(mark.pid) + ", this machine) " +
+         (state.kind == ProcessState::Kind::ended
+              ? std::string("has exited, and the store it served with it")
+              : describe_process_state(state, mark.pid));
+}
+
+// Rank `rank` as the process serving `store`, where the server said it is that rank: the look
+// at rank 0 when its store, gone or frozen with it, cannot give its published mark.
+std::optional<std::string> look_at_serving_rank(const Store& store, int rank) {
+  const auto serving = serving_rank(store);
+  if (!serving || serving->first != rank) return std::nullopt;
+  const auto state = watch_marked_process(serving->second);
   if (!state) return std::nullopt;
-  return describe_process_state(*state, mark.pid);
+  return serving_rank_sentence(rank, serving->second, *state);
+}
+
+}  // namespace
+
+std::optional<ServingRankSeen> serving_rank_gone(const Store& store) {
+  try {
+    const auto serving = serving_rank(store);
+    if (!serving || serving->second.pid == current_process_id()) return std::nullopt;
+    const auto state = watch_marked_process(serving->second);
+    using Kind = ProcessState::Kind;
+    if (!state || (state->kind != Kind::ended && state->kind != Kind::stopped &&
+                   state->kind != Kind::traced)) {
+      return std::nullopt;
+    }
+    return ServingRankSeen{serving->first,
+                           serving_rank_sentence(serving->first, serving->second, *state)};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 std::optional<std::string> look_at_rank_process(Store& store, int rank,
                                                 std::chrono::milliseconds bound) {
   try {
     const auto published = try_get(store, process_key(rank), bound);
-    if (!published) return std::nullopt;
+    if (!published) return look_at_serving_rank(store, rank);
     const auto mark = decode_process_mark(bytes_as_text(*published));
     if (!mark) return std::nullopt;
     const auto seen = look_at_process(*mark);

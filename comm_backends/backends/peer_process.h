@@ -1,6 +1,6 @@
-// defines: ProcessMark, this_process(), publish_process_on_join(), look_at_process() and
-// look_at_rank_process() — what a rank that lost another can see of that rank's process when it
-// runs on the same machine: ended, stopped, blocked in the kernel, busy, or idle.
+// defines: process_key(), publish_process_on_join() and look_at_rank_process() — what a rank
+// that lost another can see of that rank's process when it runs on the same machine: ended,
+// stopped, blocked in the kernel, busy, or idle.
 //
 // A rank that stops on an error of its own says why (failure_trace.h). One that was killed, or
 // froze, says nothing; the others know only that it went quiet. Where they share its machine
@@ -8,7 +8,10 @@
 // network-namespace hosts of the tests) they can look at the process itself, as `ps` would.
 // So every rank publishes its process at join (process_key()), and the rank that names a
 // silent one adds what it sees: "rank 1 (pid 4242, this machine) is stopped (SIGSTOP or
-// SIGTSTP): kill -CONT 4242 resumes it". Across machines, and outside Linux, nothing is added.
+// SIGTSTP): kill -CONT 4242 resumes it". Rank 0 serves the tcp store, so where it is the one
+// lost its mark may not be readable any more: its server's own mark, which every client got at
+// its hello (Store::server_process()), stands in. Across machines, and outside Linux, nothing is
+// added.
 #pragma once
 
 #include <chrono>
@@ -17,32 +20,12 @@
 #include <string>
 #include <string_view>
 
-#include "common/process_state.h"
+#include "comm_backends/shm/host_identity.h"
 
 namespace partrain::comm {
 
 class Store;
 struct StoreOptions;
-
-// One process as others on its machine can find it: its id, when it started (a later process
-// given the same id is not it), and what makes ids comparable (the kernel's boot, the process-id
-// namespace), with the user it runs as (another user's processes may be hidden from this one).
-struct ProcessMark {
-  std::int64_t pid = 0;
-  std::uint64_t started = 0;  // clock ticks after boot (/proc/PID/stat); 0: not known
-  std::string kernel;         // kernel_identity(); empty: not known
-  std::uint64_t pid_space = 0;
-  std::int64_t user = -1;
-  bool operator==(const ProcessMark&) const = default;
-};
-
-// This process's mark.
-ProcessMark this_process();
-
-// The mark as published ("pid=P started=S kernel=K pidns=N uid=U") and back; nullopt for a
-// text that is not one.
-std::string encode_process_mark(const ProcessMark& mark);
-std::optional<ProcessMark> decode_process_mark(std::string_view text);
 
 // Where rank `rank` publishes its mark.
 std::string process_key(int rank);
@@ -51,18 +34,23 @@ std::string process_key(int rank);
 // (StoreOptions::join_key: over tcp, in the hello itself, no request of its own).
 void publish_process_on_join(StoreOptions& options, int rank);
 
-// What this machine shows of the process `mark` names (common/process_state.h), as a phrase
-// that follows "rank R (pid P, this machine) ": "is stopped ...", "has ended ...", "is blocked in
-// the kernel ...", "is running, using 97% of a CPU ...", "is alive but idle ...". nullopt where
-// the process runs on another machine or in another process-id space, or this system does not
-// say (not Linux). Watches a live process for `window`.
-std::optional<std::string> look_at_process(const ProcessMark& mark,
-                                           std::chrono::milliseconds window = kProcessWatchWindow);
-
-// The sentence for rank `rank`, from its published mark: "rank R (pid P, this machine) is
-// stopped ...". nullopt where it published none within `bound`, or look_at_process() cannot
-// say. Never throws.
+// The sentence for rank `rank`, from its published mark, or where the store cannot give that
+// within `bound` and its server said it is that rank, from the server's: "rank R (pid P, this
+// machine) is stopped ...". nullopt where neither is known, or look_at_process() cannot say.
+// Never throws.
 std::optional<std::string> look_at_rank_process(Store& store, int rank,
                                                 std::chrono::milliseconds bound);
+
+// Where the store stopped answering and its server said it is a rank of this machine whose
+// process has ended, or is stopped (SIGSTOP, or by a debugger): that rank, with the sentence for
+// it ("rank 0 (pid P, this machine) has exited, and the store it served with it"). The rank that
+// serves the store is the one lost first where its store went with it: the ranks that lost it
+// fail next, and a rank that lost one of those could otherwise follow the blame no further.
+// nullopt otherwise. Never throws.
+struct ServingRankSeen {
+  int rank = -1;
+  std::string sentence;
+};
+std::optional<ServingRankSeen> serving_rank_gone(const Store& store);
 
 }  // namespace partrain::comm

@@ -1,11 +1,18 @@
 // defines: host_identity() — a text that two processes share exactly when they run on one
 // host and may map the same shared memory — kernel_identity(), pid_namespace(), cpu_affinity(),
-// shm_room() and steady_clock_identity(). Ranks compare them through the store
+// shm_room(), steady_clock_identity(), and ProcessMark with this_process(),
+// encode_process_mark(), decode_process_mark() and look_at_process(): one process as the others
+// on its machine can find it and see what it does. Ranks compare them through the store
 // (exchange_host_layout(), placement.h; the peer transport's addresses).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+
+#include "common/process_state.h"
 
 namespace partrain::comm {
 
@@ -41,5 +48,39 @@ std::uint64_t shm_room();
 // kernel's boot id and the time namespace (CLOCK_MONOTONIC is one clock for a whole boot,
 // network namespaces included, unless a time namespace offsets it); elsewhere the host name.
 std::string steady_clock_identity();
+
+// One process as others on its machine can find it: its id, when it started (a later process
+// given the same id is not it), and what makes ids comparable (the kernel's boot, the process-id
+// namespace), with the user it runs as (another user's processes may be hidden from this one).
+struct ProcessMark {
+  std::int64_t pid = 0;
+  std::uint64_t started = 0;  // clock ticks after boot (/proc/PID/stat); 0: not known
+  std::string kernel;         // kernel_identity(); empty: not known
+  std::uint64_t pid_space = 0;
+  std::int64_t user = -1;
+  bool operator==(const ProcessMark&) const = default;
+};
+
+// This process's mark.
+ProcessMark this_process();
+
+// The mark as published ("pid=P started=S kernel=K pidns=N uid=U") and back; nullopt for a
+// text that is not one.
+std::string encode_process_mark(const ProcessMark& mark);
+std::optional<ProcessMark> decode_process_mark(std::string_view text);
+
+// The state of the process `mark` names (common/process_state.h), watched for `window` where it
+// is alive; nullopt where it runs on another machine or in another process-id space, or this
+// system does not say (not Linux).
+std::optional<ProcessState> watch_marked_process(
+    const ProcessMark& mark, std::chrono::milliseconds window = kProcessWatchWindow);
+
+// What this machine shows of the process `mark` names (watch_marked_process()), as a phrase
+// that follows "rank R (pid P, this machine) ": "is stopped ...", "has ended ...", "is blocked in
+// the kernel ...", "is running, using 97% of a CPU ...", "is alive but idle ...". nullopt where
+// the process runs on another machine or in another process-id space, or this system does not
+// say (not Linux). Watches a live process for `window`.
+std::optional<std::string> look_at_process(const ProcessMark& mark,
+                                           std::chrono::milliseconds window = kProcessWatchWindow);
 
 }  // namespace partrain::comm

@@ -51,6 +51,15 @@ class MasterStoppedError : public UsageError {
   using UsageError::UsageError;
 };
 
+// The process serving a store with a server, as the server told each client at its hello: whom
+// it serves as ("rank 0"; empty where it did not say) and its process mark
+// (encode_process_mark(), shm/host_identity.h): where a client shares its machine, what the
+// process does can be seen even when the server no longer answers.
+struct StoreServerProcess {
+  std::string role;
+  std::string mark;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -81,6 +90,9 @@ class Store {
   // process hosts (tell_tcp_store() in tcp_store.h), in the order they came; empty where this
   // process hosts none.
   virtual std::vector<std::string> notices() const { return {}; }
+  // The process serving this store, as its server said; nullopt for a store without a server
+  // (the file store) or a server that did not say.
+  virtual std::optional<StoreServerProcess> server_process() const { return std::nullopt; }
   virtual std::chrono::milliseconds timeout() const = 0;
   // Changes the bound on every later request and wait (a failure trace shortens it, so an
   // unreachable store costs a grace period, not a whole timeout).

@@ -28,6 +28,7 @@
 #include "comm_backends/net/open_files.h"
 #include "comm_backends/net/timed_io.h"
 #include "comm_backends/shm/host_identity.h"
+#include "common/process_state.h"
 
 namespace partrain::comm {
 
@@ -95,7 +96,42 @@ std::vector<std::uint8_t> answer_with_text(const char (&magic)[8], const std::st
   return answer;
 }
 
+// The clause a failed request's message ends with: whom the server serves as where it said,
+// and where it did not answer in time but shares this machine, what its process does (a rank
+// frozen by SIGSTOP freezes the store it serves with it). A closed connection is the process
+// exiting, or closing the store as it goes.
+std::string serving_process(const std::optional<StoreServerProcess>& server, bool closed) {
+  const std::string who =
+      server && !server->role.empty() ? server->role : "rank 0, or partrain run's launcher";
+  if (closed) return "; the process serving the store (" + who + ") has exited";
+  if (!server) return "";
+  const auto mark = decode_process_mark(server->mark);
+  if (!mark || mark->pid == current_process_id()) return "";
+  const auto state = watch_marked_process(*mark);
+  if (!state || state->kind == ProcessState::Kind::ended) return "";
+  return "; the process serving the store, " + who + " (pid " + std::to_string(mark->pid) +
+         ", this machine), " + describe_process_state(*state, mark->pid);
+}
+
 }  // namespace
+
+std::string store_accept_text(const std::string& clock, const StoreServerProcess& server) {
+  return clock + "\n" + server.mark + "\n" + server.role;
+}
+
+StoreAcceptText parse_store_accept_text(std::string_view text) {
+  StoreAcceptText parsed;
+  const auto first = text.find('\n');
+  parsed.clock = std::string(text.substr(0, first));
+  if (first == std::string_view::npos) return parsed;
+  text.remove_prefix(first + 1);
+  const auto second = text.find('\n');
+  StoreServerProcess server;
+  server.mark = std::string(text.substr(0, second));
+  if (second != std::string_view::npos) server.role = std::string(text.substr(second + 1));
+  parsed.server = std::move(server);
+  return parsed;
+}
 
 bool parse_store_hello(const std::uint8_t* hello, std::uint32_t& token_bytes) {
   return parse_opening(hello, kStoreMagic, kMaxTokenBytes, token_bytes);
@@ -746,7 +782,7 @@ void accept_next(const std::shared_ptr<TcpStoreServer::State>& state) {
 }  // namespace
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token,
-                               const std::string& failed_line)
+                               const std::string& failed_line, const std::string& role)
     : state_(std::make_shared<State>()) {
   PARTRAIN_CHECK(token.size() <= kMaxTokenBytes, UsageError, "tcp store: run token longer than ",
                  kMaxTokenBytes, " bytes");
@@ -754,7 +790,9 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   if (!failed_line.empty()) {
     state_->failed = answer_with_text(kStoreFailed, failed_line.substr(0, kMaxNoticeBytes));
   }
-  state_->accept = answer_with_text(kStoreAccept, steady_clock_identity());
+  const std::string about =
+      store_accept_text(steady_clock_identity(), {role, encode_process_mark(this_process())});
+  state_->accept = answer_with_text(kStoreAccept, about.substr(0, kMaxTokenBytes));
   net::raise_open_file_limit();  // one descriptor for each client
   boost::system::error_code ec;
   const asio::ip::address address = listen_address(host);
@@ -866,7 +904,8 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
       kMaxJoinValueBytes, ")");
   port_ = port;
   if (options.host_server) {
-    server_ = std::make_unique<TcpStoreServer>(host, port, options.token);
+    server_ = std::make_unique<TcpStoreServer>(host, port, options.token, "",
+                                               "rank " + std::to_string(options.rank));
     port_ = server_->port();
   }
   endpoint_ = net::join_host_port(host, port_);
@@ -909,10 +948,11 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
   PARTRAIN_CHECK(got.ok() && std::memcmp(answer, kStoreAccept, 8) == 0, CommError, "tcp store at ",
                  endpoint_, " refused this client (wrong run token, or not a partrain store): ",
                  got.ok() ? "bad answer" : got.message);
-  const std::vector<std::uint8_t> clock = text_of_answer(kMaxTokenBytes);
-  const std::string server_clock(clock.begin(), clock.end());
+  const StoreAcceptText about =
+      parse_store_accept_text(bytes_as_text(text_of_answer(kMaxTokenBytes)));
   const std::string mine = steady_clock_identity();
-  same_clock_ = options.read_shared_clock_here && !mine.empty() && mine == server_clock;
+  same_clock_ = options.read_shared_clock_here && !mine.empty() && mine == about.clock;
+  server_process_ = about.server;
 }
 
 TcpStore::~TcpStore() {
@@ -959,14 +999,11 @@ TcpStore::Answer TcpStore::request(StoreCommand command, const std::string& key,
   if (!result.ok()) {
     boost::system::error_code ignored;
     socket_.close(ignored);
-    // The server closing on a client is its process going: rank 0, or the launcher that
-    // served the run's store.
-    throw CommError("tcp store: request for key '" + key + "' to " + endpoint_ +
-                    " failed: " + result.message +
-                    (result.status == net::IoStatus::closed
-                         ? "; the process serving the store (rank 0, or partrain run's launcher) "
-                           "has exited"
-                         : ""));
+    throw CommError(
+        "tcp store: request for key '" + key + "' to " + endpoint_ + " failed: " + result.message +
+        (result.status == net::IoStatus::closed || result.status == net::IoStatus::timeout
+             ? serving_process(server_process_, result.status == net::IoStatus::closed)
+             : ""));
   }
   return answer;
 }

@@ -2,8 +2,9 @@
 // key-value server on Boost.Asio.
 //
 // Protocol (little-endian): the client opens with kStoreMagic, a version and its run token;
-// the server answers kStoreAccept, then u32 bytes | the identity of its steady clock
-// (steady_clock_identity(): a client that shares it reads the server's clock itself), or
+// the server answers kStoreAccept, then u32 bytes | what it says of itself
+// (store_accept_text(): the identity of its steady clock, steady_clock_identity(), which a
+// client that shares it reads itself; its process mark; whom it serves as), or
 // kStoreRefuse for a wrong token, or kStoreFailed | u32 bytes | a line from a server that stands
 // in for a master node that could not start (any token), or closes. A client that sets a key as
 // it joins opens with kStoreJoinMagic instead, its token, key and value in the payload
@@ -39,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "comm_backends/store/store.h"
@@ -65,8 +67,8 @@ inline constexpr std::uint32_t kMaxNoticeBytes = 2048;
 inline constexpr char kStoreJoinMagic[8] = {'P', 'T', 'S', 'T', 'J', 'O', 'I', 'N'};
 inline constexpr std::uint32_t kMaxJoinValueBytes = 1024;
 // 2: wait; 3: get many, clock; 4: the server's clock in every answer and its identity in the
-// hello's.
-inline constexpr std::uint32_t kStoreProtocolVersion = 4;
+// hello's; 5: the server's process and role in the hello's answer.
+inline constexpr std::uint32_t kStoreProtocolVersion = 5;
 inline constexpr std::uint32_t kMaxTokenBytes = 1024;
 inline constexpr std::uint32_t kMaxKeyBytes = 4096;
 inline constexpr std::uint32_t kMaxValueBytes = 64u << 20;
@@ -144,14 +146,26 @@ std::vector<std::uint8_t> store_many_timed_out(std::size_t missing);
 std::size_t first_missing(const StoreTable& table, const std::vector<std::string>& keys,
                           std::size_t from = 0);
 
+// What a server says of itself after kStoreAccept, one to a line: the identity of its steady
+// clock, its process mark and whom it serves as (StoreServerProcess), at most kMaxTokenBytes in
+// all; and back. A text of one line (a server that says no more) has no server process.
+struct StoreAcceptText {
+  std::string clock;
+  std::optional<StoreServerProcess> server;
+};
+std::string store_accept_text(const std::string& clock, const StoreServerProcess& server);
+StoreAcceptText parse_store_accept_text(std::string_view text);
+
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0: any free port) until destroyed. With a `failed_line` it
   // serves nobody: it stands in for a master node that could not start its ranks (Note [A node
   // that could not start] in cli/run_command.cpp), and answers every well-formed hello, whatever
   // its token, with kStoreFailed and that line, on which the client stops.
+  // `role` is whom it serves as ("rank 0"), told to every client with this process's mark
+  // (StoreServerProcess).
   TcpStoreServer(const std::string& host, int port, const std::string& token,
-                 const std::string& failed_line = {});
+                 const std::string& failed_line = {}, const std::string& role = {});
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -199,6 +213,7 @@ class TcpStore : public Store {
   std::vector<std::vector<std::uint8_t>> get_many(const std::vector<std::string>& keys) override;
   std::optional<ServerClockReading> server_clock(int readings) override;
   std::vector<std::string> notices() const override;
+  std::optional<StoreServerProcess> server_process() const override { return server_process_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
@@ -229,9 +244,10 @@ class TcpStore : public Store {
   std::mutex mutex_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;
-  bool same_clock_ = false;                       // the server reads this process's clock
-  int clock_readings_ = 0;                        // answers received so far
-  std::optional<ServerClockReading> best_clock_;  // the one with the shortest round trip
+  std::optional<StoreServerProcess> server_process_;  // as the server said at the hello
+  bool same_clock_ = false;                           // the server reads this process's clock
+  int clock_readings_ = 0;                            // answers received so far
+  std::optional<ServerClockReading> best_clock_;      // the one with the shortest round trip
 };
 
 // Tells the tcp store server at host:port, which needs no run token for it, one line from a

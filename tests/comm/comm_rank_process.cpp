@@ -1,7 +1,8 @@
 // One rank as its own process, for the tests that kill or freeze a rank:
 //   comm_rank_process STORE_URL RANK WORLD BACKEND TIMEOUT_MS READY_FILE [BIND_HOST]
 // It runs checked allreduces until one fails (or for at most a minute), touching READY_FILE
-// after the first. Exit: 0 done, 3 PeerError (stderr: "peer-error rank=N: ..."), 1 other.
+// after the first. With a tcp:// store, rank 0 serves it. Exit: 0 done, 3 PeerError (stderr:
+// "peer-error rank=N: ..."), 1 other.
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
     StoreOptions store_options;
     store_options.token = "process-test";
     store_options.timeout = std::chrono::milliseconds(20000);
+    store_options.rank = rank;
+    store_options.world_size = world;
+    // Over tcp, rank 0 serves the store, as under an engine (open_rank_group()).
+    store_options.host_server = rank == 0 && std::string(argv[1]).rfind("tcp://", 0) == 0;
     publish_process_on_join(store_options, rank);  // as open_rank_group() does
     auto store = open_store(argv[1], store_options);
     CommOptions options;

@@ -13,6 +13,11 @@
 #include <sstream>
 #include <thread>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "comm_backends/store/tcp_store.h"
+#include "common/errors.h"
 #include "tests/comm/rank_process.h"
 #include "tests/support/scratch_dir.h"
 
@@ -22,12 +27,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// A rank of a run whose store is `store` (empty: a file store in `dir`).
 RankProcess spawn_rank(const testing::ScratchDir& dir, int rank, int world,
-                       const std::string& backend, int timeout_ms) {
+                       const std::string& backend, int timeout_ms, std::string store = "") {
   RankProcess p;
   p.log = dir.path() / ("stderr-" + std::to_string(rank));
   p.ready = dir.path() / ("ready-" + std::to_string(rank));
-  const std::string store = "file://" + (dir.path() / "store").string();
+  if (store.empty()) store = "file://" + (dir.path() / "store").string();
   std::vector<std::string> args = {COMM_RANK_PROCESS,     store,   std::to_string(rank),
                                    std::to_string(world), backend, std::to_string(timeout_ms),
                                    p.ready.string()};
@@ -67,6 +73,65 @@ TEST(ProcessFailure, ShmKilledRankIsNamedByTheOthers) { expect_victim_named("shm
 
 TEST(ProcessFailure, ShmFrozenRankIsNamedWithinTwiceTheTimeout) {
   expect_victim_named("shm", 4, 2, SIGSTOP);
+}
+
+// Rank 0 serving the run's tcp store, as under torchrun, mpirun or srun, is killed or frozen:
+// its store goes or freezes with it, so its published mark cannot be read. What its server
+// said of its process at each rank's hello stands in: the others still say what it shows.
+void expect_store_serving_rank_0_named(int signal_number, const std::string& seen) {
+  constexpr int kTimeoutMs = 1500;
+  constexpr int kWorld = 3;
+  testing::ScratchDir dir;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const std::string store = "tcp://127.0.0.1:" + std::to_string(probe.local_endpoint().port());
+  probe.close();  // rank 0 listens there; the others retry until it does
+  std::vector<RankProcess> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.push_back(spawn_rank(dir, r, kWorld, "asio-ring", kTimeoutMs, store));
+  }
+  // A frozen store costs the others' failure paths its grace on top of the timeout.
+  expect_survivors_name(ranks, 0, signal_number, milliseconds(4 * kTimeoutMs), seen);
+}
+
+TEST(ProcessFailure, KilledRankServingTheStoreIsNamedAsExited) {
+  expect_store_serving_rank_0_named(SIGKILL, "has exited, and the store it served with it");
+}
+
+TEST(ProcessFailure, FrozenRankServingTheStoreIsNamedAsStopped) {
+  expect_store_serving_rank_0_named(SIGSTOP, "is stopped (SIGSTOP or SIGTSTP)");
+}
+
+// A request to a store whose serving rank, on this machine, is frozen fails after the store's
+// timeout saying what that rank's process shows.
+TEST(ProcessFailure, AStoreRequestNamesTheFrozenRankServingIt) {
+  testing::ScratchDir dir;
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor probe(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const int port = probe.local_endpoint().port();
+  probe.close();
+  // A world of one: rank 0 serves the store and runs its allreduces alone.
+  RankProcess serving =
+      spawn_rank(dir, 0, 1, "asio-ring", 1500, "tcp://127.0.0.1:" + std::to_string(port));
+  StoreOptions options;
+  options.token = "process-test";
+  options.timeout = milliseconds(20000);
+  std::string error;
+  try {
+    TcpStore client("127.0.0.1", port, options);
+    client.set_timeout(milliseconds(300));
+    client.set("here", {1});
+    ::kill(serving.pid, SIGSTOP);
+    client.get("never-set");
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  ::kill(serving.pid, SIGKILL);
+  ::waitpid(serving.pid, nullptr, 0);
+  EXPECT_NE(error.find("the process serving the store, rank 0 (pid " + std::to_string(serving.pid) +
+                       ", this machine), is stopped (SIGSTOP or SIGTSTP)"),
+            std::string::npos)
+      << error;
 }
 
 #ifdef PARTRAIN_WITH_GLOO

@@ -34,12 +34,14 @@ inline std::string read_file(const std::filesystem::path& path) {
 
 // Waits (30 s at most) until every rank is ready, sends `signal_number` to `victim`, and
 // checks that every other rank exits 3 with a PeerError naming the victim within `bound`, and
-// saying what the victim's process shows.
+// saying what the victim's process shows: "rank V (pid P, this machine) " and `seen`, by
+// default "is stopped" for SIGSTOP and "has ended" otherwise.
 // Survivors still running 5 s after the bound are killed (and the test fails), so this
 // always returns with every process reaped but the victim, which the caller's signal may
 // have left stopped: it is killed and reaped too.
 inline void expect_survivors_name(std::vector<RankProcess>& ranks, int victim, int signal_number,
-                                  std::chrono::milliseconds bound) {
+                                  std::chrono::milliseconds bound, std::string seen = "") {
+  if (seen.empty()) seen = signal_number == SIGSTOP ? "is stopped" : "has ended";
   using Clock = std::chrono::steady_clock;
   using std::chrono::milliseconds;
   const int world = static_cast<int>(ranks.size());
@@ -84,10 +86,9 @@ inline void expect_survivors_name(std::vector<RankProcess>& ranks, int victim, i
     EXPECT_LE(ranks[r].exited - injured_at, bound) << "rank " << r << " took too long: " << log;
     // The victim shares this machine: what its process shows is said (peer_process.h). Killed,
     // it is a process this test has yet to reap; stopped, it is stopped still.
-    const std::string seen = "rank " + std::to_string(victim) + " (pid " +
-                             std::to_string(ranks[victim].pid) + ", this machine) " +
-                             (signal_number == SIGSTOP ? "is stopped" : "has ended");
-    EXPECT_NE(log.find(seen), std::string::npos) << "rank " << r << ": " << log;
+    const std::string named = "rank " + std::to_string(victim) + " (pid " +
+                              std::to_string(ranks[victim].pid) + ", this machine) " + seen;
+    EXPECT_NE(log.find(named), std::string::npos) << "rank " << r << ": " << log;
   }
 }
 

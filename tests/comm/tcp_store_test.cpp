@@ -258,6 +258,34 @@ TEST(TcpStore, StrangersWithGarbageAreDisconnectedAndStoreKeepsWorking) {
   EXPECT_EQ(client.get("k"), bytes("v"));
 }
 
+// Every client learns at its hello which process serves the store: whom it serves as, and its
+// mark, so that a client of its machine can see what it does once it no longer answers.
+TEST(TcpStore, EveryClientIsToldWhichProcessServesIt) {
+  StoreOptions hosting = options("tok", true);
+  hosting.rank = 0;
+  TcpStore host("127.0.0.1", 0, hosting);
+  TcpStore client("127.0.0.1", host.port(), options("tok", false));
+  const auto server = client.server_process();
+  ASSERT_TRUE(server.has_value());
+  EXPECT_EQ(server->role, "rank 0");
+  EXPECT_EQ(decode_process_mark(server->mark), this_process());
+
+  TcpStoreServer unnamed("127.0.0.1", 0, "tok");
+  TcpStore its_client("127.0.0.1", unnamed.port(), options("tok", false));
+  ASSERT_TRUE(its_client.server_process().has_value());
+  EXPECT_EQ(its_client.server_process()->role, "");
+
+  // The answer's text, and a server's that says only its clock.
+  const StoreAcceptText about =
+      parse_store_accept_text(store_accept_text("boot x", {"rank 3", "pid=7 started=9"}));
+  EXPECT_EQ(about.clock, "boot x");
+  ASSERT_TRUE(about.server.has_value());
+  EXPECT_EQ(about.server->role, "rank 3");
+  EXPECT_EQ(about.server->mark, "pid=7 started=9");
+  EXPECT_FALSE(parse_store_accept_text("boot x").server.has_value());
+  EXPECT_EQ(parse_store_accept_text("boot x").clock, "boot x");
+}
+
 TEST(TcpStore, NoServerIsAClearErrorWithinTheTimeout) {
   StoreOptions o = options("tok", false);
   o.timeout = milliseconds(200);
@@ -285,11 +313,11 @@ struct RawClient {
     char answer[8] = {};
     EXPECT_TRUE(net::read_exact(io, socket, answer, 8, deadline).ok());
     EXPECT_EQ(std::memcmp(answer, kStoreAccept, 8), 0);
-    std::uint8_t length[4] = {};  // then the server's clock identity
+    std::uint8_t length[4] = {};  // then what the server says of itself
     EXPECT_TRUE(net::read_exact(io, socket, length, 4, deadline).ok());
-    std::string clock(get_le<std::uint32_t>(length), '\0');
-    EXPECT_TRUE(net::read_exact(io, socket, clock.data(), clock.size(), deadline).ok());
-    EXPECT_EQ(clock, steady_clock_identity());
+    std::string about(get_le<std::uint32_t>(length), '\0');
+    EXPECT_TRUE(net::read_exact(io, socket, about.data(), about.size(), deadline).ok());
+    EXPECT_EQ(parse_store_accept_text(about).clock, steady_clock_identity());
   }
   void send(StoreCommand command, const std::string& key, const std::vector<std::uint8_t>& value) {
     std::vector<std::uint8_t> message(kStoreRequestBytes);
