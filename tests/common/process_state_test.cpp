@@ -1,15 +1,23 @@
 // What this machine shows of a process (common/process_state.h): real child processes that are
-// stopped, killed (reaped and not), spinning or sleeping, and how each is said.
+// stopped, held by a tracer, blocked in the kernel, killed (reaped and not), spinning or
+// sleeping, and how each is said.
 #include "common/process_state.h"
 
 #include <gtest/gtest.h>
 
 #if defined(__linux__)
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <thread>
+#include <vector>
 #endif
 
 namespace partrain {
@@ -37,9 +45,25 @@ TEST(ProcessState, EachStateIsSaidInOnePhrase) {
 
 #if defined(__linux__)
 
-// A child that does `what` until killed: "sleep" (idle), "spin" (busy).
+// What a child blocked in the kernel waits on: its own child, made with CLONE_VFORK, which
+// sleeps (30 s at most, and no longer than its parent lives).
+int hold_the_parent(void*) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const timespec tenth{0, 100000000};
+  for (int i = 0; i < 300; ++i) ::nanosleep(&tenth, nullptr);
+  ::_exit(0);
+}
+
+// A child that does `what` until killed: "sleep" (idle), "spin" (busy), "vfork" (blocked in the
+// kernel: a parent waits uninterruptibly, though killably, until its vfork child execs or exits).
 pid_t start_child(const std::string& what) {
   const pid_t pid = ::fork();
+  if (pid == 0 && what == "vfork") {
+    std::vector<char> stack(1 << 16);
+    ::clone(hold_the_parent, stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD,
+            nullptr);
+    ::_exit(0);
+  }
   if (pid == 0) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     volatile std::uint64_t sum = 0;
@@ -88,6 +112,33 @@ TEST(ProcessState, AStoppedChildIsStopped) {
   ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
   ASSERT_EQ(::waitpid(child.pid, nullptr, WUNTRACED), child.pid);  // it is stopped now
   EXPECT_EQ(kind_of(child), ProcessState::Kind::stopped);
+}
+
+TEST(ProcessState, AChildStoppedByItsTracerIsHeldByADebugger) {
+  Child child("sleep");
+  if (::ptrace(PTRACE_ATTACH, child.pid, nullptr, nullptr) != 0) {
+    GTEST_SKIP() << "this system refuses ptrace: " << std::strerror(errno);
+  }
+  ASSERT_EQ(::waitpid(child.pid, nullptr, 0), child.pid);  // in its tracing stop now
+  EXPECT_EQ(process_state_letter(child.pid), "t");
+  const auto state = watch_process(child.pid, child.started);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->kind, ProcessState::Kind::traced);
+  EXPECT_EQ(describe_process_state(*state, child.pid), "is stopped by a debugger or tracer");
+}
+
+TEST(ProcessState, AChildWaitingInTheKernelIsBlocked) {
+  Child child("vfork");
+  // Until its vfork child runs: bounded, a second at most.
+  for (int i = 0; i < 200 && process_state_letter(child.pid) != "D"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto state = watch_process(child.pid, child.started);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->kind, ProcessState::Kind::blocked);
+  EXPECT_TRUE(describe_process_state(*state, child.pid)
+                  .starts_with("is blocked in the kernel, uninterruptibly"))
+      << describe_process_state(*state, child.pid);
 }
 
 TEST(ProcessState, AKilledChildHasEndedReapedOrNot) {
