@@ -231,8 +231,11 @@ struct GroupOutcome {
   platform::ExitStatus failed_status;
   int failed_epoch = 0;
   int failed_lost_rank = -1;
-  int signal = 0;                   // kInterrupted: the launcher's signal
-  double failed_silent_s = 0;       // the failed worker was killed after this long silent
+  int signal = 0;              // kInterrupted: the launcher's signal
+  double failed_silent_s = 0;  // the failed worker was killed after this long silent
+  // What its process showed before that kill, as the launcher said then ("is stopped (SIGSTOP
+  // or SIGTSTP)"); empty where the system does not say.
+  std::string failed_frozen_state;
   std::int64_t stopped_step = -1;   // the step the workers said they stopped at, if any
   bool all_exited_stopped = false;  // every worker ended with kExitStopped
   bool all_succeeded = false;       // every worker ended with 0
@@ -330,7 +333,10 @@ class GroupRun {
         outcome.kind = GroupOutcome::Kind::kFailed;
         outcome.failed_rank = failed->rank;
         outcome.failed_status = failed->status;
-        if (failed->frozen) outcome.failed_silent_s = frozen_silent_s_;
+        if (failed->frozen) {
+          outcome.failed_silent_s = frozen_silent_s_;
+          outcome.failed_frozen_state = frozen_state_;
+        }
         // Before the others here are stopped: ranks on other nodes that lost it trace the
         // failure to it for a grace period, then look for its reason.
         if (tell_stopped && failed->status.killed() && !failed->frozen) {
@@ -396,14 +402,15 @@ class GroupRun {
     // What its process shows, where the system says (stopped, blocked in the kernel, busy):
     // why it wrote nothing. Not yet reaped, the pid is still this worker's.
     const std::optional<ProcessState> state = watch_process(w.pid, process_start_ticks(w.pid));
+    const std::string shown = state ? describe_process_state(*state, w.pid, false) : "";
     sink_.launcher_line(detail::concat(
         "rank ", w.rank, " (pid ", w.pid, ") wrote nothing for ", static_cast<int>(silent),
         " s, not even its heartbeat (every ", plan.heartbeat_interval.count() / 1000.0,
-        " s): it is frozen",
-        state ? ": its process " + describe_process_state(*state, w.pid, false) : std::string(),
-        "; ", platform::kForceStopName));
+        " s): it is frozen", shown.empty() ? std::string() : ": its process " + shown, "; ",
+        platform::kForceStopName));
     w.frozen = true;
     frozen_silent_s_ = silent;
+    frozen_state_ = shown;
     w.group.force_stop();
     const auto reap_end = Clock::now() + kReapBound;
     while (!reap(w) && Clock::now() < reap_end) std::this_thread::sleep_for(kStopPollInterval);
@@ -549,7 +556,8 @@ class GroupRun {
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
   std::vector<std::unique_ptr<Worker>> workers_;
   double frozen_silent_s_ = 0;
-  std::thread io_thread_;  // last: starts after everything it reads is constructed
+  std::string frozen_state_;  // what that worker's process showed (describe_process_state())
+  std::thread io_thread_;     // last: starts after everything it reads is constructed
 };
 
 // The fresh file:// stores of a single-node run without a rendezvous: one directory per run
@@ -628,7 +636,13 @@ std::string describe_failure(const GroupOutcome& o) {
   }
   if (o.failed_silent_s > 0) {
     text << ": it was frozen (nothing written, not even a heartbeat, for "
-         << static_cast<int>(o.failed_silent_s) << " s)";
+         << static_cast<int>(o.failed_silent_s) << " s";
+    // "is stopped (SIGSTOP or SIGTSTP)" said before the kill: "its process was stopped ...".
+    constexpr std::string_view kIs = "is ";
+    if (o.failed_frozen_state.starts_with(kIs)) {
+      text << "; its process was " << o.failed_frozen_state.substr(kIs.size());
+    }
+    text << ")";
   } else if (o.failed_lost_rank >= 0 && o.failed_lost_rank != o.failed_rank) {
     text << ": it lost rank " << o.failed_lost_rank;
     if (o.failed_lost_why) {

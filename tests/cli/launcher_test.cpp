@@ -348,6 +348,8 @@ TEST(LauncherTest, SilentWorkerIsKilledAsFrozen) {
   // Its hang is a sleep: the launcher looked at its process before the kill, and says so.
   EXPECT_NE(r.err.find("it is frozen: its process is alive but idle ("), std::string::npos)
       << r.err;
+  // And the verdict, the last line, says it again.
+  EXPECT_NE(r.err.find(" s; its process was alive but idle ("), std::string::npos) << r.err;
 #endif
 }
 

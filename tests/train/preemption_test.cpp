@@ -214,6 +214,9 @@ TEST(Preemption, AFrozenWorkerIsKilledAndNamed) {
   EXPECT_NE(out.find("it is frozen: its process is stopped (SIGSTOP or SIGTSTP); SIGKILL"),
             std::string::npos)
       << out;
+  // The restart's line, the verdict on the group that failed, says it again.
+  EXPECT_NE(out.find(" s; its process was stopped (SIGSTOP or SIGTSTP))"), std::string::npos)
+      << out;
 }
 
 // The newest entry of OUT/checkpoints whose name holds `part`, or "".
