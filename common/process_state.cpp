@@ -7,7 +7,11 @@
 #include <vector>
 
 #if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
 #include <process.h>
+#include <windows.h>
 #else
 #include <unistd.h>
 #endif
@@ -55,6 +59,45 @@ std::string wait_channel(const std::string& pid) {
 }
 #endif
 
+#if defined(_WIN32)
+// A process handle for reading its times and waiting on it, closed when it goes.
+struct ProcessHandle {
+  explicit ProcessHandle(std::int64_t pid)
+      : handle(::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, FALSE,
+                             static_cast<DWORD>(pid))) {}
+  ~ProcessHandle() {
+    if (handle != nullptr) ::CloseHandle(handle);
+  }
+  ProcessHandle(const ProcessHandle&) = delete;
+  ProcessHandle& operator=(const ProcessHandle&) = delete;
+  bool ended() const { return ::WaitForSingleObject(handle, 0) == WAIT_OBJECT_0; }
+  HANDLE handle;
+};
+
+std::uint64_t filetime_value(const FILETIME& time) {
+  return (static_cast<std::uint64_t>(time.dwHighDateTime) << 32) | time.dwLowDateTime;
+}
+
+// When the process was created and the CPU time it has used (kernel and user), both in 100 ns
+// units; nullopt where the system does not say.
+struct ProcessTimes {
+  std::uint64_t created = 0;
+  std::uint64_t cpu = 0;
+};
+std::optional<ProcessTimes> times_of(HANDLE process) {
+  FILETIME created{}, exited{}, kernel{}, user{};
+  if (::GetProcessTimes(process, &created, &exited, &kernel, &user) == 0) return std::nullopt;
+  return ProcessTimes{filetime_value(created), filetime_value(kernel) + filetime_value(user)};
+}
+
+// Whether another process's CPU time can be read here: Wine's ntdll (which exports
+// wine_get_version) gives a constant for any process but the caller.
+bool cpu_time_of_others_told() {
+  const HMODULE ntdll = ::GetModuleHandleW(L"ntdll.dll");
+  return ntdll == nullptr || ::GetProcAddress(ntdll, "wine_get_version") == nullptr;
+}
+#endif
+
 }  // namespace
 
 std::int64_t current_process_id() {
@@ -87,6 +130,12 @@ std::string process_state_letter(std::int64_t pid) {
 std::uint64_t process_start_ticks(std::int64_t pid) {
 #if defined(__linux__)
   return pid > 0 ? field_number(stat_fields(std::to_string(pid)), kStartField) : 0;
+#elif defined(_WIN32)
+  if (pid <= 0) return 0;
+  const ProcessHandle process(pid);
+  if (process.handle == nullptr) return 0;
+  const auto times = times_of(process.handle);
+  return times ? times->created : 0;
 #else
   (void)pid;
   return 0;
@@ -141,6 +190,38 @@ std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t starte
                : share < 0.05 ? ProcessState::Kind::idle
                               : ProcessState::Kind::alive;
   return state;
+#elif defined(_WIN32)
+  // Windows tells a process that ended from one that runs, and its CPU time; a suspended one
+  // (a debugger, a suspend of every thread) it does not tell apart from an idle one.
+  if (pid <= 0 || started == 0) return std::nullopt;
+  ProcessState state;
+  const ProcessHandle process(pid);
+  if (process.handle == nullptr) {
+    // No such process any more; another reason (access) says nothing.
+    if (::GetLastError() == ERROR_INVALID_PARAMETER) return state;
+    return std::nullopt;
+  }
+  const auto first = times_of(process.handle);
+  if (!first || first->created != started || process.ended()) return state;
+  const auto watch_start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(window);  // the bound of this call, as on Linux
+  const double watched =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_start).count();
+  if (process.ended()) return state;
+  const auto second = times_of(process.handle);
+  state.kind = ProcessState::Kind::alive;
+  static const bool told = cpu_time_of_others_told();
+  if (!second || watched <= 0 || (!told && pid != current_process_id())) {
+    state.cpu_percent = -1;
+    return state;
+  }
+  const std::uint64_t used = second->cpu >= first->cpu ? second->cpu - first->cpu : 0;
+  const double share = static_cast<double>(used) / 1e7 / watched;
+  state.cpu_percent = static_cast<int>(share * 100 + 0.5);
+  state.kind = share >= 0.5   ? ProcessState::Kind::running
+               : share < 0.05 ? ProcessState::Kind::idle
+                              : ProcessState::Kind::alive;
+  return state;
 #else
   (void)pid;
   (void)started;
@@ -153,8 +234,13 @@ std::string describe_process_state(const ProcessState& state, std::int64_t pid, 
   const std::string percent = std::to_string(state.cpu_percent) + "%";
   switch (state.kind) {
     case ProcessState::Kind::ended:
+#if defined(_WIN32)
+      return "has ended without saying why: killed (Task Manager, taskkill), or crashed (the "
+             "Event Viewer's Application log may say which)";
+#else
       return "has ended without saying why: a signal such as SIGKILL, or the kernel's "
              "out-of-memory killer (its engine's log or `dmesg` may say which)";
+#endif
     case ProcessState::Kind::stopped:
       return "is stopped (SIGSTOP or SIGTSTP)" +
              (resume_hint ? ": `kill -CONT " + std::to_string(pid) + "` resumes it"
@@ -174,6 +260,7 @@ std::string describe_process_state(const ProcessState& state, std::int64_t pid, 
     case ProcessState::Kind::alive:
       break;
   }
+  if (state.cpu_percent < 0) return "is alive (this system does not say its CPU time)";
   return "is alive, using " + percent + " of a CPU";
 }
 

@@ -3,8 +3,9 @@
 // what this machine shows of a process that has gone quiet, as `ps` would: ended, stopped,
 // held by a debugger, blocked in the kernel, busy, or idle. A rank that lost another rank of its
 // machine says it (comm_backends/backends/peer_process.h), and so does a launcher about to kill
-// a worker that wrote nothing for too long (cli/launcher.cpp). Linux only (/proc/PID/stat);
-// elsewhere nothing is known.
+// a worker that wrote nothing for too long (cli/launcher.cpp). Linux reads /proc/PID/stat and
+// tells every state; Windows (OpenProcess, GetProcessTimes) tells ended, busy and idle, not
+// stopped; elsewhere nothing is known.
 #pragma once
 
 #include <chrono>
@@ -25,7 +26,7 @@ struct ProcessState {
     alive     // in between
   };
   Kind kind = Kind::ended;
-  int cpu_percent = 0;       // of one CPU, while watched (running, idle, alive)
+  int cpu_percent = 0;       // of one CPU, while watched (running, idle, alive); -1: not told
   std::string wait_channel;  // blocked: the kernel function it waits in, where the kernel says
 };
 
@@ -39,8 +40,9 @@ std::int64_t current_user_id();
 // read (no such process, hidden from this user, or not Linux).
 std::string process_state_letter(std::int64_t pid);
 
-// When process `pid` started, in clock ticks after boot (field 22 of /proc/PID/stat); 0 where it
-// is not known (no such process, or not Linux). With the pid it names one process for good.
+// When process `pid` started: on Linux in clock ticks after boot (field 22 of /proc/PID/stat),
+// on Windows its creation time (100 ns units); 0 where it is not known (no such process, or
+// another system). With the pid it names one process for good.
 std::uint64_t process_start_ticks(std::int64_t pid);
 
 // How long watch_process() watches a live process's CPU time to tell busy from idle.
@@ -48,7 +50,7 @@ inline constexpr std::chrono::milliseconds kProcessWatchWindow{200};
 
 // The state of the process `pid` that started at `started` (process_start_ticks()), watched for
 // `window` (one sleep, the bound of this call) when it is alive. nullopt where this system does
-// not say (not Linux, or `started` is 0).
+// not say (neither Linux nor Windows, or `started` is 0).
 std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t started,
                                           std::chrono::milliseconds window = kProcessWatchWindow);
 

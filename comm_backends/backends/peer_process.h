@@ -10,8 +10,8 @@
 // silent one adds what it sees: "rank 1 (pid 4242, this machine) is stopped (SIGSTOP or
 // SIGTSTP): kill -CONT 4242 resumes it". Rank 0 serves the tcp store, so where it is the one
 // lost its mark may not be readable any more: its server's own mark, which every client got at
-// its hello (Store::server_process()), stands in. Across machines, and outside Linux, nothing is
-// added.
+// its hello (Store::server_process()), stands in. Across machines, and on systems other than
+// Linux and Windows (which tells ended, busy and idle, not stopped), nothing is added.
 #pragma once
 
 #include <chrono>

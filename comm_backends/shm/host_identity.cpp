@@ -2,6 +2,7 @@
 
 #include <boost/asio/ip/host_name.hpp>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <mutex>
@@ -136,13 +137,50 @@ std::optional<T> number(std::string_view text) {
   return value;
 }
 
+#if defined(_WIN32)
+// The host name and the moment this Windows booted (SystemTimeOfDayInformation's BootTime, one
+// value for every process of the boot), or empty where the system does not say: what tells two
+// processes' ids apart from ids of another machine or boot.
+std::string windows_boot() {
+  using Query = LONG(WINAPI*)(ULONG, PVOID, ULONG, PULONG);
+  const HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
+  const FARPROC found =
+      ntdll != nullptr ? GetProcAddress(ntdll, "NtQuerySystemInformation") : nullptr;
+  if (found == nullptr) return {};
+  Query query = nullptr;
+  static_assert(sizeof query == sizeof found);
+  std::memcpy(&query, &found, sizeof query);  // a cast between function types would warn
+  struct TimeOfDay {                          // SYSTEM_TIMEOFDAY_INFORMATION
+    LARGE_INTEGER boot_time, current_time, time_zone_bias;
+    ULONG time_zone_id, reserved;
+    ULONGLONG boot_time_bias, sleep_time_bias;
+  } day{};
+  constexpr ULONG kSystemTimeOfDayInformation = 3;
+  if (query(kSystemTimeOfDayInformation, &day, sizeof day, nullptr) != 0) return {};
+  boost::system::error_code ec;
+  std::string name = boost::asio::ip::host_name(ec);
+  if (ec || day.boot_time.QuadPart == 0) return {};
+  // One word: the mark's fields are separated by spaces.
+  for (char& c : name) {
+    if (c == ' ' || c == '\t') c = '_';
+  }
+  return "windows:" + name + ":boot:" + std::to_string(day.boot_time.QuadPart);
+}
+#endif
+
 ProcessMark read_this_process() {
   ProcessMark mark;
   mark.pid = current_process_id();
   mark.user = current_user_id();
   mark.started = process_start_ticks(mark.pid);  // each of these empty where not known
+#if defined(_WIN32)
+  // One process-id space for the whole system.
+  mark.kernel = windows_boot();
+  mark.pid_space = 1;
+#else
   mark.kernel = kernel_identity();
   mark.pid_space = pid_namespace();
+#endif
   return mark;
 }
 

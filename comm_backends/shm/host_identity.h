@@ -54,8 +54,10 @@ std::string steady_clock_identity();
 // namespace), with the user it runs as (another user's processes may be hidden from this one).
 struct ProcessMark {
   std::int64_t pid = 0;
-  std::uint64_t started = 0;  // clock ticks after boot (/proc/PID/stat); 0: not known
-  std::string kernel;         // kernel_identity(); empty: not known
+  std::uint64_t started = 0;  // process_start_ticks(); 0: not known
+  // kernel_identity() and pid_namespace(); on Windows the host and its boot time, and 1 (one
+  // process-id space). Empty, 0: not known.
+  std::string kernel;
   std::uint64_t pid_space = 0;
   std::int64_t user = -1;
   bool operator==(const ProcessMark&) const = default;
@@ -71,7 +73,7 @@ std::optional<ProcessMark> decode_process_mark(std::string_view text);
 
 // The state of the process `mark` names (common/process_state.h), watched for `window` where it
 // is alive; nullopt where it runs on another machine or in another process-id space, or this
-// system does not say (not Linux).
+// system does not say (neither Linux nor Windows).
 std::optional<ProcessState> watch_marked_process(
     const ProcessMark& mark, std::chrono::milliseconds window = kProcessWatchWindow);
 
@@ -79,7 +81,7 @@ std::optional<ProcessState> watch_marked_process(
 // that follows "rank R (pid P, this machine) ": "is stopped ...", "has ended ...", "is blocked in
 // the kernel ...", "is running, using 97% of a CPU ...", "is alive but idle ...". nullopt where
 // the process runs on another machine or in another process-id space, or this system does not
-// say (not Linux). Watches a live process for `window`.
+// say (neither Linux nor Windows). Watches a live process for `window`.
 std::optional<std::string> look_at_process(const ProcessMark& mark,
                                            std::chrono::milliseconds window = kProcessWatchWindow);
 

@@ -50,7 +50,7 @@ TEST(PeerProcess, ARankThatPublishedNothingShowsNothing) {
   EXPECT_FALSE(look_at_rank_process(*store, 3, std::chrono::milliseconds(500)).has_value());
 }
 
-#if defined(__linux__)
+#if defined(__linux__) || defined(_WIN32)
 
 std::string look(const ProcessMark& mark) { return look_at_process(mark).value_or("(nothing)"); }
 
@@ -64,6 +64,10 @@ TEST(PeerProcess, AnotherProcessGivenTheSameIdIsNotTheOne) {
   mark.started += 1;  // the rank's process started at another time: this is not it
   EXPECT_TRUE(look(mark).starts_with("has ended")) << look(mark);
 }
+
+#endif
+
+#if defined(__linux__)
 
 // The mark a rank published, read back and looked at: here this test's own process, which
 // sleeps (idle) while it is watched. Stopped, killed and busy processes: process_state_test.

@@ -20,6 +20,15 @@
 #include <vector>
 #endif
 
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#include <windows.h>
+
+#include <string>
+#endif
+
 namespace partrain {
 namespace {
 
@@ -41,6 +50,9 @@ TEST(ProcessState, EachStateIsSaidInOnePhrase) {
   state.kind = ProcessState::Kind::idle;
   state.cpu_percent = 0;
   EXPECT_TRUE(describe_process_state(state, 7).starts_with("is alive but idle (0% of a CPU)"));
+  state.kind = ProcessState::Kind::alive;
+  state.cpu_percent = -1;  // a system that does not say
+  EXPECT_EQ(describe_process_state(state, 7), "is alive (this system does not say its CPU time)");
 }
 
 #if defined(__linux__)
@@ -176,6 +188,69 @@ TEST(ProcessState, BusyAndIdleChildrenAreToldApart) {
   EXPECT_GE(busy_state->cpu_percent, 5);
   EXPECT_EQ(idle_state->kind, ProcessState::Kind::idle)
       << describe_process_state(*idle_state, idle.pid);
+}
+
+#endif
+
+#if defined(_WIN32)
+
+// A child that keeps a CPU busy: this test program itself, running one quick test over and over
+// (its output to NUL), until it is terminated.
+struct BusyChild {
+  BusyChild() {
+    wchar_t self[MAX_PATH] = {};
+    ::GetModuleFileNameW(nullptr, self, MAX_PATH);
+    std::wstring command = L"\"" + std::wstring(self) +
+                           L"\" --gtest_filter=ProcessState.EachStateIsSaidInOnePhrase "
+                           L"--gtest_repeat=-1";
+    SECURITY_ATTRIBUTES inherit{sizeof inherit, nullptr, TRUE};
+    nul =
+        ::CreateFileW(L"NUL", GENERIC_WRITE, FILE_SHARE_WRITE, &inherit, OPEN_EXISTING, 0, nullptr);
+    STARTUPINFOW startup{};
+    startup.cb = sizeof startup;
+    startup.dwFlags = STARTF_USESTDHANDLES;
+    startup.hStdOutput = startup.hStdError = nul;
+    created = ::CreateProcessW(nullptr, command.data(), nullptr, nullptr, TRUE, 0, nullptr, nullptr,
+                               &startup, &info) != 0;
+  }
+  ~BusyChild() {
+    if (created) {
+      ::TerminateProcess(info.hProcess, 9);
+      ::WaitForSingleObject(info.hProcess, 10000);
+      ::CloseHandle(info.hThread);
+      ::CloseHandle(info.hProcess);
+    }
+    if (nul != INVALID_HANDLE_VALUE) ::CloseHandle(nul);
+  }
+  HANDLE nul = INVALID_HANDLE_VALUE;
+  PROCESS_INFORMATION info{};
+  bool created = false;
+};
+
+TEST(ProcessState, ABusyChildIsAliveAndATerminatedOneHasEnded) {
+  BusyChild child;
+  ASSERT_TRUE(child.created) << "CreateProcessW failed: " << ::GetLastError();
+  const std::int64_t pid = child.info.dwProcessId;
+  const std::uint64_t started = process_start_ticks(pid);
+  ASSERT_GT(started, 0u);
+  const auto alive = watch_process(pid, started);
+  ASSERT_TRUE(alive.has_value());
+  // Running where the system says its CPU time; Wine does not say it for another process.
+  EXPECT_TRUE(alive->kind == ProcessState::Kind::running ||
+              (alive->kind == ProcessState::Kind::alive && alive->cpu_percent == -1) ||
+              (alive->kind == ProcessState::Kind::alive && alive->cpu_percent >= 5))
+      << describe_process_state(*alive, pid);
+  // Another process given its id since is not it.
+  const auto other = watch_process(pid, started + 1);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->kind, ProcessState::Kind::ended);
+
+  ASSERT_NE(::TerminateProcess(child.info.hProcess, 9), 0);
+  ASSERT_EQ(::WaitForSingleObject(child.info.hProcess, 10000), WAIT_OBJECT_0);
+  const auto ended = watch_process(pid, started);
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->kind, ProcessState::Kind::ended);
+  EXPECT_TRUE(describe_process_state(*ended, pid).starts_with("has ended without saying why"));
 }
 
 #endif
