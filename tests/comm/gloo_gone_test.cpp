@@ -49,12 +49,18 @@ void expect_next_call_fails_at_once(const NextCall& next) {
   options.backend = "gloo";
   options.timeout = milliseconds(20000);
   std::atomic<bool> failed{false};
+  std::atomic<bool> first_done{false};
   std::chrono::steady_clock::time_point failed_at;
   testing::run_ranks(kWorld, [&](int rank) {
     auto comm = make_communicator(options, *stores[rank], rank, kWorld);
     std::vector<float> data(100, 1.0f);
     comm->allreduce(Buffer{data.data(), data.size(), DType::f32}, ReduceOp::sum);
+    if (rank == 0) first_done = true;
     if (rank == 1) {
+      // Rank 0 may still be reading the last of the allreduce that rank 1 has finished: rank 1
+      // goes once rank 0 has it too (bounded, 10 s), or its going fails that allreduce instead
+      // of the next call.
+      for (int i = 0; i < 1000 && !first_done; ++i) std::this_thread::sleep_for(milliseconds(10));
       try {
         const auto going = std::move(comm);
         failed_at = std::chrono::steady_clock::now();
