@@ -1,5 +1,6 @@
 #include "comm_backends/checked_communicator.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -80,10 +81,12 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
   const FailureTrace trace = trace_failed_rank(store_, prefix_ + "trace/", rank_, size_,
                                                lost.peer_rank(), grace, timeout_);
   // The store went during the trace, so the blame could be followed no further. Where its
-  // server, a rank of this machine, has ended or is stopped, that rank went first.
+  // server, a rank of this machine, has ended or is stopped, that rank went first, unless its
+  // own report was read: then it was a survivor that has left since, as survivors do.
   if (trace.store_lost) {
     const auto serving = serving_rank_gone(store_);
-    if (serving && serving->rank != lost.peer_rank()) {
+    if (serving && serving->rank != lost.peer_rank() &&
+        std::find(trace.heard.begin(), trace.heard.end(), serving->rank) == trace.heard.end()) {
       throw PeerError(serving->rank, name_ + ": rank " + std::to_string(serving->rank) +
                                          " failed first (it served the store, which no longer "
                                          "answers); here: " +

@@ -27,11 +27,18 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
   // killed: it sends no report, so nobody waits for one.
   const auto stopped = [&](int r) { return store.check({rank_stopped_key(r)}); };
   // Bounded by the grace period: each poll of a missing report sleeps 5 ms until then.
+  const auto note_heard = [&](int r) {
+    if (std::find(trace.heard.begin(), trace.heard.end(), r) == trace.heard.end()) {
+      trace.heard.push_back(r);
+    }
+  };
   const auto reported = [&](int r) {
     while (!store.check({key(r)}) && !stopped(r) && Clock::now() < grace_end) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    return store.check({key(r)});
+    const bool has = store.check({key(r)});
+    if (has) note_heard(r);
+    return has;
   };
   // The store may be across the same dead link: no request may take more than the grace
   // period. The communicator is broken now, so nothing else waits on this store meanwhile.
@@ -67,7 +74,12 @@ FailureTrace trace_failed_rank(Store& store, const std::string& prefix, int rank
     for (;;) {
       trace.silent.clear();
       for (int r = 0; r < size; ++r) {
-        if (r != rank && !store.check({key(r)})) trace.silent.push_back(r);
+        if (r == rank) continue;
+        if (store.check({key(r)})) {
+          note_heard(r);
+        } else {
+          trace.silent.push_back(r);
+        }
       }
       const auto now = Clock::now();
       const bool one_left_that_stopped = trace.silent.size() == 1 && stopped(trace.silent[0]);

@@ -33,6 +33,7 @@ struct FailureTrace {
   int culprit = -1;         // the rank to name; -1 when nothing could be learned
   std::vector<int> silent;  // when found by silence: every rank that sent no report in time
   bool store_lost = false;  // the store stopped answering during the trace
+  std::vector<int> heard;   // the ranks whose report this rank read, each once
 };
 
 // Never throws: the store may die with a failed rank (rank 0 hosts it), and then the last rank

@@ -78,14 +78,22 @@ TEST(FailureTrace, KeepsTheFurthestRankReachedWhenTheStoreGoesAway) {
   store.report(2, 3);
   // set (its own report), check(2) twice, get(2): then the store's host is gone.
   store.requests_left = 4;
-  EXPECT_EQ(trace(store, 1, 4, 2).culprit, 3);
+  const FailureTrace found = trace(store, 1, 4, 2);
+  EXPECT_EQ(found.culprit, 3);
+  // Which ranks it heard from, and that the store went: the rank serving it, had it been
+  // rank 2, was a survivor that left since (CheckedCommunicator::trace_and_rethrow()).
+  EXPECT_TRUE(found.store_lost);
+  EXPECT_EQ(found.heard, std::vector<int>{2});
 }
 
 TEST(FailureTrace, KeepsTheBlamedRankWhenTheStoreIsGoneAtOnce) {
   MapStore store;
   store.report(2, 3);
   store.requests_left = 0;
-  EXPECT_EQ(trace(store, 1, 4, 2).culprit, 2);
+  const FailureTrace found = trace(store, 1, 4, 2);
+  EXPECT_EQ(found.culprit, 2);
+  EXPECT_TRUE(found.store_lost);
+  EXPECT_TRUE(found.heard.empty());
 }
 
 TEST(FailureTrace, ACircleKeepsTheLastRankNamedNotTheTracingRank) {
@@ -102,6 +110,8 @@ TEST(FailureTrace, AChainThatCannotTellEndsAtTheSilentRank) {
   const FailureTrace found = trace(store, 1, 4, 2);
   EXPECT_EQ(found.culprit, 3);
   EXPECT_EQ(found.silent, std::vector<int>{3});
+  EXPECT_EQ(found.heard, (std::vector<int>{2, 0}));
+  EXPECT_FALSE(found.store_lost);
 }
 
 // A rank that said why it stopped sends no report: the trace names it without waiting out the
