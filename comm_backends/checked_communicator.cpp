@@ -83,24 +83,25 @@ void CheckedCommunicator::trace_and_rethrow(const PeerError& lost) {
   // The store went during the trace, so the blame could be followed no further. Where its
   // server, a rank of this machine, has ended or is stopped, that rank went first, unless its
   // own report was read: then it was a survivor that has left since, as survivors do.
-  if (trace.store_lost) {
-    const auto serving = serving_rank_gone(store_);
-    if (serving && serving->rank != lost.peer_rank() &&
-        std::find(trace.heard.begin(), trace.heard.end(), serving->rank) == trace.heard.end()) {
-      throw PeerError(serving->rank, name_ + ": rank " + std::to_string(serving->rank) +
-                                         " failed first (it served the store, which no longer "
-                                         "answers); here: " +
-                                         lost.what() + "; " + serving->sentence);
-    }
+  const std::optional<ServingRankSeen> serving =
+      trace.store_lost ? serving_rank_gone(store_) : std::nullopt;
+  if (serving && serving->rank != lost.peer_rank() &&
+      std::find(trace.heard.begin(), trace.heard.end(), serving->rank) == trace.heard.end()) {
+    throw PeerError(serving->rank, name_ + ": rank " + std::to_string(serving->rank) +
+                                       " failed first (it served the store, which no longer "
+                                       "answers); here: " +
+                                       lost.what() + "; " + serving->sentence);
   }
   // The rank named, where it stopped on an error of its own, said why before it went; one that
   // was killed or froze said nothing, but where it shares this machine its process shows which
   // (peer_process.h).
   const std::optional<std::string> why =
       trace.culprit >= 0 ? why_rank_stopped(store_, trace.culprit, grace) : std::nullopt;
-  const std::optional<std::string> seen = trace.culprit >= 0 && !why
-                                              ? look_at_rank_process(store_, trace.culprit, grace)
-                                              : std::nullopt;
+  // The serving rank was watched already where it is the one named.
+  const std::optional<std::string> seen = trace.culprit < 0 || why ? std::nullopt
+                                          : serving && serving->rank == trace.culprit
+                                              ? std::optional(serving->sentence)
+                                              : look_at_rank_process(store_, trace.culprit, grace);
   const std::string reason = why ? "; " + *why : seen ? "; " + *seen : "";
   if (lost.peer_rank() >= 0) {
     if (trace.culprit < 0) throw;  // the one caught

@@ -98,6 +98,26 @@ bool cpu_time_of_others_told() {
 }
 #endif
 
+#if defined(__linux__) || defined(_WIN32)
+// Sleeps `window`, the bound of a watch, between two readings of a process's CPU time; the
+// seconds that passed.
+double watch_for(std::chrono::milliseconds window) {
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(window);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A live process that used `share` of one CPU while watched.
+ProcessState alive_using(double share) {
+  ProcessState state;
+  state.cpu_percent = static_cast<int>(share * 100 + 0.5);
+  state.kind = share >= 0.5   ? ProcessState::Kind::running
+               : share < 0.05 ? ProcessState::Kind::idle
+                              : ProcessState::Kind::alive;
+  return state;
+}
+#endif
+
 }  // namespace
 
 std::int64_t current_process_id() {
@@ -154,11 +174,7 @@ std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t starte
   };
   const std::vector<std::string> first = stat_fields(id);
   if (gone(first)) return state;
-  // Bounded by `window`: one sleep between two readings of its CPU time.
-  const auto watch_start = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(window);
-  const double watched =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_start).count();
+  const double watched = watch_for(window);
   const std::vector<std::string> second = stat_fields(id);
   if (gone(second)) return state;
   const std::string& letter = second[kStateField];
@@ -181,15 +197,10 @@ std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t starte
   };
   const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
   const std::uint64_t used = busy(second) >= busy(first) ? busy(second) - busy(first) : 0;
-  const double share =
-      ticks_per_second > 0 && watched > 0
-          ? static_cast<double>(used) / static_cast<double>(ticks_per_second) / watched
-          : 0.0;
-  state.cpu_percent = static_cast<int>(share * 100 + 0.5);
-  state.kind = share >= 0.5   ? ProcessState::Kind::running
-               : share < 0.05 ? ProcessState::Kind::idle
-                              : ProcessState::Kind::alive;
-  return state;
+  return alive_using(ticks_per_second > 0 && watched > 0
+                         ? static_cast<double>(used) / static_cast<double>(ticks_per_second) /
+                               watched
+                         : 0.0);
 #elif defined(_WIN32)
   // Windows tells a process that ended from one that runs, and its CPU time; a suspended one
   // (a debugger, a suspend of every thread) it does not tell apart from an idle one.
@@ -203,25 +214,17 @@ std::optional<ProcessState> watch_process(std::int64_t pid, std::uint64_t starte
   }
   const auto first = times_of(process.handle);
   if (!first || first->created != started || process.ended()) return state;
-  const auto watch_start = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(window);  // the bound of this call, as on Linux
-  const double watched =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - watch_start).count();
+  const double watched = watch_for(window);
   if (process.ended()) return state;
   const auto second = times_of(process.handle);
-  state.kind = ProcessState::Kind::alive;
   static const bool told = cpu_time_of_others_told();
   if (!second || watched <= 0 || (!told && pid != current_process_id())) {
+    state.kind = ProcessState::Kind::alive;
     state.cpu_percent = -1;
     return state;
   }
   const std::uint64_t used = second->cpu >= first->cpu ? second->cpu - first->cpu : 0;
-  const double share = static_cast<double>(used) / 1e7 / watched;
-  state.cpu_percent = static_cast<int>(share * 100 + 0.5);
-  state.kind = share >= 0.5   ? ProcessState::Kind::running
-               : share < 0.05 ? ProcessState::Kind::idle
-                              : ProcessState::Kind::alive;
-  return state;
+  return alive_using(static_cast<double>(used) / 1e7 / watched);  // FILETIME: 100 ns units
 #else
   (void)pid;
   (void)started;
