@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 
@@ -170,6 +171,32 @@ TEST(FetchCifar100, DownloadsVerifiesAndInstallsTheBinaryFiles) {
   via_url.url = server.url("/cifar-100-binary.tar.gz") + "#md5=" + upper;
   fetch_cifar100(dir / "again", via_url);
   EXPECT_TRUE(fs::exists(dir / "again/test.bin"));
+}
+
+// A staging folder that a killed fetch left goes at the next fetch, once nothing has written
+// to it for longer than a fetch can last; a younger one may be another host's live fetch.
+TEST(FetchCifar100, RemovesTheStagingThatAKilledFetchLeft) {
+  const auto archive = cifar_archive();
+  LoopbackHttpServer server({{"/c.tar.gz", archive}});
+  ScratchDir dir;
+  const auto left = [&](const std::string& name, std::chrono::seconds age) {
+    const fs::path staging = dir / name;
+    fs::create_directories(staging / "unpacked");
+    write_bytes(staging / "cifar-100-binary.tar.gz", bytes_of("half an archive"));
+    const auto then = fs::file_time_type::clock::now() - age;
+    for (const fs::path& p : {staging / "cifar-100-binary.tar.gz", staging / "unpacked", staging})
+      fs::last_write_time(p, then);
+  };
+  FetchOptions options;
+  options.url = server.url("/c.tar.gz");
+  options.md5 = md5_of(archive);
+  options.download.total_timeout_s = 600;
+  left("cifar.download-0ld", std::chrono::seconds(900));  // past 30 s + 600 s
+  left("cifar.download-1ive", std::chrono::seconds(300));
+  left("other.download-0ld", std::chrono::seconds(900));  // another target's
+  fetch_cifar100(dir / "cifar", options);
+  EXPECT_EQ(listing(dir.path()),
+            (std::vector<std::string>{"cifar", "cifar.download-1ive", "other.download-0ld"}));
 }
 
 TEST(FetchCifar100, WrongChecksumInstallsNothing) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -234,6 +235,42 @@ void extract_archive(const std::string& archive_path, const std::string& dir,
   }
 }
 
+namespace {
+
+// The newest write time of `dir` and everything in it.
+fs::file_time_type newest_write(const fs::path& dir) {
+  std::error_code ec;
+  fs::file_time_type newest = fs::last_write_time(dir, ec);
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::file_time_type t = it->last_write_time(ec);
+    if (!ec) newest = std::max(newest, t);
+  }
+  return newest;
+}
+
+// Removes the staging folders (STEM-*) that earlier fetches left in `parent` when they were
+// killed, or stopped in a rank's start-up (common/stop_request.h), before their TempDir could
+// go. Only those nothing has written to for longer than a fetch can go on: a live fetch
+// writes at least every stall_timeout_s while it downloads, and its download ends within
+// total_timeout_s; unpacking writes all the time. A fetch on another host, sharing the folder,
+// is live by the same rule.
+void remove_stale_staging(const fs::path& parent, const std::string& stem,
+                          const DownloadOptions& download) {
+  const auto lifetime = std::chrono::duration_cast<fs::file_time_type::duration>(
+      std::chrono::duration<double>(download.connect_timeout_s + download.total_timeout_s));
+  const fs::file_time_type now = fs::file_time_type::clock::now();
+  std::error_code ec;
+  for (fs::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(stem + "-") || !it->is_directory(ec)) continue;
+    if (now - newest_write(it->path()) <= lifetime) continue;
+    std::error_code ignored;
+    fs::remove_all(it->path(), ignored);
+  }
+}
+
+}  // namespace
+
 std::string fetch_cifar100(const std::string& target_dir, const FetchOptions& options) {
   auto [url, url_md5] = split_checksum(options.url.empty() ? kCifar100Url : options.url);
   const std::string expected = normalise_md5(
@@ -246,7 +283,10 @@ std::string fetch_cifar100(const std::string& target_dir, const FetchOptions& op
   // fetches (one per rank) each use their own and the renames leave whole files.
   fs::path target = fs::path(target_dir).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();  // "data/" -> "data"
-  const TempDir staging(target.filename().string() + ".download", target.parent_path());
+  const std::string stem = target.filename().string() + ".download";
+  remove_stale_staging(target.has_parent_path() ? target.parent_path() : fs::path("."), stem,
+                       options.download);
+  const TempDir staging(stem, target.parent_path());
 
   const std::string archive_file = (staging.path() / "cifar-100-binary.tar.gz").string();
   download_file(url, archive_file, options.download);
