@@ -204,7 +204,8 @@ struct Worker {
   int pid = 0;
   std::atomic<int> epoch{0};       // last "epoch E/N" line seen; written on the io thread
   std::atomic<int> lost_rank{-1};  // from its "partrain: lost rank R" line, if any
-  std::atomic<std::int64_t> stopped_step{-1};  // from its "partrain: stopped at step N" line
+  std::atomic<std::int64_t> stopped_step{-1};    // from its "partrain: stopped at step N" line
+  std::atomic<bool> stopped_in_start_up{false};  // its "partrain: stopped during start-up"
   std::string flight;  // from its "partrain: at failure, WHERE" line; read once output ended
   std::optional<RankStopped> lost_why;  // that line's "; rank R (HOST) stopped: WHY"; the same
   // When it last wrote a line (a heartbeat included), in Clock's nanoseconds.
@@ -236,9 +237,10 @@ struct GroupOutcome {
   // What its process showed before that kill, as the launcher said then ("is stopped (SIGSTOP
   // or SIGTSTP)"); empty where the system does not say.
   std::string failed_frozen_state;
-  std::int64_t stopped_step = -1;   // the step the workers said they stopped at, if any
-  bool all_exited_stopped = false;  // every worker ended with kExitStopped
-  bool all_succeeded = false;       // every worker ended with 0
+  std::int64_t stopped_step = -1;    // the step the workers said they stopped at, if any
+  bool stopped_in_start_up = false;  // a worker said it stopped before its first step
+  bool all_exited_stopped = false;   // every worker ended with kExitStopped
+  bool all_succeeded = false;        // every worker ended with 0
   // Why the lost rank stopped, where it said (its "; rank R (HOST) stopped: WHY").
   std::optional<RankStopped> failed_lost_why;
   std::vector<int> stopped;
@@ -368,6 +370,7 @@ class GroupRun {
         outcome.failed_lost_why = w->lost_why;
       }
       outcome.stopped_step = std::max(outcome.stopped_step, w->stopped_step.load());
+      outcome.stopped_in_start_up = outcome.stopped_in_start_up || w->stopped_in_start_up.load();
       if (!w->flight.empty()) outcome.flights.emplace_back(w->rank, w->flight);
       const bool exited_stopped = !w->status.killed() && w->status.code == kExitStopped;
       outcome.all_exited_stopped = outcome.all_exited_stopped && exited_stopped;
@@ -525,6 +528,7 @@ class GroupRun {
         w.lost_why = parse_rank_stopped(line);
       }
       if (const std::int64_t step = parse_stopped_line(line); step >= 0) w.stopped_step = step;
+      if (is_start_up_stop_line(line)) w.stopped_in_start_up = true;
       if (std::string where = parse_flight_line(line); !where.empty()) w.flight = std::move(where);
     }
     sink_.worker_line(w.rank, p.to_err, line);
@@ -850,8 +854,11 @@ int launch(const LaunchPlan& plan) {
     if ((stop_signal || outcome.kind == Kind::kStopped) && outcome.all_exited_stopped) {
       const std::string by = stop_signal ? platform::stop_cause_name(outcome.signal)
                                          : "a stop request from another node";
-      const std::string at =
-          outcome.stopped_step >= 0 ? "at step " + std::to_string(outcome.stopped_step) + " " : "";
+      // Ranks stopped in their start-up saved nothing: they had no step to agree on.
+      const std::string at = outcome.stopped_step >= 0
+                                 ? "at step " + std::to_string(outcome.stopped_step) + " "
+                             : outcome.stopped_in_start_up ? "during start-up "
+                                                           : "";
       sink.launcher_line("stopped " + at + "by " + by + "; run the same command to continue");
       return kExitStopped;
     }

@@ -307,7 +307,7 @@ int run(const RunOptions& o) {
                   [](const std::string& line) { std::cerr << "partrain: " << line << "\n"; });
   int code = 0;
   if (world == 1 && config.launch.max_restarts == 0) {
-    code = run_worker(config, WorkerEnv{});
+    code = run_worker(config, WorkerEnv{}, /*own_process=*/false);
   } else {
     code = launch(plan);
   }

@@ -74,6 +74,9 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ConfigArguments>();
   add_config_arguments(*sub, *args);
   sub->callback([args, &exit_code] {
+    // Whole lines reach the launcher or engine as they are printed, and a stop in the start-up,
+    // which ends the process without flushing (StopRequest), loses none.
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
     // Started by `partrain run`: the launcher watches for this worker's heartbeat.
     std::unique_ptr<Heartbeat> heartbeat;
     const std::optional<double> interval = heartbeat_interval(process_environment());

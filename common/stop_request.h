@@ -1,7 +1,8 @@
 // defines: kExitStopped and StopRequest — a worker's side of a polite stop: SIGTERM, SIGINT
-// or SIGUSR1 (POSIX; SIGTERM and SIGINT on Windows) only set a flag, the training loop looks
-// at it after each optimizer step, the ranks agree to stop at that step, save it and exit
-// with kExitStopped. No LibTorch.
+// or SIGUSR1 (POSIX; SIGTERM and SIGINT on Windows). During the start-up one ends the rank at
+// once; from the first step on it only sets a flag, the training loop looks at it after each
+// optimizer step, the ranks agree to stop at that step, save it and exit with kExitStopped.
+// No LibTorch.
 #pragma once
 
 namespace partrain {
@@ -15,6 +16,16 @@ inline constexpr int kExitStopped = 75;
 // While one lives, the stop signals are recorded instead of ending the process; the previous
 // handlers come back on destruction. One at a time.
 //
+// Made `in_start_up`, it first ends the process at a stop signal, until steps_begin(): one
+// line on stderr (format_start_up_stop_line(), common/worker_lines.h), then exit
+// kExitStopped, with no destructor run. Before the first step there is nothing to save, and a
+// start-up phase (a download, a data load, a wait for a rank that never comes) can take
+// minutes that a stop should not wait out, nor a launcher's grace end with SIGKILL. Files are
+// written to a temp name and renamed, so an exit in the middle of one leaves no half file.
+// On POSIX stdout should be line-buffered (a pipe is not by default): the exit flushes
+// nothing, since flushing is not safe in a signal handler. Windows runs the handler on a
+// thread of its own, which flushes stdout first.
+//
 // A further signal ends the process at once, by that signal (its default action), when it
 // comes while the stop's checkpoint is being written (set_saving), or more than
 // kRepeatWindowSeconds after the first: a signal sent twice on purpose means "now". Inside the
@@ -25,7 +36,7 @@ class StopRequest {
  public:
   static constexpr double kRepeatWindowSeconds = 2.0;
 
-  StopRequest();
+  explicit StopRequest(bool in_start_up = false);
   ~StopRequest();
   StopRequest(const StopRequest&) = delete;
   StopRequest& operator=(const StopRequest&) = delete;
@@ -37,6 +48,8 @@ class StopRequest {
   static const char* signal_name(int signal);
   // Around the stop's checkpoint: a signal meanwhile ends the process at once.
   static void set_saving(bool saving);
+  // The first training step is about to run: from here a stop signal is a request (above).
+  static void steps_begin();
 };
 
 }  // namespace partrain

@@ -6,6 +6,8 @@ namespace {
 constexpr std::string_view kEpochPrefix = "epoch ";
 constexpr std::string_view kLostRankPrefix = "partrain: lost rank ";
 constexpr std::string_view kStoppedPrefix = "partrain: stopped at step ";
+constexpr std::string_view kStartUpStopPrefix = "partrain: stopped during start-up by ";
+constexpr std::string_view kStartUpStopEnd = "; run the same command to continue";
 constexpr std::string_view kFlightPrefix = "partrain: at failure, ";
 
 // The decimal number of at most `max_digits` digits that `text` starts with, when
@@ -95,6 +97,14 @@ std::int64_t parse_stopped_line(std::string_view line) {
   const auto rest = after_prefix(line, kStoppedPrefix);
   if (!rest) return -1;
   return parse_count_before(*rest, ' ').value_or(-1);
+}
+
+std::string format_start_up_stop_line(std::string_view signal) {
+  return std::string(kStartUpStopPrefix) + std::string(signal) + std::string(kStartUpStopEnd);
+}
+
+bool is_start_up_stop_line(std::string_view line) {
+  return line.starts_with(kStartUpStopPrefix) && line.ends_with(kStartUpStopEnd);
 }
 
 bool is_heartbeat_line(std::string_view line) { return line == kHeartbeatLine; }

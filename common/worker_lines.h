@@ -1,7 +1,8 @@
 // defines: the lines a worker prints that the launcher reads back — format_epoch_line() and
 // parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(), format_rank_stopped()
 // and parse_rank_stopped(),
-// format_stopped_line() and parse_stopped_line(), format_flight_line() and parse_flight_line(),
+// format_stopped_line() and parse_stopped_line(), format_start_up_stop_line() and
+// is_start_up_stop_line(), format_flight_line() and parse_flight_line(),
 // kHeartbeatLine and is_heartbeat_line() — and parse_number_before() / parse_count_before(), the
 // number parsers they share. No LibTorch, no Boost.
 //
@@ -58,6 +59,12 @@ std::string parse_flight_line(std::string_view line);
 std::string format_stopped_line(std::int64_t step, std::string_view signal);
 // N for such a line; -1 for any other line.
 std::int64_t parse_stopped_line(std::string_view line);
+
+// "partrain: stopped during start-up by SIGNAL; run the same command to continue": a worker's
+// last line when a stop signal came before its first step (StopRequest, common/stop_request.h)
+// and it exited with kExitStopped, having nothing to save. The launcher's verdict says so.
+std::string format_start_up_stop_line(std::string_view signal);
+bool is_start_up_stop_line(std::string_view line);
 
 // What a worker started by `partrain run` prints on stderr every PARTRAIN_HEARTBEAT_S seconds
 // (from a thread of its own) so that the launcher can tell a frozen worker (SIGSTOP, a host

@@ -1,5 +1,6 @@
 // The worker's stop signals: recorded, not fatal; a repeat inside the window is the same
-// request; a signal while the stop's checkpoint is written ends the process by that signal.
+// request; a signal while the stop's checkpoint is written ends the process by that signal;
+// in the start-up one ends the process at once, exit 75 with its line.
 #include "common/stop_request.h"
 
 #include <gtest/gtest.h>
@@ -70,6 +71,28 @@ TEST(StopRequestDeathTest, ASignalAfterTheWindowEndsTheProcess) {
         std::_Exit(0);  // not reached
       },
       ended_by(SIGINT), "");
+}
+
+// Before the first step nothing is saved: the signal ends the process at once with
+// kExitStopped and one line naming it, without the rest of the start-up.
+TEST(StopRequestDeathTest, ASignalInTheStartUpEndsTheProcessAsStopped) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop(/*in_start_up=*/true);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped),
+      "^partrain: stopped during start-up by SIGTERM; run the same command to continue\n$");
+}
+
+TEST(StopRequest, FromTheFirstStepASignalIsARequestAgain) {
+  StopRequest stop(/*in_start_up=*/true);
+  StopRequest::steps_begin();
+  std::raise(SIGINT);
+  EXPECT_TRUE(StopRequest::requested());
+  EXPECT_EQ(StopRequest::signal(), SIGINT);
 }
 
 }  // namespace

@@ -87,6 +87,16 @@ TEST(WorkerLines, StoppedLineTextAndRoundTrip) {
   EXPECT_EQ(parse_epoch_line(format_stopped_line(2, "SIGTERM")), 0);
 }
 
+TEST(WorkerLines, StartUpStopLineIsToldFromTheOthers) {
+  const std::string line = format_start_up_stop_line("SIGINT");
+  EXPECT_EQ(line, "partrain: stopped during start-up by SIGINT; run the same command to continue");
+  EXPECT_TRUE(is_start_up_stop_line(line));
+  EXPECT_EQ(parse_stopped_line(line), -1);  // no step was saved
+  EXPECT_FALSE(is_start_up_stop_line(format_stopped_line(3, "SIGINT")));
+  EXPECT_FALSE(is_start_up_stop_line("partrain: stopped during start-up by SIGINT"));
+  EXPECT_EQ(parse_lost_rank_line(line), -1);
+}
+
 TEST(WorkerLines, FlightLineTextAndRoundTrip) {
   const std::string where = "in allreduce #136 (step 68, bucket 2, 1.1 MB) for 5.0 s";
   const std::string line = format_flight_line(where, "out/flight/rank-1.json");

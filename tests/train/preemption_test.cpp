@@ -1,7 +1,8 @@
 // Preemption on whole runs of the built executable: a stop signal mid-epoch saves that step
 // and the same command continues to exactly the uninterrupted run's losses; step checkpoints
 // survive a SIGKILL of a rank; a second signal during the stop's save ends the process and
-// leaves the checkpoint before whole; one run per output folder; a frozen worker is killed.
+// leaves the checkpoint before whole; one run per output folder; a frozen worker is killed; a
+// stop in the start-up ends every rank at once.
 #include <cstdio>
 
 #include "tests/train/run_harness.h"
@@ -49,6 +50,13 @@ fs::path straight_pair_run(const std::string& name, std::vector<std::string> ext
   return dir;
 }
 
+// Starts `partrain run ARGS` with the test variable `name` set to `value` for it alone.
+pid_t start_with(const std::vector<std::string>& args, const fs::path& log, const char* name,
+                 const std::string& value) {
+  ScopedEnv set(name, value);
+  return start_partrain(args, log);
+}
+
 TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
   const fs::path straight = straight_pair_run("stop_straight");
   auto dir = scratch("stop");
@@ -56,10 +64,7 @@ TEST(Preemption, SigtermMidEpochSavesTheStepAndTheSameCommandContinuesExactly) {
   const fs::path log = dir / "first.txt";
   // Rank 0 waits 10 ms before each batch (no number changes), so that the stop, a poll of the
   // test's and one of the launcher's away, lands inside epoch 2 on a fast machine too.
-  const pid_t launcher = [&] {
-    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.01");
-    return start_partrain(args, log);
-  }();
+  const pid_t launcher = start_with(args, log, "PARTRAIN_TEST_STEP_DELAY", "0:0.01");
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 11/", std::chrono::seconds(120)))
       << read_text(log);
   kill(launcher, SIGTERM);
@@ -114,10 +119,7 @@ TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
   const fs::path log = dir / "first.txt";
   // Rank 0 waits 20 ms before each batch (no number changes): the kill lands before epoch 2's
   // own checkpoint on a fast machine too, so the newest is a step checkpoint.
-  const pid_t launcher = [&] {
-    ScopedEnv delay("PARTRAIN_TEST_STEP_DELAY", "0:0.02");
-    return start_partrain(args, log);
-  }();
+  const pid_t launcher = start_with(args, log, "PARTRAIN_TEST_STEP_DELAY", "0:0.02");
   // Epoch 2 has passed step 100 (a step checkpoint) and gone on (log lines come at even steps:
   // batch 41 of epoch 2 is step 116).
   ASSERT_TRUE(wait_for_text(log, "epoch 2/3 step 41/", std::chrono::seconds(120)))
@@ -180,6 +182,44 @@ TEST(Preemption, ASecondRunIsRefusedTheFolderAndAStaleLockIsTakenOver) {
       << taken.output;
   EXPECT_NE(taken.output.find("taking the stale lock over"), std::string::npos) << taken.output;
   EXPECT_FALSE(fs::exists(lock));
+}
+
+// A stop before the first step ends every rank at once: nothing is saved, and no rank is left
+// to the launcher's SIGKILL. Rank 0 holds at the end of its start-up for 60 s, while rank 1
+// waits for it in its first step: rank 0 ends at the forwarded SIGTERM in its start-up, and
+// rank 1, asked to stop before any step was agreed, takes the lost peer as the same stop.
+// Without that the run would end after rank 0's hold or at the grace's SIGKILL.
+TEST(Preemption, AStopInTheStartUpEndsEveryRankAtOnce) {
+  auto dir = scratch("start_up_stop");
+  const auto args = run_args(write_config(dir, kPairBody));
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher = start_with(args, log, "PARTRAIN_TEST_START_DELAY", "0:60");
+  ASSERT_TRUE(wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)))
+      << read_text(log);
+  ASSERT_TRUE(wait_for_text(log, "[rank 1] epoch 1/3", std::chrono::seconds(60))) << read_text(log);
+  const auto signalled = std::chrono::steady_clock::now();
+  kill(launcher, SIGINT);
+  const auto status = wait_exit(launcher, std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  const std::string out = read_text(log);
+  ASSERT_TRUE(WIFEXITED(*status)) << out;
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;  // kExitStopped
+  EXPECT_LT(took, 10.0) << out;                // far from the 60 s hold
+  for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
+    EXPECT_NE(out.find(std::string(rank) + "partrain: stopped during start-up by SIGTERM"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("partrain: stopped during start-up by SIGINT; run the same command to "
+                     "continue"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("SIGKILL"), std::string::npos) << out;
+  EXPECT_EQ(out.find("at failure"), std::string::npos) << out;  // no flight record: not a failure
+  EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints" / "latest.json"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));
 }
 
 // A worker frozen by SIGSTOP writes nothing, not even its heartbeat: its launcher kills it

@@ -258,6 +258,7 @@ bool EpochLoop::after_step(int epoch, std::int64_t batches_done, const at::Tenso
   if (env_.rank == 0) slots.checkpoint_due() = parts_.checkpointer.timed_checkpoint_due() ? 1 : 0;
   balance_.fill_slots(slots);
   exchange_step(slots, parts_.strategy.comm(), parts_.device);
+  agreed_on_a_step_ = true;
   // Before a checkpoint of this step, so that it records the split the next steps take.
   balance_.after_exchange(step_, slots);
   const bool stop = slots.stop_requests() > 0;

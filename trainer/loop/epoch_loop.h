@@ -59,6 +59,9 @@ class EpochLoop {
     int stop_requests = 0;   // how many ranks got a stop signal
   };
   const std::optional<Stopped>& stopped() const { return stopped_; }
+  // Whether the ranks have exchanged a step (after_step()) in this run: until then a stop
+  // signal has no step of theirs to agree on.
+  bool agreed_on_a_step() const { return agreed_on_a_step_; }
 
   // Every epoch of the run, those before a resume included (for the report).
   const std::vector<EpochRecord>& epochs() const { return epochs_; }
@@ -96,6 +99,7 @@ class EpochLoop {
   std::int64_t step_ = 0;
   double compute_seconds_ = 0;
   std::optional<Stopped> stopped_;
+  bool agreed_on_a_step_ = false;
   BalanceControl balance_;  // global-batch mode's split of each micro-step over the ranks
   // Rank 0, observe.tensorboard: each optimizer step's loss (on the device, so that logging it
   // does not wait for the device every step), learning rate and end, until written.

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "common/errors.h"
 #include "common/stop_request.h"
@@ -40,6 +41,7 @@
 #include "trainer/loop/observer.h"
 #include "trainer/loop/rank_data.h"
 #include "trainer/loop/train_step.h"
+#include "trainer/observe/test_injection.h"
 #include "trainer/observe/flight_recorder.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/parallel/rendezvous.h"
@@ -65,6 +67,24 @@ void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpoi
   }
   std::fprintf(stderr, "%s\n", line.c_str());
   std::fflush(stderr);
+}
+
+// The line a stop signal in the start-up writes (StopRequest), here for a rank whose steps
+// had begun when the others stopped in theirs.
+void say_stopped_in_start_up() {
+  std::fprintf(stderr, "%s\n",
+               format_start_up_stop_line(StopRequest::signal_name(StopRequest::signal())).c_str());
+  std::fflush(stderr);
+}
+
+// Test-only (PARTRAIN_TEST_START_DELAY, test_injection.h): this rank holds at the end of its
+// start-up, its peers already at their first step, so that a test can stop the run there.
+void hold_start_up_for_test(int rank) {
+  const double seconds = injected_faults(rank).start_delay_s;
+  if (seconds <= 0) return;
+  std::fprintf(stderr, "partrain: rank %d holds its start-up for %g s (test)\n", rank, seconds);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 // A collective failed or timed out: this rank's last collectives go to
@@ -94,8 +114,6 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
     std::error_code ignored;
     std::filesystem::remove_all(cfg.output_dir + "/flight", ignored);
   }
-  // From here a stop signal is a request the training loop answers at its next step.
-  StopRequest stop_request;
   set_intra_op_threads(cfg, env);
   const c10::Device device = pick_device(cfg, env);
   PrecisionPlugin precision = PrecisionPlugin::for_training(cfg.train.precision, device);
@@ -155,9 +173,19 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
   EpochLoop loop(cfg, env,
                  EpochLoopParts{*model, strategy, step, *data.train, *data.test, checkpointer,
                                 observer, device});
+  hold_start_up_for_test(env.rank);
+  // From here a stop signal is a request the training loop answers at its next step.
+  StopRequest::steps_begin();
   try {
     loop.run(position);
   } catch (const CommError& e) {
+    // Asked to stop before the ranks agreed on any step: the others ended in their start-up
+    // at the same stop (a peer that had not begun its steps when the signal came), and there
+    // is nothing to save. Not a failure.
+    if (StopRequest::requested() && !loop.agreed_on_a_step()) {
+      say_stopped_in_start_up();
+      return kExitStopped;
+    }
     dump_flight_record(cfg, env, e.what());
     throw;
   }
@@ -178,8 +206,11 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
 
 }  // namespace
 
-int run_worker(Config config, const WorkerEnv& env) {
+int run_worker(Config config, const WorkerEnv& env, bool own_process) {
   const auto run_start = Clock::now();
+  // Until its first step a stop signal ends this rank at once (own_process); from there it is a
+  // request the training loop answers at its next step (run_met_ranks()).
+  StopRequest stop_request(/*in_start_up=*/own_process);
   // Before any tensor: the allocator that counts CPU tensor memory (the memory breakdown), and
   // the process as it stands, LibTorch loaded, before the run makes anything.
   count_cpu_tensor_memory();

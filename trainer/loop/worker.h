@@ -14,6 +14,12 @@ using WorkerEnv = RankPlace;
 
 // Returns the exit code; throws UsageError (bad config or data) and Error (run failed). The
 // config is taken as loaded: this rank resolves its batch size (resolve_batch_size()).
-int run_worker(Config config, const WorkerEnv& env);
+//
+// A stop signal (common/stop_request.h) before the first step ends a process that is the
+// rank's alone (`own_process`, a worker) at once, exit kExitStopped; after it, the ranks agree
+// to stop at a step and save it. `partrain run` training one rank in its own process holds the
+// output folder's lock, which an end without destructors would leave behind: it answers every
+// stop at a step.
+int run_worker(Config config, const WorkerEnv& env, bool own_process = true);
 
 }  // namespace partrain

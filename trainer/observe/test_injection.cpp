@@ -91,6 +91,9 @@ InjectedFaults injected_faults(int rank) {
   f.stop_save_delay_s = seconds_for("PARTRAIN_TEST_STOP_SAVE_DELAY", rank);
   PARTRAIN_CHECK(f.stop_save_delay_s >= 0.0 && f.stop_save_delay_s <= 60.0, UsageError,
                  "PARTRAIN_TEST_STOP_SAVE_DELAY: the delay must be within 0..60 seconds");
+  f.start_delay_s = seconds_for("PARTRAIN_TEST_START_DELAY", rank);
+  PARTRAIN_CHECK(f.start_delay_s >= 0.0 && f.start_delay_s <= 120.0, UsageError,
+                 "PARTRAIN_TEST_START_DELAY: the delay must be within 0..120 seconds");
   f.save_fault = save_fault_for(rank);
   f.own_disk = seconds_for("PARTRAIN_TEST_OWN_DISK", rank) > 0;
   return f;

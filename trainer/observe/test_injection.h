@@ -19,6 +19,10 @@
 //                                           save (default 1) at PHASE, one of the save's steps
 //                                           (SaveFault::Phase), so a test can check what that
 //                                           leaves on disk and that the run resumes from it
+//   PARTRAIN_TEST_START_DELAY=RANK:SECONDS  rank RANK waits SECONDS at the end of its
+//                                           start-up (as a slow data load would), the others
+//                                           already at their first step, and says so on
+//                                           stderr, so a test can stop the run there
 //   PARTRAIN_TEST_OWN_DISK=RANK:1           rank RANK resumes as a rank on a host of its own
 //                                           would: it does not see rank 0's checkpoint file,
 //                                           so rank 0 sends it the bytes
@@ -47,6 +51,7 @@ struct InjectedFaults {
   double step_delay_s = 0;
   double sample_delay_s = 0;
   double stop_save_delay_s = 0;
+  double start_delay_s = 0;
   SaveFault save_fault;
   bool own_disk = false;
 };
