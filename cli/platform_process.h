@@ -118,9 +118,6 @@ class WorkerGroup {
 //   StopSignals), which a supervisor without a console can use too.
 void interrupt_process(int pid);
 
-// True while the process exists and has not exited (a zombie counts as exited).
-bool process_running(int pid);
-
 // The absolute path of the running executable, for spawning itself as a worker.
 std::string executable_path();
 

@@ -134,18 +134,6 @@ void interrupt_process(int pid) {
   if (pid > 0) ::kill(static_cast<pid_t>(pid), SIGINT);
 }
 
-bool process_running(int pid) {
-  if (pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-#if defined(__linux__)
-  // A dead process nobody has reaped yet still answers kill(pid, 0); its state is 'Z'.
-  const std::string state = process_state_letter(pid);
-  return !state.empty() && state != "Z" && state != "X";
-#else
-  return true;
-#endif
-}
-
 void set_close_on_exec(NativeHandle native_handle) {
   const int flags = ::fcntl(native_handle, F_GETFD);
   PARTRAIN_CHECK(flags != -1 && ::fcntl(native_handle, F_SETFD, flags | FD_CLOEXEC) != -1, Error,

@@ -202,15 +202,6 @@ void interrupt_process(int pid) {
   ::CloseHandle(event);
 }
 
-bool process_running(int pid) {
-  if (pid <= 0) return false;
-  HANDLE process = ::OpenProcess(SYNCHRONIZE, FALSE, static_cast<DWORD>(pid));
-  if (process == nullptr) return false;  // gone (no such process), or never ours to see
-  const bool running = ::WaitForSingleObject(process, 0) == WAIT_TIMEOUT;
-  ::CloseHandle(process);
-  return running;
-}
-
 void set_close_on_exec(NativeHandle handle) {
   PARTRAIN_CHECK(
       ::SetHandleInformation(static_cast<HANDLE>(handle), HANDLE_FLAG_INHERIT, 0), Error,

@@ -13,11 +13,7 @@
 #include "common/host_name.h"
 #include "common/process_state.h"
 
-#ifdef _WIN32
-#include <process.h>
-#include <windows.h>
-#else
-#include <signal.h>
+#ifndef _WIN32
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,20 +27,6 @@ namespace fs = std::filesystem;
 // A stale lock is removed and the lock taken again; another run may race for it, so the
 // attempts are bounded.
 constexpr int kMaxAttempts = 3;
-
-bool pid_alive(int pid) {
-  if (pid <= 0) return false;
-#ifdef _WIN32
-  HANDLE process = ::OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
-  if (process == nullptr) return false;
-  DWORD code = 0;
-  const bool alive = ::GetExitCodeProcess(process, &code) && code == STILL_ACTIVE;
-  ::CloseHandle(process);
-  return alive;
-#else
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-#endif
-}
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -137,7 +119,7 @@ OutputLock::OutputLock(const std::string& output_dir, const std::string& token,
     const LockHolder holder = lock_from_text(read_text(path_), path_);
     if (!token.empty() && holder.token == token) return;  // another node of this run
     const bool here = holder.host == mine_.host;
-    if (here && !pid_alive(holder.pid)) {
+    if (here && !process_alive(holder.pid)) {
       note("output folder " + output_dir + " was locked by pid " + std::to_string(holder.pid) +
            " on this host (" + holder.host + ", since " + holder.since +
            "), which is gone: taking the stale lock over");

@@ -13,7 +13,10 @@
 #include <process.h>
 #include <windows.h>
 #else
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 #endif
 
 namespace partrain {
@@ -144,6 +147,21 @@ std::string process_state_letter(std::int64_t pid) {
 #else
   (void)pid;
   return "";
+#endif
+}
+
+bool process_alive(std::int64_t pid) {
+  if (pid <= 0) return false;
+#if defined(_WIN32)
+  const ProcessHandle process(pid);
+  // Only "no such process" says it is gone; denied access says it is there.
+  if (process.handle == nullptr) return ::GetLastError() != ERROR_INVALID_PARAMETER;
+  return !process.ended();
+#else
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  // Where /proc cannot be read (not Linux, or hidden from this user) kill() said enough.
+  const std::string letter = process_state_letter(pid);
+  return letter != "Z" && letter != "X" && letter != "x";
 #endif
 }
 

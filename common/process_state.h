@@ -1,5 +1,5 @@
 // defines: ProcessState, current_process_id(), current_user_id(), process_state_letter(),
-// process_start_ticks(), watch_process() and describe_process_state() —
+// process_alive(), process_start_ticks(), watch_process() and describe_process_state() —
 // what this machine shows of a process that has gone quiet, as `ps` would: ended, stopped,
 // held by a debugger, blocked in the kernel, busy, or idle. A rank that lost another rank of its
 // machine says it (comm_backends/backends/peer_process.h), and so does a launcher about to kill
@@ -39,6 +39,11 @@ std::int64_t current_user_id();
 // The state letter of /proc/PID/stat ("R", "S", "D", "T", "Z", ...); empty where it cannot be
 // read (no such process, hidden from this user, or not Linux).
 std::string process_state_letter(std::int64_t pid);
+
+// Whether process `pid` exists and has not ended: a zombie nobody has reaped yet has ended. A
+// process this one may not look at (another user's: EPERM on POSIX, ERROR_ACCESS_DENIED from
+// Windows' OpenProcess) exists. False for pid <= 0.
+bool process_alive(std::int64_t pid);
 
 // When process `pid` started: on Linux in clock ticks after boot (field 22 of /proc/PID/stat),
 // on Windows its creation time (100 ns units); 0 where it is not known (no such process, or

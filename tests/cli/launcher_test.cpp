@@ -106,7 +106,7 @@ int pid_of(const std::string& out, int rank) {
 // Waits up to `bound` for the process to go; true if it went.
 bool gone_within(int pid, milliseconds bound) {
   const auto end = Clock::now() + bound;
-  while (platform::process_running(pid)) {
+  while (process_alive(pid)) {
     if (Clock::now() > end) return false;
     std::this_thread::sleep_for(milliseconds(20));
   }
@@ -222,7 +222,7 @@ TEST(LauncherTest, OneFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_NE(r.err.find("[rank 1] rank 1 fails on purpose"), std::string::npos) << r.err;
   const int hanging = pid_of(r.out, 0);
   ASSERT_GT(hanging, 0) << r.out;
-  EXPECT_FALSE(platform::process_running(hanging));
+  EXPECT_FALSE(process_alive(hanging));
   std::filesystem::remove(ready);
 }
 
@@ -271,7 +271,7 @@ TEST(LauncherTest, WithSeveralNodesAHangingRankIsStillStopped) {
                 "partrain: rank 1 exited with code 3 during epoch 1; stopped rank 0\n"),
             std::string::npos)
       << r.err;
-  EXPECT_FALSE(platform::process_running(pid_of(r.out, 0)));
+  EXPECT_FALSE(process_alive(pid_of(r.out, 0)));
   std::filesystem::remove(ready);
 }
 
@@ -291,7 +291,7 @@ TEST(LauncherTest, RankKilledBySignalIsNamedWithTheSignal) {
       << r.err;
   // Rank 0 finished normally or was stopped; rank 1 hung and must have been stopped.
   EXPECT_NE(r.err.find("stopped rank"), std::string::npos);
-  EXPECT_FALSE(platform::process_running(pid_of(r.out, 1)));
+  EXPECT_FALSE(process_alive(pid_of(r.out, 1)));
   std::filesystem::remove(ready);
 }
 
@@ -305,7 +305,7 @@ TEST(LauncherTest, WorkerIgnoringSigtermIsKilledAfterGrace) {
   EXPECT_LT(r.seconds, 5.0);
   const int hanging = pid_of(r.out, 0);
   ASSERT_GT(hanging, 0);
-  EXPECT_FALSE(platform::process_running(hanging));
+  EXPECT_FALSE(process_alive(hanging));
   std::filesystem::remove(ready);
   const std::string forced = std::string(platform::kForceStopName);
   const std::string at_once = "rank 1 exited with code 3 during epoch 1; stopped rank 0 (" +
@@ -337,7 +337,7 @@ TEST(LauncherTest, SilentWorkerIsKilledAsFrozen) {
   EXPECT_LT(r.seconds, 10.0);  // the hang itself lasts 30 s
   const int frozen = pid_of(r.out, 1);
   ASSERT_GT(frozen, 0);
-  EXPECT_FALSE(platform::process_running(frozen));
+  EXPECT_FALSE(process_alive(frozen));
   EXPECT_NE(r.err.find("partrain: rank 1 (pid " + std::to_string(frozen) + ") wrote nothing for"),
             std::string::npos)
       << r.err;
@@ -950,8 +950,8 @@ TEST(LauncherProcessTest, InterruptStopsEveryWorker) {
   ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
   const int pid0 = pid_of(driver.out(), 0);
   const int pid1 = pid_of(driver.out(), 1);
-  ASSERT_TRUE(platform::process_running(pid0));
-  ASSERT_TRUE(platform::process_running(pid1));
+  ASSERT_TRUE(process_alive(pid0));
+  ASSERT_TRUE(process_alive(pid1));
   platform::interrupt_process(driver.child().id());
 #ifdef _WIN32
   // The launcher's stop event (Windows aims no console event at one process).
@@ -962,8 +962,8 @@ TEST(LauncherProcessTest, InterruptStopsEveryWorker) {
   const std::string cause = "SIGINT";
 #endif
   EXPECT_EQ(driver.wait_exit(milliseconds(5000)), expected_code) << driver.err();
-  EXPECT_FALSE(platform::process_running(pid0));
-  EXPECT_FALSE(platform::process_running(pid1));
+  EXPECT_FALSE(process_alive(pid0));
+  EXPECT_FALSE(process_alive(pid1));
   EXPECT_NE(without_at_once_notes(driver.err())
                 .find("partrain: interrupted by " + cause + "; stopped ranks 0,1\n"),
             std::string::npos)
@@ -988,15 +988,15 @@ TEST(LauncherProcessTest, ConsoleCtrlCStopsEveryWorker) {
   ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
   const int pid0 = pid_of(driver.out(), 0);
   const int pid1 = pid_of(driver.out(), 1);
-  ASSERT_TRUE(platform::process_running(pid0));
+  ASSERT_TRUE(process_alive(pid0));
   // The event reaches this test process too: swallow it here, for as long as the test runs.
   ASSERT_TRUE(::SetConsoleCtrlHandler(swallow_ctrl_c, TRUE));
   ASSERT_TRUE(::GenerateConsoleCtrlEvent(CTRL_C_EVENT, 0)) << ::GetLastError();
   const int code = driver.wait_exit(milliseconds(5000));
   ::SetConsoleCtrlHandler(swallow_ctrl_c, FALSE);
   EXPECT_EQ(code, 130) << driver.err();
-  EXPECT_FALSE(platform::process_running(pid0));
-  EXPECT_FALSE(platform::process_running(pid1));
+  EXPECT_FALSE(process_alive(pid0));
+  EXPECT_FALSE(process_alive(pid1));
   EXPECT_NE(without_at_once_notes(driver.err())
                 .find("partrain: interrupted by CTRL_C_EVENT; stopped ranks 0,1\n"),
             std::string::npos)
@@ -1038,7 +1038,7 @@ TEST(LauncherProcessTest, WorkersDieWithAKilledLauncher) {
   ASSERT_TRUE(driver.wait_for_line("[rank 1] hanging", milliseconds(10000))) << driver.out();
   const int pid0 = pid_of(driver.out(), 0);
   const int pid1 = pid_of(driver.out(), 1);
-  ASSERT_TRUE(platform::process_running(pid0));
+  ASSERT_TRUE(process_alive(pid0));
   // SIGKILL (Windows: TerminateProcess): the launcher gets no chance to stop anyone.
   driver.child().terminate();
   EXPECT_TRUE(gone_within(pid0, milliseconds(3000)));

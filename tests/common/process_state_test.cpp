@@ -155,6 +155,7 @@ TEST(ProcessState, AChildWaitingInTheKernelIsBlocked) {
 
 TEST(ProcessState, AKilledChildHasEndedReapedOrNot) {
   Child child("sleep");
+  EXPECT_TRUE(process_alive(child.pid));
   ASSERT_EQ(::kill(child.pid, SIGKILL), 0);
   // Not yet reaped: a zombie, which has ended all the same. Bounded: a second at most.
   for (int i = 0; i < 200 && process_state_letter(child.pid) != "Z"; ++i) {
@@ -162,9 +163,29 @@ TEST(ProcessState, AKilledChildHasEndedReapedOrNot) {
   }
   EXPECT_EQ(process_state_letter(child.pid), "Z");
   EXPECT_EQ(kind_of(child), ProcessState::Kind::ended);
+  EXPECT_FALSE(process_alive(child.pid));
   ASSERT_EQ(::waitpid(child.pid, nullptr, 0), child.pid);
   child.reaped = true;
   EXPECT_EQ(kind_of(child), ProcessState::Kind::ended);
+  EXPECT_FALSE(process_alive(child.pid));
+}
+
+// A process this one may not signal (EPERM) is alive all the same: here a child that became
+// another user looks at init, which is root's.
+TEST(ProcessState, AProcessOfAnotherUserIsAlive) {
+  if (::geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  const pid_t helper = ::fork();
+  if (helper == 0) {
+    if (::setuid(65534) != 0) ::_exit(3);
+    const bool denied = ::kill(1, 0) != 0 && errno == EPERM;
+    ::_exit(!denied ? 4 : process_alive(1) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(helper, &status, 0), helper);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: init said gone; 3: setuid failed; 4: not denied";
+  EXPECT_TRUE(process_alive(current_process_id()));
+  EXPECT_FALSE(process_alive(0));
 }
 
 TEST(ProcessState, AnotherProcessGivenTheSameIdIsNotTheOne) {
@@ -233,6 +254,7 @@ TEST(ProcessState, ABusyChildIsAliveAndATerminatedOneHasEnded) {
   const std::int64_t pid = child.info.dwProcessId;
   const std::uint64_t started = process_start_ticks(pid);
   ASSERT_GT(started, 0u);
+  EXPECT_TRUE(process_alive(pid));
   const auto alive = watch_process(pid, started);
   ASSERT_TRUE(alive.has_value());
   // Running where the system says its CPU time; Wine does not say it for another process.
@@ -247,6 +269,7 @@ TEST(ProcessState, ABusyChildIsAliveAndATerminatedOneHasEnded) {
 
   ASSERT_NE(::TerminateProcess(child.info.hProcess, 9), 0);
   ASSERT_EQ(::WaitForSingleObject(child.info.hProcess, 10000), WAIT_OBJECT_0);
+  EXPECT_FALSE(process_alive(pid));
   const auto ended = watch_process(pid, started);
   ASSERT_TRUE(ended.has_value());
   EXPECT_EQ(ended->kind, ProcessState::Kind::ended);
