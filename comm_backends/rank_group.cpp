@@ -72,9 +72,15 @@ std::unique_ptr<Communicator> RankGroup::make_communicator(const CommOptions& op
 }
 
 void RankGroup::tell_stopped(const std::string& why) {
+  const ScopedStoreTimeout bound(*store_, std::min(store_->timeout(), kTellStoppedBound));
+  write_stopped(why);
+}
+
+void RankGroup::tell_stopped_aside(const std::string& why) { write_stopped(why); }
+
+void RankGroup::write_stopped(const std::string& why) {
   if (hosts_->ranks() == 1) return;  // nobody to tell
   const std::string sentence = format_rank_stopped(rank_, this_host_name(), reason_of(why));
-  const ScopedStoreTimeout bound(*store_, std::min(store_->timeout(), kTellStoppedBound));
   try {
     store_->set(rank_stopped_key(rank_),
                 std::vector<std::uint8_t>(sentence.begin(), sentence.end()));

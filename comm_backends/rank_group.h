@@ -56,10 +56,15 @@ class RankGroup {
   // before the communicators close: the others find the rank gone once they do. Never throws
   // (the store may be gone); no request waits longer than kTellStoppedBound.
   void tell_stopped(const std::string& why);
+  // tell_stopped() from a thread beside the one that uses the store (a stop signal in the
+  // start-up, StopRequest::tell_on_start_up_stop()): the same keys, with the store's bound left
+  // alone, since that thread's requests read it; the caller bounds the wait.
+  void tell_stopped_aside(const std::string& why);
 
  private:
   friend std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options);
   RankGroup() = default;
+  void write_stopped(const std::string& why);
 
   std::unique_ptr<TempDir> own_rendezvous_;  // declared first: outlives the store
   int rank_ = 0;

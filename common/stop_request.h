@@ -5,6 +5,10 @@
 // No LibTorch.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <string>
+
 namespace partrain {
 
 // The exit code of a rank (and of `partrain run`) that stopped at a signal after saving a
@@ -50,6 +54,19 @@ class StopRequest {
   static void set_saving(bool saving);
   // The first training step is about to run: from here a stop signal is a request (above).
   static void steps_begin();
+
+  // In the start-up, once there are others to tell (the ranks have met): a stop signal calls
+  // `tell` with why ("SIGTERM before its first step") before the process ends, so that the
+  // others, which see this rank leave, can say why. It gets at most kStartUpTellBound; the
+  // process then ends all the same, wherever the tell stands. POSIX calls it on a thread of
+  // its own that the handler wakes through a pipe (a handler may only write); Windows on the
+  // handler's thread. A second signal meanwhile ends the process at once. Once only, and only
+  // in the start-up.
+  static constexpr std::chrono::milliseconds kStartUpTellBound{1000};
+  void tell_on_start_up_stop(std::function<void(const std::string&)> tell);
+  // No more telling (steps_begin() and the destructor do it too): call it before what `tell`
+  // uses goes. A stop already being told ends the process first.
+  static void stop_telling();
 };
 
 }  // namespace partrain

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <csignal>
+#include <cstdio>
+#include <string>
 #include <functional>
 #include <thread>
 
@@ -87,12 +90,48 @@ TEST(StopRequestDeathTest, ASignalInTheStartUpEndsTheProcessAsStopped) {
       "^partrain: stopped during start-up by SIGTERM; run the same command to continue\n$");
 }
 
+// Once there are others to tell, the stop tells them why before the process ends; a teller
+// that hangs (a store held by the main thread, or gone) holds the end at most
+// kStartUpTellBound.
+TEST(StopRequestDeathTest, AStopInTheStartUpTellsWhyFirst) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        StopRequest stop(/*in_start_up=*/true);
+        stop.tell_on_start_up_stop([](const std::string& why) {
+          std::fprintf(stderr, "told: %s\n", why.c_str());
+          std::fflush(stderr);
+        });
+        std::raise(SIGTERM);
+        // POSIX: the handler only woke the teller's thread, which ends the process; bounded.
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped),
+      "^told: SIGTERM before its first step\npartrain: stopped during start-up by SIGTERM");
+  const auto signalled = std::chrono::steady_clock::now();
+  EXPECT_EXIT(
+      {
+        StopRequest stop(/*in_start_up=*/true);
+        stop.tell_on_start_up_stop(
+            [](const std::string&) { std::this_thread::sleep_for(std::chrono::seconds(30)); });
+        std::raise(SIGINT);
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped), "stopped during start-up by SIGINT");
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(5));
+}
+
 TEST(StopRequest, FromTheFirstStepASignalIsARequestAgain) {
   StopRequest stop(/*in_start_up=*/true);
+  bool told = false;
+  stop.tell_on_start_up_stop([&told](const std::string&) { told = true; });
   StopRequest::steps_begin();
   std::raise(SIGINT);
   EXPECT_TRUE(StopRequest::requested());
   EXPECT_EQ(StopRequest::signal(), SIGINT);
+  EXPECT_FALSE(told);
 }
 
 }  // namespace

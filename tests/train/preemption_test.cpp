@@ -184,6 +184,21 @@ TEST(Preemption, ASecondRunIsRefusedTheFolderAndAStaleLockIsTakenOver) {
   EXPECT_FALSE(fs::exists(lock));
 }
 
+// Starts a pair run in `dir`, its output to `log`, and waits until rank 0 holds at the end of
+// its start-up (for 60 s, PARTRAIN_TEST_START_DELAY) while rank 1 waits for it in its first
+// step. The launcher's pid; 0, with the run killed, where it did not get there.
+pid_t start_pair_held_in_start_up(const fs::path& dir, const fs::path& log) {
+  const pid_t launcher =
+      start_with(run_args(write_config(dir, kPairBody)), log, "PARTRAIN_TEST_START_DELAY", "0:60");
+  if (wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)) &&
+      wait_for_text(log, "[rank 1] epoch 1/3", std::chrono::seconds(60))) {
+    return launcher;
+  }
+  kill(launcher, SIGKILL);
+  wait_exit(launcher, std::chrono::seconds(30));
+  return 0;
+}
+
 // A stop before the first step ends every rank at once: nothing is saved, and no rank is left
 // to the launcher's SIGKILL. Rank 0 holds at the end of its start-up for 60 s, while rank 1
 // waits for it in its first step: rank 0 ends at the forwarded SIGTERM in its start-up, and
@@ -191,12 +206,9 @@ TEST(Preemption, ASecondRunIsRefusedTheFolderAndAStaleLockIsTakenOver) {
 // Without that the run would end after rank 0's hold or at the grace's SIGKILL.
 TEST(Preemption, AStopInTheStartUpEndsEveryRankAtOnce) {
   auto dir = scratch("start_up_stop");
-  const auto args = run_args(write_config(dir, kPairBody));
   const fs::path log = dir / "first.txt";
-  const pid_t launcher = start_with(args, log, "PARTRAIN_TEST_START_DELAY", "0:60");
-  ASSERT_TRUE(wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)))
-      << read_text(log);
-  ASSERT_TRUE(wait_for_text(log, "[rank 1] epoch 1/3", std::chrono::seconds(60))) << read_text(log);
+  const pid_t launcher = start_pair_held_in_start_up(dir, log);
+  ASSERT_GT(launcher, 0) << read_text(log);
   const auto signalled = std::chrono::steady_clock::now();
   kill(launcher, SIGINT);
   const auto status = wait_exit(launcher, std::chrono::seconds(30));
@@ -220,6 +232,28 @@ TEST(Preemption, AStopInTheStartUpEndsEveryRankAtOnce) {
   EXPECT_EQ(out.find("at failure"), std::string::npos) << out;  // no flight record: not a failure
   EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints" / "latest.json"));
   EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));
+}
+
+// A stop to one rank alone in its start-up ends that rank, and the others, which lose it, say
+// why: it told them before it went. Rank 0 holds at the end of its start-up; SIGTERM goes to
+// its worker alone, while rank 1 waits for it in its first step.
+TEST(Preemption, ARankStoppedAloneInItsStartUpIsNamedWithWhy) {
+  auto dir = scratch("start_up_stop_alone");
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher = start_pair_held_in_start_up(dir, log);
+  ASSERT_GT(launcher, 0) << read_text(log);
+  const pid_t rank0 = find_worker(launcher, 0);
+  ASSERT_GT(rank0, 0);
+  kill(rank0, SIGTERM);
+  const auto status = wait_exit(launcher, std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const std::string out = read_text(log);
+  EXPECT_EQ(WEXITSTATUS(*status), 1) << out;  // the run did not stop as a whole
+  EXPECT_NE(out.find("[rank 0] partrain: stopped during start-up by SIGTERM"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find(") stopped: SIGTERM before its first step"), std::string::npos) << out;
+  EXPECT_NE(out.find("it lost rank 0, which stopped on "), std::string::npos) << out;
+  EXPECT_EQ(out.find("without saying why"), std::string::npos) << out;
 }
 
 // A worker frozen by SIGSTOP writes nothing, not even its heartbeat: its launcher kills it

@@ -219,6 +219,15 @@ int run_worker(Config config, const WorkerEnv& env, bool own_process) {
   // The ranks meet first: where one's config differs from rank 0's, all stop here, before
   // anything its config could make fail on it alone.
   const std::unique_ptr<comm::RankGroup> ranks = meet_ranks(config, env);
+  // A stop in the rest of the start-up tells the others why this rank leaves them.
+  if (ranks != nullptr) {
+    stop_request.tell_on_start_up_stop(
+        [group = ranks.get()](const std::string& why) { group->tell_stopped_aside(why); });
+  }
+  // Before `ranks` goes, whichever way this returns: the teller uses it.
+  const struct StopTelling {
+    ~StopTelling() { StopRequest::stop_telling(); }
+  } stop_telling;
   // Out here, so that the communicators are still open while a rank that failed tells why.
   RankGroup group;
   try {
