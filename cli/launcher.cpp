@@ -852,7 +852,9 @@ int launch(const LaunchPlan& plan) {
     if (outcome.kind == Kind::kSucceeded) return 0;
     const bool stop_signal = outcome.kind == Kind::kInterrupted;
     if ((stop_signal || outcome.kind == Kind::kStopped) && outcome.all_exited_stopped) {
+      // No signal here: it reached a rank, this node's (sent to it alone) or another's.
       const std::string by = stop_signal ? platform::stop_cause_name(outcome.signal)
+                             : one_node  ? "a stop signal to one of the ranks"
                                          : "a stop request from another node";
       // Ranks stopped in their start-up saved nothing: they had no step to agree on.
       const std::string at = outcome.stopped_step >= 0

@@ -114,6 +114,7 @@ OutputLock::OutputLock(const std::string& output_dir, const std::string& token,
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (create_exclusively(path_, lock_to_text(mine_))) {
       owned_ = true;
+      at_abrupt_exit_ = std::make_unique<RemovedAtAbruptExit>(path_);
       return;
     }
     const LockHolder holder = lock_from_text(read_text(path_), path_);

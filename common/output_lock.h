@@ -4,7 +4,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
+
+#include "common/abrupt_exit.h"
 
 namespace partrain {
 
@@ -26,7 +29,8 @@ class OutputLock {
   //   * held by a pid of this host that no longer runs: stale; taken over, and `note` gets a
   //     line saying so;
   //   * otherwise: throws UsageError naming the holder's host, pid and since when.
-  // Released (removed) on destruction when this process made it.
+  // Released (removed) on destruction when this process made it, and by a stop that ends the
+  // process at once (remove_at_abrupt_exit()).
   OutputLock(const std::string& output_dir, const std::string& token,
              const std::function<void(const std::string&)>& note);
   ~OutputLock();
@@ -40,6 +44,7 @@ class OutputLock {
   std::string path_;
   LockHolder mine_;
   bool owned_ = false;
+  std::unique_ptr<RemovedAtAbruptExit> at_abrupt_exit_;  // while owned
 };
 
 // The lock file's text, one "key=value" line per field (host, pid, since, token), and back;

@@ -15,12 +15,14 @@
 #include <string>
 #include <thread>
 
+#include "common/abrupt_exit.h"
 #include "common/errors.h"
 #include "common/worker_lines.h"
 
 #ifdef _WIN32
 #include <io.h>
 #else
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -65,9 +67,10 @@ void make_start_up_lines() {
   }
 }
 
-// Async-signal-safe on POSIX: write() and _exit(). Windows runs the handler on a thread of its
-// own, where flushing stdout is safe too.
+// Async-signal-safe on POSIX: unlink(), write() and _exit(). Windows runs the handler on a
+// thread of its own, where flushing stdout is safe too.
 [[noreturn]] void end_in_start_up(int signal) {
+  remove_at_abrupt_exit();
   std::size_t i = 0;
   while (i + 1 < std::size(kStopSignals) && kStopSignals[i] != signal) ++i;
   const StartUpLine& line = g_start_up_lines[i];
@@ -80,61 +83,62 @@ void make_start_up_lines() {
   ::_exit(kExitStopped);
 }
 
-// The start-up stop's teller (StopRequest::tell_on_start_up_stop()): set before the courier
-// starts, read by it (POSIX) or by the handler (Windows) once g_tell_armed says so.
-std::function<void(const std::string&)> g_tell;
-std::atomic<bool> g_tell_armed{false};
-std::atomic<bool> g_stopping{false};  // a start-up stop is being told: a further signal ends it
+// The start-up stop's teller (StopRequest::tell_on_start_up_stop()), and where it stands. The
+// handler takes it from kArmed to kTelling, stop_telling() from kArmed to kDisarmed; whoever
+// comes second sees the other's state: a second signal ends the process at once, and
+// stop_telling() waits for a tell under way to end the process.
+constexpr int kUnarmed = 0;
+constexpr int kArmed = 1;
+constexpr int kTelling = 2;
+constexpr int kDisarmed = 3;
+std::atomic<int> g_tell_state{kUnarmed};
+std::function<void(const std::string&)> g_tell;  // set before kArmed, cleared after kDisarmed
 
 // Tells the others why, for at most kStartUpTellBound, then ends the process. The tell runs on
 // a thread of its own, which the exit ends wherever it stands: the store may be held by a
 // request of the main thread, or gone.
 [[noreturn]] void tell_and_end_in_start_up(int signal) {
-  struct Told {
-    std::mutex mutex;
-    std::condition_variable done;
-    bool told = false;
-  };
-  auto told = std::make_shared<Told>();
-  const std::string why = std::string(StopRequest::signal_name(signal)) + " before its first step";
-  std::thread([told, why, tell = g_tell] {
-    try {
-      tell(why);
-    } catch (const std::exception&) {
-      // Nobody to tell: the others find this rank gone all the same.
-    }
-    const std::lock_guard<std::mutex> lock(told->mutex);
-    told->told = true;
-    told->done.notify_one();
-  }).detach();
-  {
+  try {
+    struct Told {
+      std::mutex mutex;
+      std::condition_variable done;
+      bool told = false;
+    };
+    auto told = std::make_shared<Told>();
+    const std::string why =
+        std::string(StopRequest::signal_name(signal)) + std::string(kStartUpStopWhy);
+    std::thread([told, why, tell = g_tell] {
+      try {
+        tell(why);
+      } catch (const std::exception&) {
+        // Nobody to tell: the others find this rank gone all the same.
+      }
+      const std::lock_guard<std::mutex> lock(told->mutex);
+      told->told = true;
+      told->done.notify_one();
+    }).detach();
     std::unique_lock<std::mutex> lock(told->mutex);
     told->done.wait_for(lock, StopRequest::kStartUpTellBound, [&] { return told->told; });
+  } catch (const std::exception&) {
+    // No thread to tell from: the process ends all the same.
   }
   end_in_start_up(signal);
 }
 
 #ifndef _WIN32
 // POSIX: the handler only writes the signal's number to this pipe; the courier thread reads it
-// and tells. kDisarm ends the courier without a stop.
+// and tells. kDisarm ends the courier without a stop. The pipe is made once and stays open, so
+// that a handler late with its write never writes into a descriptor reused for something else.
 int g_courier_pipe[2] = {-1, -1};
-std::atomic<int> g_courier_write{-1};
 std::thread g_courier;
 constexpr unsigned char kDisarm = 0xff;
 
-void disarm_courier() {
-  const int fd = g_courier_write.exchange(-1);
-  if (fd >= 0) {
-    const unsigned char byte = kDisarm;
-    (void)!::write(fd, &byte, 1);
-  }
-  if (g_courier.joinable()) g_courier.join();
-  for (int& end : g_courier_pipe) {
-    if (end >= 0) ::close(end);
-    end = -1;
-  }
-  g_tell_armed = false;
-  g_tell = nullptr;
+void make_courier_pipe() {
+  if (g_courier_pipe[0] >= 0) return;
+  PARTRAIN_CHECK(::pipe2(g_courier_pipe, O_CLOEXEC) == 0, Error,
+                 "cannot make a pipe for the start-up stop: ", std::strerror(errno));
+  // The handler never blocks on it (a byte or two are ever in it).
+  ::fcntl(g_courier_pipe[1], F_SETFL, ::fcntl(g_courier_pipe[1], F_GETFL) | O_NONBLOCK);
 }
 #endif
 
@@ -147,13 +151,19 @@ long long now_ns() {
 // Async-signal-safe: atomics, the clock, and re-raising with the default action.
 extern "C" void record_stop_request(int signal) {
   if (g_in_start_up.load()) {
-    if (!g_tell_armed.load() || g_stopping.exchange(true)) end_in_start_up(signal);
+    // Recorded too: should the stop not end the process in the start-up after all (the loop
+    // began meanwhile), the loop finds it.
+    int none = 0;
+    if (g_signal.compare_exchange_strong(none, signal)) g_first_ns.store(now_ns());
+    int armed = kArmed;
+    if (!g_tell_state.compare_exchange_strong(armed, kTelling)) end_in_start_up(signal);
 #ifdef _WIN32
     tell_and_end_in_start_up(signal);
 #else
     const unsigned char byte = static_cast<unsigned char>(signal);
-    const int fd = g_courier_write.load();
-    if (fd < 0 || ::write(fd, &byte, 1) != 1) end_in_start_up(signal);
+    const int saved_errno = errno;  // the interrupted code may be about to read it
+    if (::write(g_courier_pipe[1], &byte, 1) != 1) end_in_start_up(signal);
+    errno = saved_errno;
     return;
 #endif
   }
@@ -177,7 +187,6 @@ StopRequest::StopRequest(bool in_start_up) {
   g_saving = false;
   make_start_up_lines();
   g_in_start_up = in_start_up;
-  g_stopping = false;
   for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
 #ifdef _WIN32
     g_saved[i] = std::signal(kStopSignals[i], record_stop_request);
@@ -201,8 +210,7 @@ StopRequest::~StopRequest() {
     ::sigaction(kStopSignals[i], &g_saved[i], nullptr);
 #endif
   }
-  g_tell_armed = false;
-  g_tell = nullptr;
+  g_tell_state = kUnarmed;
   g_active = false;
 }
 
@@ -214,35 +222,43 @@ void StopRequest::steps_begin() {
   stop_telling();
 }
 
+bool StopRequest::in_start_up() { return g_in_start_up.load(); }
+
 void StopRequest::stop_telling() {
-#ifdef _WIN32
-  g_tell_armed = false;
-  // A stop being told on the handler's thread ends the process within its bound; until then
-  // what the teller uses must stay.
-  if (g_stopping.load()) std::this_thread::sleep_for(2 * kStartUpTellBound);
-#else
-  // A signal that came before is told, and ends the process, here: it was one of the start-up.
-  disarm_courier();
+  int state = kArmed;
+  if (g_tell_state.compare_exchange_strong(state, kDisarmed)) {
+#ifndef _WIN32
+    const unsigned char byte = kDisarm;
+    (void)!::write(g_courier_pipe[1], &byte, 1);
 #endif
+  } else if (state == kTelling) {
+    // A stop being told ends the process within its bound; until then what the teller uses
+    // must stay.
+#ifdef _WIN32
+    std::this_thread::sleep_for(2 * kStartUpTellBound);
+#endif
+  }
+#ifndef _WIN32
+  if (g_courier.joinable()) g_courier.join();  // bounded: the courier has its byte
+#endif
+  if (g_tell_state.load() == kDisarmed) g_tell = nullptr;
 }
 
 void StopRequest::tell_on_start_up_stop(std::function<void(const std::string&)> tell) {
-  if (!g_in_start_up.load() || g_tell_armed.load()) return;
+  if (!g_in_start_up.load() || g_tell_state.load() != kUnarmed) return;
   g_tell = std::move(tell);
 #ifndef _WIN32
-  PARTRAIN_CHECK(::pipe(g_courier_pipe) == 0, Error,
-                 "cannot make a pipe for the start-up stop: ", std::strerror(errno));
-  g_courier = std::thread([read_end = g_courier_pipe[0]] {
+  make_courier_pipe();
+  g_courier = std::thread([] {
     // One read, whose bound is the start-up: a stop signal's number, or kDisarm from
-    // steps_begin() or the destructor.
+    // stop_telling().
     unsigned char byte = kDisarm;
-    while (::read(read_end, &byte, 1) < 0 && errno == EINTR) {
+    while (::read(g_courier_pipe[0], &byte, 1) < 0 && errno == EINTR) {
     }
     if (byte != kDisarm) tell_and_end_in_start_up(byte);
   });
-  g_courier_write = g_courier_pipe[1];
 #endif
-  g_tell_armed = true;
+  g_tell_state = kArmed;
 }
 
 const char* StopRequest::signal_name(int signal) {

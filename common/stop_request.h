@@ -54,6 +54,8 @@ class StopRequest {
   static void set_saving(bool saving);
   // The first training step is about to run: from here a stop signal is a request (above).
   static void steps_begin();
+  // Made in_start_up, and steps_begin() not called yet.
+  static bool in_start_up();
 
   // In the start-up, once there are others to tell (the ranks have met): a stop signal calls
   // `tell` with why ("SIGTERM before its first step") before the process ends, so that the

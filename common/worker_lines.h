@@ -65,6 +65,9 @@ std::int64_t parse_stopped_line(std::string_view line);
 // and it exited with kExitStopped, having nothing to save. The launcher's verdict says so.
 std::string format_start_up_stop_line(std::string_view signal);
 bool is_start_up_stop_line(std::string_view line);
+// How such a rank's reason ends, where it tells the others why it leaves them ("SIGTERM before
+// its first step", format_rank_stopped()): a rank that loses it takes that as the same stop.
+inline constexpr std::string_view kStartUpStopWhy = " before its first step";
 
 // What a worker started by `partrain run` prints on stderr every PARTRAIN_HEARTBEAT_S seconds
 // (from a thread of its own) so that the launcher can tell a frozen worker (SIGSTOP, a host

@@ -17,12 +17,14 @@
 #endif
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string_view>
 #include <vector>
 
 #include "comm_backends/store/store.h"
+#include "common/abrupt_exit.h"
 #include "common/errors.h"
 #include "common/hash.h"
 
@@ -56,17 +58,24 @@ class RegionName {
   void own(std::string name) {
     name_ = std::move(name);
     owned_ = true;
+#if defined(__linux__)
+    // Where POSIX shared memory lives on Linux: a stop that ends this rank at once in its
+    // start-up, while the others attach, removes it there.
+    at_abrupt_exit_ = std::make_unique<RemovedAtAbruptExit>("/dev/shm/" + name_);
+#endif
   }
   void remove() {
 #if !defined(_WIN32)
     if (owned_) SharedMemory::remove(name_.c_str());
 #endif
     owned_ = false;
+    at_abrupt_exit_.reset();
   }
 
  private:
   std::string name_;
   bool owned_ = false;
+  std::unique_ptr<RemovedAtAbruptExit> at_abrupt_exit_;
 };
 
 #if defined(__linux__)

@@ -909,9 +909,9 @@ TcpStore::TcpStore(const std::string& host, int port, const StoreOptions& option
     port_ = server_->port();
   }
   endpoint_ = net::join_host_port(host, port_);
-  const auto deadline = net::deadline_after(timeout_);
+  const auto deadline = net::deadline_after(timeout());
   PARTRAIN_CHECK(net::connect_with_retry(io_, socket_, host, port_, deadline), CommError,
-                 "tcp store: no server at ", endpoint_, " within ", timeout_.count(), " ms");
+                 "tcp store: no server at ", endpoint_, " within ", timeout().count(), " ms");
   socket_.set_option(tcp::no_delay(true));
   // A key to set as it joins rides in the hello itself.
   const std::vector<std::uint8_t> hello =
@@ -977,7 +977,7 @@ TcpStore::Answer TcpStore::request(StoreCommand command, const std::string& key,
   message.insert(message.end(), key.begin(), key.end());
   message.insert(message.end(), value.begin(), value.end());
   // A wait's answer may take wait_ms by design; the round trip itself gets the store's bound.
-  const auto deadline = net::deadline_after(timeout_ + wait_ms);
+  const auto deadline = net::deadline_after(timeout() + wait_ms);
   const Clock::time_point sent = Clock::now();
   auto result = net::write_all(io_, socket_, message.data(), message.size(), deadline);
   std::uint8_t header[kResponseBytes] = {};
@@ -1043,8 +1043,8 @@ std::vector<std::string> TcpStore::notices() const {
 
 std::vector<std::uint8_t> TcpStore::get(const std::string& key) {
   std::vector<std::uint8_t> value;
-  PARTRAIN_CHECK(wait_for(key, timeout_, true, &value), CommError, "tcp store ", endpoint_,
-                 ": key '", key, "' did not appear within ", timeout_.count(), " ms",
+  PARTRAIN_CHECK(wait_for(key, timeout(), true, &value), CommError, "tcp store ", endpoint_,
+                 ": key '", key, "' did not appear within ", timeout().count(), " ms",
                  refused_note());
   return value;
 }
@@ -1058,7 +1058,7 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
 
 std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std::string>& keys) {
   if (keys.empty()) return {};
-  const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout_.count(), 0, UINT32_MAX);
+  const auto ms = std::clamp<std::chrono::milliseconds::rep>(timeout().count(), 0, UINT32_MAX);
   std::vector<std::uint8_t> value(8);
   put_le<std::uint32_t>(value.data(), static_cast<std::uint32_t>(ms));
   put_le<std::uint32_t>(value.data() + 4, static_cast<std::uint32_t>(keys.size() - 1));
@@ -1077,7 +1077,7 @@ std::vector<std::vector<std::uint8_t>> TcpStore::get_many(const std::vector<std:
   };
   PARTRAIN_CHECK(answer.status != StoreStatus::timed_out, CommError, "tcp store ", endpoint_,
                  ": key '", keys[std::min<std::size_t>(index(), keys.size() - 1)],
-                 "' did not appear within ", timeout_.count(), " ms", refused_note());
+                 "' did not appear within ", timeout().count(), " ms", refused_note());
   PARTRAIN_CHECK(answer.status == StoreStatus::present, CommError, "tcp store ", endpoint_,
                  ": the values of ", keys.size(), " keys outgrow one answer (", kMaxValueBytes,
                  " bytes) at key '", keys[std::min<std::size_t>(index(), keys.size() - 1)], "'");

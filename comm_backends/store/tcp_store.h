@@ -35,6 +35,8 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -214,7 +216,7 @@ class TcpStore : public Store {
   std::optional<ServerClockReading> server_clock(int readings) override;
   std::vector<std::string> notices() const override;
   std::optional<StoreServerProcess> server_process() const override { return server_process_; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::chrono::milliseconds timeout() const override { return timeout_.load(); }
   void set_timeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
 
   int port() const { return port_; }
@@ -240,7 +242,9 @@ class TcpStore : public Store {
   std::unique_ptr<TcpStoreServer> server_;
   std::string endpoint_;
   int port_ = 0;
-  std::chrono::milliseconds timeout_;
+  // Atomic: a thread beside the one that sets it may make a request (a stop in the start-up
+  // telling the others, StopRequest).
+  std::atomic<std::chrono::milliseconds> timeout_;
   std::mutex mutex_;
   boost::asio::io_context io_;
   boost::asio::ip::tcp::socket socket_;

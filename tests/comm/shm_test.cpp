@@ -35,6 +35,7 @@
 #include "common/cpu_list.h"
 #include "common/errors.h"
 #include "common/hash.h"
+#include "common/stop_request.h"
 #include "tests/support/cross_memory.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/scratch_dir.h"
@@ -355,6 +356,46 @@ TEST(Shm, RankZeroThatCannotMakeTheRegionStopsTheOthersAtOnce) {
 
 // A rank whose build lays the region out at another size than rank 0's made it stops before it
 // maps it (mapping more would fault past the end), saying why.
+#if defined(__linux__)
+// Rank 0 keeps the region's name in /dev/shm until every rank has mapped it. A stop that ends
+// it at once meanwhile (a stop in the start-up, StopRequest: no destructor runs) removes the
+// name first, as an ordinary exit would: it does not stay in RAM until the next boot.
+TEST(ShmDeathTest, AStopWhileTheOthersAttachLeavesNoRegion) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string token = "abrupt-stop-region";
+  std::ostringstream stem;
+  stem << "partrain-shm-" << std::hex << fnv1a_64(token) << "-";
+  const auto left = [&] {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      count += entry.path().filename().string().starts_with(stem.str()) ? 1 : 0;
+    }
+    return count;
+  };
+  ASSERT_EQ(left(), 0);
+  testing::ScratchDir dir;
+  EXPECT_EXIT(
+      {
+        StopRequest stop(/*in_start_up=*/true);
+        // A store of one: opening one of two would wait for rank 1 first.
+        const auto store = rank_store(dir, 0, 1, milliseconds(10000));
+        // Once the region is there (bounded: 10 s), while rank 0 waits for rank 1, which never
+        // comes; the exit code says the stop, not the region's own timeout, ended it.
+        std::thread([&left] {
+          for (int i = 0; i < 1000 && left() == 0; ++i)
+            std::this_thread::sleep_for(milliseconds(10));
+          std::fprintf(stderr, "region seen: %d\n", left());
+          ::kill(::getpid(), SIGTERM);
+        }).detach();
+        ShmRegion region(*store, "p", token, 0, 2, 1 << 16, milliseconds(10000), [](void*) {});
+        std::_Exit(0);  // not reached: rank 1 never attaches
+      },
+      ::testing::ExitedWithCode(kExitStopped),
+      "region seen: 1\npartrain: stopped during start-up by SIGTERM");
+  EXPECT_EQ(left(), 0);
+}
+#endif
+
 TEST(Shm, ARankOfABuildThatSizesTheRegionOtherwiseIsRefused) {
   const int world = 2;
   testing::ScratchDir dir;

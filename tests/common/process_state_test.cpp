@@ -183,7 +183,8 @@ TEST(ProcessState, AProcessOfAnotherUserIsAlive) {
   int status = 0;
   ASSERT_EQ(::waitpid(helper, &status, 0), helper);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: init said gone; 3: setuid failed; 4: not denied";
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "this system lets no process become nobody";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: init said gone; 4: not denied";
   EXPECT_TRUE(process_alive(current_process_id()));
   EXPECT_FALSE(process_alive(0));
 }

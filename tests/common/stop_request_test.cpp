@@ -8,9 +8,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <string>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
+
+#include "common/abrupt_exit.h"
 
 namespace partrain {
 namespace {
@@ -109,7 +113,7 @@ TEST(StopRequestDeathTest, AStopInTheStartUpTellsWhyFirst) {
       },
       ::testing::ExitedWithCode(kExitStopped),
       "^told: SIGTERM before its first step\npartrain: stopped during start-up by SIGTERM");
-  const auto signalled = std::chrono::steady_clock::now();
+  // The child would _Exit(0) after 10 s: 75 says the bound ended it.
   EXPECT_EXIT(
       {
         StopRequest stop(/*in_start_up=*/true);
@@ -120,7 +124,43 @@ TEST(StopRequestDeathTest, AStopInTheStartUpTellsWhyFirst) {
         std::_Exit(0);  // not reached
       },
       ::testing::ExitedWithCode(kExitStopped), "stopped during start-up by SIGINT");
-  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(5));
+}
+
+// What an ordinary exit removes by destructors, a stop that ends the process at once in its
+// start-up removes first: the paths held then, not those let go before.
+TEST(StopRequestDeathTest, AStopInTheStartUpRemovesTheHeldFiles) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // One name for the test and the child that runs each statement (threadsafe death tests start
+  // this program again, with a pid of its own).
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "partrain-abrupt";
+  std::filesystem::create_directories(dir);
+  const std::string held = (dir / "partrain.lock").string();
+  const std::string let_go = (dir / "let-go").string();
+  for (const std::string& path : {held, let_go}) std::ofstream(path) << "x";
+  EXPECT_EXIT(
+      {
+        const RemovedAtAbruptExit keep(let_go);  // let go again, below
+        { const RemovedAtAbruptExit dropped(let_go); }
+        StopRequest stop(/*in_start_up=*/true);
+        const RemovedAtAbruptExit lock(held);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped), "stopped during start-up");
+  EXPECT_FALSE(std::filesystem::exists(held));
+  // `keep` still held it: removed too. A path held by none is left.
+  EXPECT_FALSE(std::filesystem::exists(let_go));
+  std::ofstream(let_go) << "x";
+  EXPECT_EXIT(
+      {
+        { const RemovedAtAbruptExit dropped(let_go); }
+        StopRequest stop(/*in_start_up=*/true);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped), "stopped during start-up");
+  EXPECT_TRUE(std::filesystem::exists(let_go));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StopRequest, FromTheFirstStepASignalIsARequestAgain) {

@@ -69,12 +69,29 @@ void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpoi
   std::fflush(stderr);
 }
 
-// The line a stop signal in the start-up writes (StopRequest), here for a rank whose steps
-// had begun when the others stopped in theirs.
-void say_stopped_in_start_up() {
-  std::fprintf(stderr, "%s\n",
-               format_start_up_stop_line(StopRequest::signal_name(StopRequest::signal())).c_str());
+// Where `error` lost a rank that stopped in its start-up and said so (StopRequest), how that
+// stop reached this rank: "SIGTERM to rank 0"; empty otherwise.
+std::string start_up_stop_of_lost_rank(const CommError& error) {
+  const auto* peer = dynamic_cast<const PeerError*>(&error);
+  if (peer == nullptr) return "";
+  const auto stopped = parse_rank_stopped(format_lost_rank_line(peer->peer_rank(), error.what()));
+  const std::size_t at = stopped ? stopped->why.find(kStartUpStopWhy) : std::string::npos;
+  if (at == std::string::npos) return "";
+  return stopped->why.substr(0, at) + " to rank " + std::to_string(peer->peer_rank());
+}
+
+// A stop before the ranks agreed on any step, as this rank meets it after its own start-up
+// (a peer's ended first, or its steps had begun when the signal came): nothing to save, not
+// a failure. This rank's own stop signal, or the one a lost rank said it stopped at. The
+// line is the one a stop in the start-up writes (StopRequest); false where neither applies.
+bool stopped_before_any_step(const CommError& error) {
+  const std::string by = StopRequest::requested()
+                             ? std::string(StopRequest::signal_name(StopRequest::signal()))
+                             : start_up_stop_of_lost_rank(error);
+  if (by.empty()) return false;
+  std::fprintf(stderr, "%s\n", format_start_up_stop_line(by).c_str());
   std::fflush(stderr);
+  return true;
 }
 
 // Test-only (PARTRAIN_TEST_START_DELAY, test_injection.h): this rank holds at the end of its
@@ -179,13 +196,7 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
   try {
     loop.run(position);
   } catch (const CommError& e) {
-    // Asked to stop before the ranks agreed on any step: the others ended in their start-up
-    // at the same stop (a peer that had not begun its steps when the signal came), and there
-    // is nothing to save. Not a failure.
-    if (StopRequest::requested() && !loop.agreed_on_a_step()) {
-      say_stopped_in_start_up();
-      return kExitStopped;
-    }
+    if (!loop.agreed_on_a_step() && stopped_before_any_step(e)) return kExitStopped;
     dump_flight_record(cfg, env, e.what());
     throw;
   }
@@ -232,7 +243,9 @@ int run_worker(Config config, const WorkerEnv& env, bool own_process) {
   RankGroup group;
   try {
     return run_met_ranks(config, env, ranks.get(), group, run_start, memory);
-  } catch (const CommError&) {
+  } catch (const CommError& e) {
+    // Still in the start-up: a peer that stopped in its own.
+    if (StopRequest::in_start_up() && stopped_before_any_step(e)) return kExitStopped;
     throw;  // a peer or the network failed: the others learn of it on their own side
   } catch (const std::exception& e) {
     // This rank's own failure (its device, data, model, disk): the others, which would find
