@@ -23,8 +23,6 @@ class RemovedAtAbruptExit {
   RemovedAtAbruptExit(const RemovedAtAbruptExit&) = delete;
   RemovedAtAbruptExit& operator=(const RemovedAtAbruptExit&) = delete;
 
-  bool held() const { return slot_ >= 0; }
-
  private:
   int slot_ = -1;
 };

@@ -66,10 +66,14 @@ std::string format_rank_stopped(int rank, std::string_view host, std::string_vie
 std::optional<RankStopped> parse_rank_stopped(std::string_view line) {
   const int rank = parse_lost_rank_line(line);
   if (rank < 0) return std::nullopt;
+  return parse_rank_stopped(line, rank);
+}
+
+std::optional<RankStopped> parse_rank_stopped(std::string_view message, int rank) {
   const std::string opening = "; rank " + std::to_string(rank) + " (";
-  const std::size_t at = line.find(opening);
+  const std::size_t at = message.find(opening);
   if (at == std::string_view::npos) return std::nullopt;
-  const std::string_view rest = line.substr(at + opening.size());
+  const std::string_view rest = message.substr(at + opening.size());
   constexpr std::string_view kStopped = ") stopped: ";
   const std::size_t end = rest.find(kStopped);
   if (end == std::string_view::npos) return std::nullopt;

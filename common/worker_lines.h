@@ -1,6 +1,6 @@
 // defines: the lines a worker prints that the launcher reads back — format_epoch_line() and
 // parse_epoch_line(), format_lost_rank_line() and parse_lost_rank_line(), format_rank_stopped()
-// and parse_rank_stopped(),
+// and parse_rank_stopped() (of a line, or of an error's message),
 // format_stopped_line() and parse_stopped_line(), format_start_up_stop_line() and
 // is_start_up_stop_line(), format_flight_line() and parse_flight_line(),
 // kHeartbeatLine and is_heartbeat_line() — and parse_number_before() / parse_count_before(), the
@@ -45,6 +45,8 @@ struct RankStopped {
 // The host and reason of rank R's "; rank R (HOST) stopped: WHY" in a lost-rank line for R;
 // nullopt where the line has none.
 std::optional<RankStopped> parse_rank_stopped(std::string_view line);
+// The same in the message of an error that lost rank `rank` (what a lost-rank line carries).
+std::optional<RankStopped> parse_rank_stopped(std::string_view message, int rank);
 
 // "partrain: at failure, WHERE [PATH]": a failing worker's flight record (where it stood among
 // its collectives, trainer/observe/flight_recorder.h) and the file it dumped it to. The

@@ -748,6 +748,11 @@ TEST(LauncherTest, LostRankLinesCarryTheRanksReason) {
   EXPECT_FALSE(parse_rank_stopped("partrain: error: x; " + format_rank_stopped(1, "h", why)));
   EXPECT_FALSE(parse_rank_stopped("partrain: lost rank 1: x; rank 1 (node07"));
   EXPECT_FALSE(parse_rank_stopped("partrain: lost rank 1: asio-ring: rank 1 timed out"));
+  // The same in the error's message, the lost rank given.
+  const std::string message = "gloo: x; " + format_rank_stopped(1, "node07", why);
+  ASSERT_TRUE(parse_rank_stopped(message, 1).has_value());
+  EXPECT_EQ(parse_rank_stopped(message, 1)->why, why);
+  EXPECT_FALSE(parse_rank_stopped(message, 2));
 }
 
 TEST(LauncherTest, ExecutablePathIsThisProgram) {

@@ -74,7 +74,7 @@ void say_stopped(const EpochLoop::Stopped& stopped, const Checkpointer& checkpoi
 std::string start_up_stop_of_lost_rank(const CommError& error) {
   const auto* peer = dynamic_cast<const PeerError*>(&error);
   if (peer == nullptr) return "";
-  const auto stopped = parse_rank_stopped(format_lost_rank_line(peer->peer_rank(), error.what()));
+  const auto stopped = parse_rank_stopped(error.what(), peer->peer_rank());
   const std::size_t at = stopped ? stopped->why.find(kStartUpStopWhy) : std::string::npos;
   if (at == std::string::npos) return "";
   return stopped->why.substr(0, at) + " to rank " + std::to_string(peer->peer_rank());

@@ -17,9 +17,9 @@ using WorkerEnv = RankPlace;
 //
 // A stop signal (common/stop_request.h) before the first step ends a process that is the
 // rank's alone (`own_process`, a worker) at once, exit kExitStopped; after it, the ranks agree
-// to stop at a step and save it. `partrain run` training one rank in its own process holds the
-// output folder's lock, which an end without destructors would leave behind: it answers every
-// stop at a step.
+// to stop at a step and save it. `partrain run` training one rank in its own process answers
+// every stop at a step: its stdout is not made line-buffered, so an end that flushes nothing
+// could lose lines it printed.
 int run_worker(Config config, const WorkerEnv& env, bool own_process = true);
 
 }  // namespace partrain
