@@ -643,6 +643,23 @@ TEST(Explain, DataBoundRunWithAStraggler) {
       << waited;
   EXPECT_EQ(waited.find("comm.wire_dtype"), std::string::npos) << waited;
 
+  // Rank 0 slower in its own compute than rank 1 (a host shared with other work) waits only
+  // 1 s of rank 1's 3 s of data wait. Over both ranks data wait is 16% of training, more than
+  // the 10% the wait costs; but rank 0's time is the run's, and rank 0 waited for no data.
+  Breakdown busy = fast;
+  busy.comm_exposed = 1;
+  Breakdown hungry = slow;
+  hungry.forward = hungry.backward = 3;
+  hungry.data_wait = 3;
+  const std::string hidden =
+      explain_run(report_with({busy, hungry}, Straggler{1, 90, 100, 1.0}), nullptr);
+  EXPECT_NE(hidden.find("data wait 16.2%"), std::string::npos) << hidden;
+  EXPECT_NE(hidden.find("Verdict: straggler (straggler takes 10.5% of training)"),
+            std::string::npos)
+      << hidden;
+  EXPECT_NE(hidden.find("Its data_wait is 3.00 s longer than the others'"), std::string::npos)
+      << hidden;
+
   RunReport old = report_with({fast}, std::nullopt);
   old.summary.ranks[0].breakdown.reset();
   EXPECT_THROW(explain_run(old, nullptr), UsageError);

@@ -544,13 +544,15 @@ Explanation explain(const RunReport& report, const TraceSummary* trace, const Be
       double share;
       double notable;
     };
+    // All read off the ranks that waited for the straggler (every rank without one): their
+    // time is the run's. The straggler's own data wait is already in the others' wait for it.
     const Candidate candidates[] = {
         {"straggler", share(wait, waiting_total), 0.0},
         {"communication", share(transfer, waiting_total), kCommExposedNotable},
-        {"data", share(mean.data_wait, total), kDataWaitNotable},
-        {"evaluation", share(mean.evaluation, total), kRepeatedNotable},
-        {"checkpoint", share(mean.checkpoint, total), kRepeatedNotable},
-        {"other", share(mean.other, total), kRepeatedNotable},
+        {"data", share(waiting.data_wait, waiting_total), kDataWaitNotable},
+        {"evaluation", share(waiting.evaluation, waiting_total), kRepeatedNotable},
+        {"checkpoint", share(waiting.checkpoint, waiting_total), kRepeatedNotable},
+        {"other", share(waiting.other, waiting_total), kRepeatedNotable},
     };
     const Candidate* top = nullptr;
     for (const Candidate& c : candidates) {
