@@ -66,6 +66,18 @@ std::optional<double> heartbeat_interval(const EnvLookup& env) {
   return seconds;
 }
 
+// Whole lines reach the launcher or engine as they are printed, and a stop in the start-up,
+// which ends the process without flushing (StopRequest), loses none. Windows' C runtime takes
+// _IOLBF for full buffering, so there stdout is unbuffered: the launcher reads lines from the
+// pipe however they are cut.
+void line_buffer_stdout() {
+#ifdef _WIN32
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+#else
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+#endif
+}
+
 }  // namespace
 
 void add_worker_command(CLI::App& app, int& exit_code) {
@@ -74,9 +86,7 @@ void add_worker_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ConfigArguments>();
   add_config_arguments(*sub, *args);
   sub->callback([args, &exit_code] {
-    // Whole lines reach the launcher or engine as they are printed, and a stop in the start-up,
-    // which ends the process without flushing (StopRequest), loses none.
-    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+    line_buffer_stdout();
     // Started by `partrain run`: the launcher watches for this worker's heartbeat.
     std::unique_ptr<Heartbeat> heartbeat;
     const std::optional<double> interval = heartbeat_interval(process_environment());

@@ -33,7 +33,8 @@ namespace partrain {
 namespace {
 
 #ifdef _WIN32
-constexpr int kStopSignals[] = {SIGINT, SIGTERM};
+// SIGBREAK is CTRL_BREAK_EVENT, the polite stop `partrain run` sends its workers there.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGBREAK};
 using SavedHandler = void (*)(int);
 #else
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
@@ -68,14 +69,14 @@ void make_start_up_lines() {
 }
 
 // Async-signal-safe on POSIX: unlink(), write() and _exit(). Windows runs the handler on a
-// thread of its own, where flushing stdout is safe too.
+// thread of its own; it flushes nothing either, since the main thread may hold stdout's lock
+// (a worker's stdout is unbuffered there, see worker_command.cpp).
 [[noreturn]] void end_in_start_up(int signal) {
   remove_at_abrupt_exit();
   std::size_t i = 0;
   while (i + 1 < std::size(kStopSignals) && kStopSignals[i] != signal) ++i;
   const StartUpLine& line = g_start_up_lines[i];
 #ifdef _WIN32
-  std::fflush(stdout);
   (void)::_write(2, line.text, line.bytes);
 #else
   (void)!::write(STDERR_FILENO, line.text, line.bytes);
@@ -150,6 +151,11 @@ long long now_ns() {
 
 // Async-signal-safe: atomics, the clock, and re-raising with the default action.
 extern "C" void record_stop_request(int signal) {
+#ifdef _WIN32
+  // The C runtime sets a signal back to its default before it calls the handler: without this
+  // a second signal inside the window would end the process instead of counting as the same.
+  std::signal(signal, record_stop_request);
+#endif
   if (g_in_start_up.load()) {
     // Recorded too: should the stop not end the process in the start-up after all (the loop
     // began meanwhile), the loop finds it.
@@ -267,7 +273,10 @@ const char* StopRequest::signal_name(int signal) {
       return "SIGINT";
     case SIGTERM:
       return "SIGTERM";
-#ifndef _WIN32
+#ifdef _WIN32
+    case SIGBREAK:
+      return "CTRL_BREAK_EVENT";
+#else
     case SIGUSR1:
       return "SIGUSR1";
 #endif

@@ -1,8 +1,8 @@
 // defines: kExitStopped and StopRequest — a worker's side of a polite stop: SIGTERM, SIGINT
-// or SIGUSR1 (POSIX; SIGTERM and SIGINT on Windows). During the start-up one ends the rank at
-// once; from the first step on it only sets a flag, the training loop looks at it after each
-// optimizer step, the ranks agree to stop at that step, save it and exit with kExitStopped.
-// No LibTorch.
+// or SIGUSR1 (POSIX; SIGTERM, SIGINT and SIGBREAK, which is CTRL_BREAK_EVENT, on Windows). During
+// the start-up one ends the rank at once; from the first step on it only sets a flag, the training
+// loop looks at it after each optimizer step, the ranks agree to stop at that step, save it and
+// exit with kExitStopped. No LibTorch.
 #pragma once
 
 #include <chrono>
@@ -26,9 +26,9 @@ inline constexpr int kExitStopped = 75;
 // start-up phase (a download, a data load, a wait for a rank that never comes) can take
 // minutes that a stop should not wait out, nor a launcher's grace end with SIGKILL. Files are
 // written to a temp name and renamed, so an exit in the middle of one leaves no half file.
-// On POSIX stdout should be line-buffered (a pipe is not by default): the exit flushes
-// nothing, since flushing is not safe in a signal handler. Windows runs the handler on a
-// thread of its own, which flushes stdout first.
+// Stdout should be line-buffered (a pipe is not by default; Windows has no line buffering, so
+// unbuffered there): the exit flushes nothing, since flushing is not safe in a signal handler,
+// nor on the thread Windows runs the handler on while the main thread may hold stdout.
 //
 // A further signal ends the process at once, by that signal (its default action), when it
 // comes while the stop's checkpoint is being written (set_saving), or more than

@@ -1013,7 +1013,8 @@ TEST(LauncherProcessTest, ConsoleCtrlCStopsEveryWorker) {
 // names the step and exits with kExitStopped, so the same command continues the run.
 TEST(LauncherProcessTest, StopSignalAnsweredByEveryWorkerEndsWithTheStoppedCode) {
 #ifdef _WIN32
-  GTEST_SKIP() << "Windows workers get CTRL_BREAK_EVENT, which ends them (no polite stop)";
+  GTEST_SKIP() << "the launcher's stop reaches Windows workers as CTRL_BREAK_EVENT (SIGBREAK), "
+                  "which Wine does not deliver";
 #endif
   Driver driver({"--nproc", "2", "--grace-ms", "2000", "--", PARTRAIN_FAKE_WORKER, "--hang", "all",
                  "--stop-politely", "42"});

@@ -42,6 +42,22 @@ TEST(StopRequest, ASignalIsRecordedNotFatal) {
   EXPECT_STREQ(StopRequest::signal_name(0), "a stop request");
 }
 
+// One stop often comes by two paths: the same signal twice inside the window is one request,
+// on Windows too, whose C runtime sets a signal back to its default as it calls the handler.
+TEST(StopRequest, TheSameSignalTwiceInsideTheWindowIsOneRequest) {
+  StopRequest stop;
+  std::raise(SIGTERM);
+  std::raise(SIGTERM);  // the default action would end the test here
+  EXPECT_EQ(StopRequest::signal(), SIGTERM);
+#ifdef _WIN32
+  // CTRL_BREAK_EVENT, the polite stop `partrain run` sends its workers on Windows.
+  std::raise(SIGBREAK);
+  std::raise(SIGBREAK);
+  EXPECT_EQ(StopRequest::signal(), SIGTERM);  // still the first
+  EXPECT_STREQ(StopRequest::signal_name(SIGBREAK), "CTRL_BREAK_EVENT");
+#endif
+}
+
 // How the process ends when a stop signal takes its default action: by that signal on
 // POSIX; on Windows the C runtime's default action exits with a non-zero code (3).
 std::function<bool(int)> ended_by(int signal_number) {
@@ -92,6 +108,17 @@ TEST(StopRequestDeathTest, ASignalInTheStartUpEndsTheProcessAsStopped) {
       },
       ::testing::ExitedWithCode(kExitStopped),
       "^partrain: stopped during start-up by SIGTERM; run the same command to continue\n$");
+#ifdef _WIN32
+  EXPECT_EXIT(
+      {
+        StopRequest stop(/*in_start_up=*/true);
+        std::raise(SIGBREAK);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(kExitStopped),
+      "^partrain: stopped during start-up by CTRL_BREAK_EVENT; run the same command to "
+      "continue\n$");
+#endif
 }
 
 // Once there are others to tell, the stop tells them why before the process ends; a teller
