@@ -715,6 +715,30 @@ Failure failure_of(Calls&& calls) {
   return failure;
 }
 
+// A rank that comes after a peer gave up waiting for it names that peer, which is leaving, and
+// not itself (the peer's mark blames it).
+TEST(Shm, ARankLateForAPeerThatGaveUpNamesThePeer) {
+  const int world = 2;
+  testing::ScratchDir dir;
+  std::vector<Failure> failures(world);
+  testing::run_ranks(world, [&](int rank) {
+    CommOptions options;
+    options.backend = "shm";
+    options.timeout = milliseconds(300);
+    auto [store, comm] = connect(dir, rank, world, options);
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(1000));
+    float value = 1;
+    failures[rank] = failure_of([&] { comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum); });
+  });
+  EXPECT_EQ(failures[0].blamed, 1) << failures[0].error;
+  EXPECT_NE(failures[0].error.find("shm: rank 1 did not arrive within 300 ms"), std::string::npos)
+      << failures[0].error;
+  EXPECT_EQ(failures[1].blamed, 0) << failures[1].error;
+  EXPECT_NE(failures[1].error.find("shm: rank 0 gave up waiting for this rank during allreduce"),
+            std::string::npos)
+      << failures[1].error;
+}
+
 // A rank process killed while the two read each other's blocks: the survivor ends with an
 // error naming it, instead of hanging or reading freed memory. (A read under way holds the
 // dead process's memory until it ends; the wait that follows finds the rank gone. A read that

@@ -234,6 +234,35 @@ TEST(Preemption, AStopInTheStartUpEndsEveryRankAtOnce) {
   EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));
 }
 
+// SIGTERM to rank `stopped`'s worker alone, of the pair `launcher` runs: the run ends as
+// stopped in its start-up, on both ranks, with nothing saved and no rank failed.
+void expect_a_stop_to_one_rank_stops_the_run(pid_t launcher, int stopped, const fs::path& dir,
+                                             const fs::path& log) {
+  const pid_t worker = find_worker(launcher, stopped);
+  ASSERT_GT(worker, 0);
+  kill(worker, SIGTERM);
+  const auto status = wait_exit(launcher, std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value()) << read_text(log);
+  const std::string out = read_text(log);
+  ASSERT_TRUE(WIFEXITED(*status)) << out;
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;
+  const std::string rank = std::to_string(stopped), other = std::to_string(1 - stopped);
+  EXPECT_NE(out.find("[rank " + rank + "] partrain: stopped during start-up by SIGTERM; run"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[rank " + other + "] partrain: stopped during start-up by SIGTERM to rank " +
+                     rank + "; run"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("partrain: stopped during start-up by a stop signal to one of the ranks; "
+                     "run the same command to continue"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("at failure"), std::string::npos) << out;
+  EXPECT_EQ(out.find("lost rank"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints" / "latest.json"));
+}
+
 // A stop to one rank alone in its start-up stops the run as a whole, as a stop to one rank
 // does at a step: the rank tells the others why before it ends, and a rank that loses it takes
 // that as the same stop. Rank 0 holds at the end of its start-up; SIGTERM goes to its worker
@@ -243,26 +272,24 @@ TEST(Preemption, ARankStoppedAloneInItsStartUpStopsTheRun) {
   const fs::path log = dir / "first.txt";
   const pid_t launcher = start_pair_held_in_start_up(dir, log);
   ASSERT_GT(launcher, 0) << read_text(log);
-  const pid_t rank0 = find_worker(launcher, 0);
-  ASSERT_GT(rank0, 0);
-  kill(rank0, SIGTERM);
-  const auto status = wait_exit(launcher, std::chrono::seconds(30));
-  ASSERT_TRUE(status.has_value()) << read_text(log);
-  const std::string out = read_text(log);
-  ASSERT_TRUE(WIFEXITED(*status)) << out;
-  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;
-  EXPECT_NE(out.find("[rank 0] partrain: stopped during start-up by SIGTERM; run"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("[rank 1] partrain: stopped during start-up by SIGTERM to rank 0; run"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("partrain: stopped during start-up by a stop signal to one of the ranks; "
-                     "run the same command to continue"),
-            std::string::npos)
-      << out;
-  EXPECT_EQ(out.find("at failure"), std::string::npos) << out;
-  EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints" / "latest.json"));
+  expect_a_stop_to_one_rank_stops_the_run(launcher, 0, dir, log);
+}
+
+// A rank whose steps began when its own stop came, but which cannot agree on a step since a
+// peer is still in its start-up, ends when its collective times out; it tells the others why
+// first, so the peer, finding it gone on its way to the first step, takes that as the same stop
+// instead of a failure. Rank 0 holds its start-up for 10 s; SIGTERM goes to rank 1 alone, in
+// its first step, whose allreduce gives up after comm.timeout_s = 2.
+TEST(Preemption, ARankStoppedAloneAtItsFirstStepTellsTheOthers) {
+  auto dir = scratch("first_step_stop_alone");
+  const fs::path log = dir / "first.txt";
+  const pid_t launcher =
+      start_with(run_args(write_config(dir, kPairBody), {"--set", "comm.timeout_s=2"}), log,
+                 "PARTRAIN_TEST_START_DELAY", "0:10");
+  ASSERT_TRUE(wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)) &&
+              wait_for_text(log, "[rank 1] epoch 1/3", std::chrono::seconds(60)))
+      << read_text(log);
+  expect_a_stop_to_one_rank_stops_the_run(launcher, 1, dir, log);
 }
 
 // A worker frozen by SIGSTOP writes nothing, not even its heartbeat: its launcher kills it

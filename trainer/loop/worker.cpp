@@ -84,11 +84,16 @@ std::string start_up_stop_of_lost_rank(const CommError& error) {
 // (a peer's ended first, or its steps had begun when the signal came): nothing to save, not
 // a failure. This rank's own stop signal, or the one a lost rank said it stopped at. The
 // line is the one a stop in the start-up writes (StopRequest); false where neither applies.
-bool stopped_before_any_step(const CommError& error) {
+// On its own signal the rank first tells the others why, as a stop in the start-up does: one
+// still on its way to the first step finds this rank gone later and takes it as the same stop.
+bool stopped_before_any_step(const CommError& error, comm::RankGroup* ranks) {
   const std::string by = StopRequest::requested()
                              ? std::string(StopRequest::signal_name(StopRequest::signal()))
                              : start_up_stop_of_lost_rank(error);
   if (by.empty()) return false;
+  if (StopRequest::requested() && ranks != nullptr) {
+    ranks->tell_stopped(by + std::string(kStartUpStopWhy));
+  }
   std::fprintf(stderr, "%s\n", format_start_up_stop_line(by).c_str());
   std::fflush(stderr);
   return true;
@@ -196,7 +201,7 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
   try {
     loop.run(position);
   } catch (const CommError& e) {
-    if (!loop.agreed_on_a_step() && stopped_before_any_step(e)) return kExitStopped;
+    if (!loop.agreed_on_a_step() && stopped_before_any_step(e, ranks)) return kExitStopped;
     dump_flight_record(cfg, env, e.what());
     throw;
   }
@@ -245,7 +250,9 @@ int run_worker(Config config, const WorkerEnv& env, bool own_process) {
     return run_met_ranks(config, env, ranks.get(), group, run_start, memory);
   } catch (const CommError& e) {
     // Still in the start-up: a peer that stopped in its own.
-    if (StopRequest::in_start_up() && stopped_before_any_step(e)) return kExitStopped;
+    if (StopRequest::in_start_up() && stopped_before_any_step(e, ranks.get())) {
+      return kExitStopped;
+    }
     throw;  // a peer or the network failed: the others learn of it on their own side
   } catch (const std::exception& e) {
     // This rank's own failure (its device, data, model, disk): the others, which would find
