@@ -725,10 +725,10 @@ TEST(Shm, ARankLateForAPeerThatGaveUpNamesThePeer) {
     CommOptions options;
     options.backend = "shm";
     options.timeout = milliseconds(300);
-    auto [store, comm] = connect(dir, rank, world, options);
+    const RankComm r = connect(dir, rank, world, options);
     if (rank == 1) std::this_thread::sleep_for(milliseconds(1000));
     float value = 1;
-    failures[rank] = failure_of([&] { comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum); });
+    failures[rank] = failure_of([&] { r.comm->allreduce({&value, 1, DType::f32}, ReduceOp::sum); });
   });
   EXPECT_EQ(failures[0].blamed, 1) << failures[0].error;
   EXPECT_NE(failures[0].error.find("shm: rank 1 did not arrive within 300 ms"), std::string::npos)
