@@ -7,6 +7,7 @@
 #include "comm_backends/backends/failure_trace.h"
 #include "comm_backends/backends/peer_process.h"
 #include "comm_backends/net/local_address.h"
+#include "comm_backends/store/memory_store.h"
 #include "common/errors.h"
 #include "common/host_name.h"
 #include "common/worker_lines.h"
@@ -18,8 +19,9 @@ namespace {
 // The rendezvous master's host: the tcp store's (env:// included), else MASTER_ADDR (a file
 // store shared by ranks that torchrun or mpirun started), else none.
 std::string master_host(const std::string& rendezvous) {
-  const StoreUrl url = parse_store_url(rendezvous);
-  if (url.kind == StoreUrl::Kind::tcp) return url.host;
+  if (!rendezvous.empty() && parse_store_url(rendezvous).kind == StoreUrl::Kind::tcp) {
+    return parse_store_url(rendezvous).host;
+  }
   const char* addr = std::getenv("MASTER_ADDR");
   return addr != nullptr ? addr : "";
 }
@@ -28,13 +30,10 @@ std::string master_host(const std::string& rendezvous) {
 
 std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options) {
   std::unique_ptr<RankGroup> group(new RankGroup);
-  std::string rendezvous = options.rendezvous;
-  if (rendezvous.empty()) {
-    PARTRAIN_CHECK(options.world_size == 1, UsageError, "no rendezvous for ", options.world_size,
-                   " ranks");
-    group->own_rendezvous_ = std::make_unique<TempDir>("partrain-rdzv");
-    rendezvous = "file://" + group->own_rendezvous_->path().generic_string();
-  }
+  const std::string& rendezvous = options.rendezvous;
+  // Without one, a lone rank keeps its store in memory: it has nobody to meet.
+  PARTRAIN_CHECK(!rendezvous.empty() || options.world_size == 1, UsageError, "no rendezvous for ",
+                 options.world_size, " ranks");
   group->rank_ = options.rank;
   group->token_ = options.token;
   group->timeout_ = options.timeout;
@@ -53,7 +52,8 @@ std::unique_ptr<RankGroup> open_rank_group(const RankGroupOptions& options) {
   store.host_server = options.rank == 0;
   // So that a rank that loses this one can look at its process, where they share a machine.
   if (options.world_size > 1) publish_process_on_join(store, options.rank);
-  group->store_ = open_store(rendezvous, store);
+  group->store_ =
+      rendezvous.empty() ? std::make_unique<MemoryStore>(store) : open_store(rendezvous, store);
   group->hosts_ = std::make_unique<RankHosts>(*group->store_, kHostLayoutPrefix, options.rank,
                                               options.world_size);
   return group;

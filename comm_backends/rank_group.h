@@ -12,12 +12,11 @@
 #include "comm_backends/placement.h"
 #include "comm_backends/store/store.h"
 #include "common/rank_place.h"
-#include "common/temp_dir.h"
 
 namespace partrain::comm {
 
-// The rendezvous (a store url) may be empty with one rank: a file store of its own, in a
-// temporary directory; empty with more is a UsageError (the callers say where a url comes
+// The rendezvous (a store url) may be empty with one rank: a store of its own, in memory
+// (store/memory_store.h); empty with more is a UsageError (the callers say where a url comes
 // from). Stores and rings refuse a peer without the run token.
 struct RankGroupOptions : RankPlace {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // bound on every wait
@@ -66,7 +65,6 @@ class RankGroup {
   RankGroup() = default;
   void write_stopped(const std::string& why);
 
-  std::unique_ptr<TempDir> own_rendezvous_;  // declared first: outlives the store
   int rank_ = 0;
   std::string token_;
   std::chrono::milliseconds timeout_{0};

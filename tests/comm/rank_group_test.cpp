@@ -2,11 +2,15 @@
 // `partrain worker` and `partrain bench` open their ranks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm_backends/rank_group.h"
+#include "comm_backends/store/memory_store.h"
 #include "common/errors.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/scratch_dir.h"
@@ -16,10 +20,26 @@ namespace {
 
 using std::chrono::milliseconds;
 
-TEST(RankGroup, OneRankWithoutARendezvousMeetsInADirectoryOfItsOwn) {
+// The rendezvous folders in the system temp directory, as a lone rank made them before it kept
+// its store in memory.
+int rendezvous_folders() {
+  int count = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+    if (entry.path().filename().string().starts_with("partrain-rdzv")) ++count;
+  }
+  return count;
+}
+
+// A lone rank has nobody to meet: its store is in memory, so it writes nothing on disk (and a
+// rank that ends abruptly leaves nothing behind), and communicators of every backend that
+// takes one rank run over it.
+TEST(RankGroup, OneRankWithoutARendezvousKeepsItsStoreInMemory) {
+  const int folders = rendezvous_folders();
   RankGroupOptions options;
   options.timeout = milliseconds(10000);
   auto group = open_rank_group(options);
+  EXPECT_EQ(rendezvous_folders(), folders);
   EXPECT_EQ(group->size(), 1);
   ASSERT_EQ(group->layout().host_count(), 1u);
   group->store().set("probe", {7});
@@ -32,6 +52,60 @@ TEST(RankGroup, OneRankWithoutARendezvousMeetsInADirectoryOfItsOwn) {
   double x = 2.5;
   comm->allreduce(Buffer{&x, 1, DType::f64}, ReduceOp::sum);
   EXPECT_EQ(x, 2.5);
+#ifdef PARTRAIN_WITH_GLOO
+  comm_options.backend = "gloo";
+  auto gloo = group->make_communicator(comm_options);
+  gloo->allreduce(Buffer{&x, 1, DType::f64}, ReduceOp::sum);
+  EXPECT_EQ(x, 2.5);
+#endif
+  EXPECT_EQ(rendezvous_folders(), folders);
+}
+
+// The store of a lone rank, which the threads of its process share: set, get, add, check and
+// wait as the other stores do, a get or wait bounded by the timeout and naming what is missing.
+TEST(MemoryStore, KeepsKeysForTheThreadsOfOneProcess) {
+  StoreOptions options;
+  options.timeout = milliseconds(100);
+  options.join_key = "joined/0";
+  options.join_value = {1};
+  MemoryStore store(options);
+  EXPECT_TRUE(store.check({"joined/0"}));
+  store.set("a", {0, 255});
+  EXPECT_EQ(store.get("a"), (std::vector<std::uint8_t>{0, 255}));
+  store.set("empty", {});
+  EXPECT_TRUE(store.get("empty").empty());
+  EXPECT_THROW(store.add("empty", 1), CommError);  // not an integer
+  EXPECT_EQ(store.add("n", 5), 5);
+  EXPECT_EQ(store.add("n", -2), 3);
+  EXPECT_FALSE(store.check({"a", "missing"}));
+  try {
+    store.wait({"a", "missing", "gone"}, milliseconds(50));
+    FAIL() << "a wait for missing keys returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing, gone"), std::string::npos) << e.what();
+  }
+  try {
+    store.get("never");
+    FAIL() << "a get of a missing key returned";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("'never' was not set within 100 ms"), std::string::npos)
+        << e.what();
+  }
+  // Another thread's set ends a wait at once.
+  store.set_timeout(milliseconds(10000));
+  const auto start = std::chrono::steady_clock::now();
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    store.set("late", {9});
+  });
+  EXPECT_EQ(store.get("late"), std::vector<std::uint8_t>{9});
+  writer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(5000));
+  constexpr int kThreads = 4, kAdds = 100;
+  testing::run_ranks(kThreads, [&](int) {
+    for (int i = 0; i < kAdds; ++i) store.add("counter", 1);
+  });
+  EXPECT_EQ(store.add("counter", 0), kThreads * kAdds);
 }
 
 TEST(RankGroup, SeveralRanksWithoutARendezvousAreRefused) {
