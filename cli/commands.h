@@ -33,4 +33,10 @@ void add_data_command(CLI::App& app, int& exit_code);        // data_command.cpp
 void add_version_command(CLI::App& app, int& exit_code);     // version_command.cpp
 void add_export_command(CLI::App& app, int& exit_code);      // export_command.cpp
 
+// Whole lines of stdout reach a pipe as they are printed, so that a rank's stop in its start-up,
+// which ends the process without flushing (common/stop_request.h), loses none: line-buffered,
+// or unbuffered on Windows, whose C runtime takes line buffering for full buffering. Call it
+// before anything is printed. worker_command.cpp.
+void line_buffer_stdout();
+
 }  // namespace partrain::cli

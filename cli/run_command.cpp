@@ -307,7 +307,7 @@ int run(const RunOptions& o) {
                   [](const std::string& line) { std::cerr << "partrain: " << line << "\n"; });
   int code = 0;
   if (world == 1 && config.launch.max_restarts == 0) {
-    code = run_worker(config, WorkerEnv{}, /*own_process=*/false);
+    code = run_worker(config, WorkerEnv{});
   } else {
     code = launch(plan);
   }
@@ -385,7 +385,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
   sub->add_flag("--trace", o->trace,
                 "Write OUTPUT/trace.json: the spans of the steps in observe.trace_steps on every "
                 "rank, on one clock (chrome://tracing, Perfetto)");
-  sub->callback([o, &exit_code] { exit_code = run_telling_the_other_nodes(*o); });
+  sub->callback([o, &exit_code] {
+    // Before any output: a rank trained in this process may end at a stop in its start-up
+    // without flushing (run_worker()).
+    line_buffer_stdout();
+    exit_code = run_telling_the_other_nodes(*o);
+  });
 }
 
 }  // namespace partrain::cli

@@ -66,10 +66,8 @@ std::optional<double> heartbeat_interval(const EnvLookup& env) {
   return seconds;
 }
 
-// Whole lines reach the launcher or engine as they are printed, and a stop in the start-up,
-// which ends the process without flushing (StopRequest), loses none. Windows' C runtime takes
-// _IOLBF for full buffering, so there stdout is unbuffered: the launcher reads lines from the
-// pipe however they are cut.
+}  // namespace
+
 void line_buffer_stdout() {
 #ifdef _WIN32
   std::setvbuf(stdout, nullptr, _IONBF, 0);
@@ -77,8 +75,6 @@ void line_buffer_stdout() {
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
 #endif
 }
-
-}  // namespace
 
 void add_worker_command(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand(

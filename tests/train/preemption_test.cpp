@@ -111,6 +111,43 @@ TEST(Preemption, SingleProcessStopsAtASignalAndContinuesExactly) {
   EXPECT_EQ(step_losses(dir), step_losses(straight));
 }
 
+// Sends `signal` to `pid`, a run held in its start-up far longer than 10 s, and expects it to
+// end within 10 s with kExitStopped; `out` gets what the run printed.
+void expect_stopped_at_once(pid_t pid, int signal, const fs::path& log, std::string& out) {
+  const auto signalled = std::chrono::steady_clock::now();
+  kill(pid, signal);
+  const auto status = wait_exit(pid, std::chrono::seconds(30));
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  out = read_text(log);
+  ASSERT_TRUE(status.has_value()) << out;
+  ASSERT_TRUE(WIFEXITED(*status)) << out;
+  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;
+  EXPECT_LT(took, 10.0) << out;
+}
+
+// `partrain run` training one rank in its own process ends at once at a stop in its start-up,
+// as a worker does: exit 75 with its line, the output folder's lock removed, nothing saved.
+// Without that the stop would wait for the 60 s hold and a step.
+TEST(Preemption, ASingleProcessRunStoppedInItsStartUpEndsAtOnce) {
+  auto dir = scratch("single_start_up_stop");
+  const auto args =
+      run_args(write_config(dir, "strategy: single\ntrain: {epochs: 3, threads: 1}\n"));
+  const fs::path log = dir / "first.txt";
+  const pid_t run = start_with(args, log, "PARTRAIN_TEST_START_DELAY", "0:60");
+  ASSERT_TRUE(wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)))
+      << read_text(log);
+  EXPECT_TRUE(fs::exists(dir / "out" / "partrain.lock"));
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(expect_stopped_at_once(run, SIGINT, log, out));
+  EXPECT_NE(out.find("partrain: stopped during start-up by SIGINT; run the same command to "
+                     "continue"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dir / "out" / "partrain.lock"));
+  EXPECT_FALSE(fs::exists(dir / "out" / "checkpoints" / "latest.json"));
+}
+
 TEST(Preemption, StepCheckpointsSurviveASigkilledRankAndLeaveTheBitsAlone) {
   const fs::path straight = straight_pair_run("steps_straight");
   auto dir = scratch("steps");
@@ -209,16 +246,8 @@ TEST(Preemption, AStopInTheStartUpEndsEveryRankAtOnce) {
   const fs::path log = dir / "first.txt";
   const pid_t launcher = start_pair_held_in_start_up(dir, log);
   ASSERT_GT(launcher, 0) << read_text(log);
-  const auto signalled = std::chrono::steady_clock::now();
-  kill(launcher, SIGINT);
-  const auto status = wait_exit(launcher, std::chrono::seconds(30));
-  ASSERT_TRUE(status.has_value()) << read_text(log);
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
-  const std::string out = read_text(log);
-  ASSERT_TRUE(WIFEXITED(*status)) << out;
-  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;  // kExitStopped
-  EXPECT_LT(took, 10.0) << out;                // far from the 60 s hold
+  std::string out;
+  ASSERT_NO_FATAL_FAILURE(expect_stopped_at_once(launcher, SIGINT, log, out));
   for (const char* rank : {"[rank 0] ", "[rank 1] "}) {
     EXPECT_NE(out.find(std::string(rank) + "partrain: stopped during start-up by SIGTERM"),
               std::string::npos)

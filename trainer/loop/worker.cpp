@@ -222,11 +222,11 @@ int run_met_ranks(Config& config, const WorkerEnv& env, comm::RankGroup* ranks, 
 
 }  // namespace
 
-int run_worker(Config config, const WorkerEnv& env, bool own_process) {
+int run_worker(Config config, const WorkerEnv& env) {
   const auto run_start = Clock::now();
-  // Until its first step a stop signal ends this rank at once (own_process); from there it is a
-  // request the training loop answers at its next step (run_met_ranks()).
-  StopRequest stop_request(/*in_start_up=*/own_process);
+  // Until its first step a stop signal ends this rank at once; from there it is a request the
+  // training loop answers at its next step (run_met_ranks()).
+  StopRequest stop_request(/*in_start_up=*/true);
   // Before any tensor: the allocator that counts CPU tensor memory (the memory breakdown), and
   // the process as it stands, LibTorch loaded, before the run makes anything.
   count_cpu_tensor_memory();
