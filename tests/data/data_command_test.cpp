@@ -2,12 +2,16 @@
 // executable (PARTRAIN_EXE, set by CTest).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <thread>
 
 #include "tests/data/loopback_http_server.h"
 #include "tests/data/scratch_files.h"
@@ -62,6 +66,28 @@ class DataCommand : public ::testing::Test {
  protected:
   void SetUp() override {
     if (std::getenv("PARTRAIN_EXE") == nullptr) GTEST_SKIP() << "PARTRAIN_EXE not set";
+  }
+  // A two-rank run's config, NAME.yaml in the scratch folder, whose ranks download the data
+  // set from `url` into it; its path.
+  std::string download_config(const std::string& name, const std::string& url) const {
+    const std::string config = dir_.string() + "/" + name + ".yaml";
+    const std::string yaml = "name: " + name +
+                             "\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
+                             "comm: {backend: asio-ring, timeout_s: 20}\n"
+                             "data: {dataset: cifar100, root: '" +
+                             dir_.string() + "/data/cifar-100-binary', download: true, url: '" +
+                             url +
+                             "', batch_size: 4, num_workers: 1}\n"
+                             "model: {name: digitalnet, width: 4}\n"
+                             "train: {epochs: 1, threads: 1}\n"
+                             "checkpoint: {every_epochs: 0, resume: never}\n";
+    test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
+    return config;
+  }
+  // A file of the scratch folder, as text.
+  std::string text(const std::string& name) const {
+    const auto bytes = test_files::read_bytes(dir_ / name);
+    return std::string(bytes.begin(), bytes.end());
   }
   ScratchDir dir_;
 };
@@ -165,17 +191,7 @@ TEST_F(DataCommand, RanksThatWaitedForAFailedDownloadSayWhyItFailed) {
   ASSERT_NE(exe, nullptr);
   test_files::LoopbackHttpServer server({{"/c.tgz", {1, 2, 3}}});
   const std::string url = server.url("/missing.tgz");
-  const std::string config = dir_.string() + "/failed.yaml";
-  const std::string yaml =
-      "name: failed\nseed: 0\ndevice: cpu\nstrategy: ddp\n"
-      "comm: {backend: asio-ring, timeout_s: 20}\n"
-      "data: {dataset: cifar100, root: '" +
-      dir_.string() + "/data/cifar-100-binary', download: true, url: '" + url +
-      "', batch_size: 4, num_workers: 1}\n"
-      "model: {name: digitalnet, width: 4}\n"
-      "train: {epochs: 1, threads: 1}\n"
-      "checkpoint: {every_epochs: 0, resume: never}\n";
-  test_files::write_bytes(config, std::vector<std::uint8_t>(yaml.begin(), yaml.end()));
+  const std::string config = download_config("failed", url);
   const std::string d = dir_.string();
   const std::string ranks =
       "cd '" + d +
@@ -184,15 +200,57 @@ TEST_F(DataCommand, RanksThatWaitedForAFailedDownloadSayWhyItFailed) {
       d + "/rdzv timeout 60 '" + exe + "' worker '" + config + "' --set output.dir=" + d +
       "/out$r > rank$r.txt 2>&1; echo $? > rank$r.rc) & done; wait";
   ASSERT_EQ(std::system(ranks.c_str()), 0);
-  const auto text = [&](const std::string& name) {
-    const auto bytes = test_files::read_bytes(dir_ / name);
-    return std::string(bytes.begin(), bytes.end());
-  };
   EXPECT_EQ(text("rank0.rc"), "2\n") << text("rank0.txt");
   EXPECT_THAT(text("rank0.txt"), HasSubstr("download of " + url + " failed: HTTP status 404"));
   EXPECT_EQ(text("rank1.rc"), "2\n") << text("rank1.txt");
   EXPECT_THAT(text("rank1.txt"), HasSubstr("rank 0 could not load the data set: download of " +
                                            url + " failed: HTTP status 404"));
+}
+
+// A stop to the first local rank alone while it downloads (a stop signal in its start-up ends
+// it without setting the key the others wait on) ends the wait of the ranks that wait for it
+// within a few seconds, as the same stop, instead of after the download's bound: each rank
+// started as an engine starts it, a file store, a server that would answer after 120 s.
+TEST_F(DataCommand, RanksWaitingForADownloadStopWithTheRankThatStoppedInIt) {
+#ifndef PARTRAIN_WITH_TORCH
+  GTEST_SKIP() << "partrain run needs LibTorch; this build has PARTRAIN_WITH_TORCH=OFF";
+#endif
+  const char* exe = std::getenv("PARTRAIN_EXE");
+  ASSERT_NE(exe, nullptr);
+  const auto archive = small_cifar100_archive(dir_);
+  test_files::LoopbackHttpServer server({{"/c.tgz", archive}}, false, std::chrono::seconds(120));
+  const std::string config = download_config("stopped", server.url("/c.tgz"));
+  const std::string d = dir_.string();
+  // Rank 0 without coreutils' timeout, so that its pid is the worker's: the download's own
+  // timeouts bound it, and the stop below ends it.
+  const std::string env =
+      "PARTRAIN_RENDEZVOUS=file://" + d + "/rdzv WORLD_SIZE=2 LOCAL_WORLD_SIZE=2";
+  const std::string worker =
+      "'" + std::string(exe) + "' worker '" + config + "' --set output.dir=" + d;
+  const std::string ranks = "cd '" + d + "' && { (RANK=0 LOCAL_RANK=0 " + env + " " + worker +
+                            "/out0 > rank0.txt 2>&1 & echo $! > rank0.pid; wait $!; echo $? > "
+                            "rank0.rc) & (RANK=1 LOCAL_RANK=1 " +
+                            env + " timeout 60 " + worker +
+                            "/out1 > rank1.txt 2>&1; echo $? > rank1.rc) & wait; }";
+  int ranks_status = -1;
+  std::thread started([&] { ranks_status = std::system(ranks.c_str()); });
+  // Bounded: 60 s for rank 0 to ask for the archive.
+  for (int i = 0; i < 600 && server.requests() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(server.requests(), 1);
+  const auto signalled = std::chrono::steady_clock::now();
+  ::kill(std::stoi(text("rank0.pid")), SIGTERM);
+  started.join();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  ASSERT_EQ(ranks_status, 0);
+  EXPECT_EQ(text("rank0.rc"), "75\n") << text("rank0.txt");
+  EXPECT_THAT(text("rank0.txt"), HasSubstr("partrain: stopped during start-up by SIGTERM; run"));
+  EXPECT_EQ(text("rank1.rc"), "75\n") << text("rank1.txt");
+  EXPECT_THAT(text("rank1.txt"),
+              HasSubstr("partrain: stopped during start-up by SIGTERM to rank 0; run"));
+  EXPECT_LT(took, 20.0) << text("rank1.txt");  // the slice is 5 s; the server answers at 120 s
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #include "trainer/loop/rank_data.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "comm_backends/backends/failure_trace.h"
 #include "common/errors.h"
 #include "common/worker_lines.h"
 #include "trainer/data/batch_plan.h"
@@ -18,6 +21,42 @@ namespace {
 // What a host's first rank sets under data-loaded/RANK when it could not load the data: this,
 // then the reason of its error (reason_of()).
 constexpr std::string_view kLoadFailed = "failed: ";
+
+// How often a rank waiting for its host's first rank to load the data looks whether that rank
+// stopped instead (a stop signal in its start-up, which ends it without setting the key): one
+// wait and one check a slice, a few requests a second across a host of waiting ranks.
+constexpr std::chrono::seconds kLoaderStoppedSlice{5};
+
+// Waits up to `bound` for `loaded_key`, which rank `loader` sets once the data is loaded. Where
+// the loader says it stopped (comm::rank_stopped_key(), RankGroup::tell_stopped()) the wait
+// ends within kLoaderStoppedSlice, with a PeerError that ends with its reason, as a collective
+// that lost it would: a stop in its start-up is then this rank's stop too (run_worker()).
+void wait_for_loader(comm::Store& store, const std::string& loaded_key, int loader,
+                     std::chrono::milliseconds bound) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + bound;
+  for (;;) {
+    const auto now = Clock::now();
+    const auto slice = std::min<Clock::duration>(kLoaderStoppedSlice, deadline - now);
+    const auto slice_end = now + slice;
+    try {
+      store.wait({loaded_key},
+                 std::chrono::ceil<std::chrono::milliseconds>(std::max(slice, Clock::duration{})));
+      return;
+    } catch (const CommError&) {
+      // Only a wait that ran out its slice: a store that failed sooner fails this rank.
+      if (Clock::now() < slice_end || Clock::now() >= deadline) throw;
+    }
+    const std::string stopped_key = comm::rank_stopped_key(loader);
+    if (store.check({stopped_key})) {
+      const std::vector<std::uint8_t> said = store.get(stopped_key);
+      throw PeerError(loader, "rank " + std::to_string(loader) +
+                                  " stopped before it had loaded the data set for this host; " +
+                                  std::string(said.begin(), said.end()));
+    }
+  }
+}
+
 }  // namespace
 
 RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* store,
@@ -51,7 +90,7 @@ RankData load_rank_data(const Config& cfg, const WorkerEnv& env, comm::Store* st
       const auto bound =
           timeout + std::chrono::milliseconds(static_cast<int64_t>(
                         1000 * (download.connect_timeout_s + download.total_timeout_s)));
-      store->wait({loaded_key}, bound);
+      wait_for_loader(*store, loaded_key, env.rank - env.local_rank, bound);
       const std::vector<std::uint8_t> outcome = store->get(loaded_key);
       // The same files would fail here too: a usage error (exit 2), whichever rank exits first.
       const std::string said(outcome.begin(), outcome.end());
