@@ -154,7 +154,9 @@ extern "C" void record_stop_request(int signal) {
 #ifdef _WIN32
   // The C runtime sets a signal back to its default before it calls the handler: without this
   // a second signal inside the window would end the process instead of counting as the same.
-  std::signal(signal, record_stop_request);
+  // Not once the StopRequest has put the previous handlers back (a console event runs this on
+  // a thread of its own, which may come late).
+  if (g_active.load()) std::signal(signal, record_stop_request);
 #endif
   if (g_in_start_up.load()) {
     // Recorded too: should the stop not end the process in the start-up after all (the loop

@@ -9,7 +9,7 @@ namespace partrain {
 
 class TempDir {
  public:
-  // `stem` starts the name ("partrain-rdzv" -> /tmp/partrain-rdzv-3f9a...). Throws Error
+  // `stem` starts the name ("partrain-run" -> /tmp/partrain-run-3f9a...). Throws Error
   // when no directory can be made.
   explicit TempDir(const std::string& stem,
                    const std::filesystem::path& parent = std::filesystem::temp_directory_path());

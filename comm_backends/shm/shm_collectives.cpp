@@ -356,11 +356,11 @@ void ShmCollectives::wait_for(const Call& call, std::chrono::milliseconds extra,
         const int blamed = state_of(region_, r).blamed.load(std::memory_order_acquire);
         if (blamed > 0 && r != rank_) {
           broken_ = true;
-          // Blamed itself (it came late, or was away): the blamer gave up and leaves, so that
-          // is the rank this one lost.
+          // Blamed itself (it came late, was away, or a failure was traced to it): the blamer
+          // gave up on it and leaves, so that is the rank this one lost.
           if (blamed - 1 == name_of(rank_)) {
             throw PeerError(name_of(r), "shm: rank " + std::to_string(name_of(r)) +
-                                            " gave up waiting for this rank during " +
+                                            " gave up on this rank during " +
                                             call.words.describe());
           }
           throw PeerError(blamed - 1, "shm: rank " + std::to_string(blamed - 1) + " failed (rank " +

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -20,26 +21,54 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// The rendezvous folders in the system temp directory, as a lone rank made them before it kept
-// its store in memory.
-int rendezvous_folders() {
-  int count = 0;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
-    if (entry.path().filename().string().starts_with("partrain-rdzv")) ++count;
+// The system temp directory is a folder of the test's own while this lives (TMPDIR; TMP on
+// Windows), so that whatever is made there can be seen and nothing else adds to it.
+class OwnTempDirectory {
+ public:
+  OwnTempDirectory() { point_at(dir_.string()); }
+  ~OwnTempDirectory() { point_at(saved_); }
+  OwnTempDirectory(const OwnTempDirectory&) = delete;
+  OwnTempDirectory& operator=(const OwnTempDirectory&) = delete;
+  const std::filesystem::path& path() const { return dir_.path(); }
+  std::size_t entries() const {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
+      ++n;
+    }
+    return n;
   }
-  return count;
-}
+
+ private:
+#ifdef _WIN32
+  static constexpr const char* kName = "TMP";
+  // The C runtime's copy of the environment and the system's, which GetTempPath reads.
+  static void point_at(const std::string& path) { ::_putenv_s(kName, path.c_str()); }
+#else
+  static constexpr const char* kName = "TMPDIR";
+  static void point_at(const std::string& path) {
+    if (path.empty()) {
+      ::unsetenv(kName);
+    } else {
+      ::setenv(kName, path.c_str(), 1);
+    }
+  }
+#endif
+  testing::ScratchDir dir_;
+  std::string saved_ = std::getenv(kName) != nullptr ? std::getenv(kName) : "";
+};
 
 // A lone rank has nobody to meet: its store is in memory, so it writes nothing on disk (and a
 // rank that ends abruptly leaves nothing behind), and communicators of every backend that
 // takes one rank run over it.
 TEST(RankGroup, OneRankWithoutARendezvousKeepsItsStoreInMemory) {
-  const int folders = rendezvous_folders();
+  const OwnTempDirectory temp;
+  // The same folder, whether or not the system writes a separator after it.
+  ASSERT_EQ((std::filesystem::temp_directory_path() / "x").parent_path(),
+            (temp.path() / "x").parent_path());
   RankGroupOptions options;
   options.timeout = milliseconds(10000);
   auto group = open_rank_group(options);
-  EXPECT_EQ(rendezvous_folders(), folders);
+  EXPECT_EQ(temp.entries(), 0u);
   EXPECT_EQ(group->size(), 1);
   ASSERT_EQ(group->layout().host_count(), 1u);
   group->store().set("probe", {7});
@@ -58,7 +87,7 @@ TEST(RankGroup, OneRankWithoutARendezvousKeepsItsStoreInMemory) {
   gloo->allreduce(Buffer{&x, 1, DType::f64}, ReduceOp::sum);
   EXPECT_EQ(x, 2.5);
 #endif
-  EXPECT_EQ(rendezvous_folders(), folders);
+  EXPECT_EQ(temp.entries(), 0u);
 }
 
 // The store of a lone rank, which the threads of its process share: set, get, add, check and

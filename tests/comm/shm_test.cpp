@@ -734,7 +734,7 @@ TEST(Shm, ARankLateForAPeerThatGaveUpNamesThePeer) {
   EXPECT_NE(failures[0].error.find("shm: rank 1 did not arrive within 300 ms"), std::string::npos)
       << failures[0].error;
   EXPECT_EQ(failures[1].blamed, 0) << failures[1].error;
-  EXPECT_NE(failures[1].error.find("shm: rank 0 gave up waiting for this rank during allreduce"),
+  EXPECT_NE(failures[1].error.find("shm: rank 0 gave up on this rank during allreduce"),
             std::string::npos)
       << failures[1].error;
 }

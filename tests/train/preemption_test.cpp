@@ -307,14 +307,15 @@ TEST(Preemption, ARankStoppedAloneInItsStartUpStopsTheRun) {
 // A rank whose steps began when its own stop came, but which cannot agree on a step since a
 // peer is still in its start-up, ends when its collective times out; it tells the others why
 // first, so the peer, finding it gone on its way to the first step, takes that as the same stop
-// instead of a failure. Rank 0 holds its start-up for 10 s; SIGTERM goes to rank 1 alone, in
-// its first step, whose allreduce gives up after comm.timeout_s = 2.
+// instead of a failure. Rank 0 holds its start-up for 15 s; SIGTERM goes to rank 1 alone, in
+// its first step, whose allreduce gives up after comm.timeout_s = 5 (the signal must come
+// before that: 5 s for the log line to reach the test and the test's signal on a busy host).
 TEST(Preemption, ARankStoppedAloneAtItsFirstStepTellsTheOthers) {
   auto dir = scratch("first_step_stop_alone");
   const fs::path log = dir / "first.txt";
   const pid_t launcher =
-      start_with(run_args(write_config(dir, kPairBody), {"--set", "comm.timeout_s=2"}), log,
-                 "PARTRAIN_TEST_START_DELAY", "0:10");
+      start_with(run_args(write_config(dir, kPairBody), {"--set", "comm.timeout_s=5"}), log,
+                 "PARTRAIN_TEST_START_DELAY", "0:15");
   ASSERT_TRUE(wait_for_text(log, "rank 0 holds its start-up", std::chrono::seconds(120)) &&
               wait_for_text(log, "[rank 1] epoch 1/3", std::chrono::seconds(60)))
       << read_text(log);

@@ -30,8 +30,8 @@ struct RankGroup {
 // 0's (agree_on_config(), trainer/config/config_agreement.h). The first thing a rank does with
 // the others, before anything that its config could make fail on it alone (a rank of another
 // config would leave the others waiting out the timeout). Null for single and dp (one process);
-// strategy ddp meets with one rank too (a rendezvous of its own, in a temporary directory, when
-// none is given).
+// strategy ddp meets with one rank too (a store of its own, in memory, when no rendezvous is
+// given).
 std::unique_ptr<comm::RankGroup> meet_ranks(const Config& config, const RankPlace& place);
 
 // The communicators of the group `ranks` (meet_ranks()'s): strategy ddp always gets one — with
