@@ -19,8 +19,9 @@ namespace {
 // The rendezvous master's host: the tcp store's (env:// included), else MASTER_ADDR (a file
 // store shared by ranks that torchrun or mpirun started), else none.
 std::string master_host(const std::string& rendezvous) {
-  if (!rendezvous.empty() && parse_store_url(rendezvous).kind == StoreUrl::Kind::tcp) {
-    return parse_store_url(rendezvous).host;
+  if (!rendezvous.empty()) {
+    const StoreUrl url = parse_store_url(rendezvous);
+    if (url.kind == StoreUrl::Kind::tcp) return url.host;
   }
   const char* addr = std::getenv("MASTER_ADDR");
   return addr != nullptr ? addr : "";

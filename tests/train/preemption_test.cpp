@@ -111,18 +111,27 @@ TEST(Preemption, SingleProcessStopsAtASignalAndContinuesExactly) {
   EXPECT_EQ(step_losses(dir), step_losses(straight));
 }
 
-// Sends `signal` to `pid`, a run held in its start-up far longer than 10 s, and expects it to
-// end within 10 s with kExitStopped; `out` gets what the run printed.
-void expect_stopped_at_once(pid_t pid, int signal, const fs::path& log, std::string& out) {
-  const auto signalled = std::chrono::steady_clock::now();
-  kill(pid, signal);
-  const auto status = wait_exit(pid, std::chrono::seconds(30));
-  const double took =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+// Sends `signal` to `signalled`, waits up to `bound` for the run `waited` (which may be the
+// same process) to exit, and expects kExitStopped; `out` gets what the run printed, `took` the
+// seconds from the signal to the exit.
+void expect_ends_stopped(pid_t signalled, int signal, pid_t waited, std::chrono::seconds bound,
+                         const fs::path& log, std::string& out, double& took) {
+  const auto start = std::chrono::steady_clock::now();
+  kill(signalled, signal);
+  const auto status = wait_exit(waited, bound);
+  took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out = read_text(log);
   ASSERT_TRUE(status.has_value()) << out;
   ASSERT_TRUE(WIFEXITED(*status)) << out;
   EXPECT_EQ(WEXITSTATUS(*status), 75) << out;
+}
+
+// Sends `signal` to `pid`, a run held in its start-up far longer than 10 s, and expects it to
+// end within 10 s with kExitStopped; `out` gets what the run printed.
+void expect_stopped_at_once(pid_t pid, int signal, const fs::path& log, std::string& out) {
+  double took = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_ends_stopped(pid, signal, pid, std::chrono::seconds(30), log, out, took));
   EXPECT_LT(took, 10.0) << out;
 }
 
@@ -269,12 +278,10 @@ void expect_a_stop_to_one_rank_stops_the_run(pid_t launcher, int stopped, const 
                                              const fs::path& log) {
   const pid_t worker = find_worker(launcher, stopped);
   ASSERT_GT(worker, 0);
-  kill(worker, SIGTERM);
-  const auto status = wait_exit(launcher, std::chrono::seconds(60));
-  ASSERT_TRUE(status.has_value()) << read_text(log);
-  const std::string out = read_text(log);
-  ASSERT_TRUE(WIFEXITED(*status)) << out;
-  EXPECT_EQ(WEXITSTATUS(*status), 75) << out;
+  std::string out;
+  double took = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      expect_ends_stopped(worker, SIGTERM, launcher, std::chrono::seconds(60), log, out, took));
   const std::string rank = std::to_string(stopped), other = std::to_string(1 - stopped);
   EXPECT_NE(out.find("[rank " + rank + "] partrain: stopped during start-up by SIGTERM; run"),
             std::string::npos)

@@ -28,7 +28,7 @@ constexpr std::string_view kLoadFailed = "failed: ";
 constexpr std::chrono::seconds kLoaderStoppedSlice{5};
 
 // Waits up to `bound` for `loaded_key`, which rank `loader` sets once the data is loaded. Where
-// the loader says it stopped (comm::rank_stopped_key(), RankGroup::tell_stopped()) the wait
+// the loader says it stopped (comm::why_rank_stopped(), RankGroup::tell_stopped()) the wait
 // ends within kLoaderStoppedSlice, with a PeerError that ends with its reason, as a collective
 // that lost it would: a stop in its start-up is then this rank's stop too (run_worker()).
 void wait_for_loader(comm::Store& store, const std::string& loaded_key, int loader,
@@ -47,12 +47,10 @@ void wait_for_loader(comm::Store& store, const std::string& loaded_key, int load
       // Only a wait that ran out its slice: a store that failed sooner fails this rank.
       if (Clock::now() < slice_end || Clock::now() >= deadline) throw;
     }
-    const std::string stopped_key = comm::rank_stopped_key(loader);
-    if (store.check({stopped_key})) {
-      const std::vector<std::uint8_t> said = store.get(stopped_key);
+    if (const auto why = comm::why_rank_stopped(store, loader, kLoaderStoppedSlice)) {
       throw PeerError(loader, "rank " + std::to_string(loader) +
                                   " stopped before it had loaded the data set for this host; " +
-                                  std::string(said.begin(), said.end()));
+                                  *why);
     }
   }
 }

@@ -87,13 +87,11 @@ std::string start_up_stop_of_lost_rank(const CommError& error) {
 // On its own signal the rank first tells the others why, as a stop in the start-up does: one
 // still on its way to the first step finds this rank gone later and takes it as the same stop.
 bool stopped_before_any_step(const CommError& error, comm::RankGroup* ranks) {
-  const std::string by = StopRequest::requested()
-                             ? std::string(StopRequest::signal_name(StopRequest::signal()))
-                             : start_up_stop_of_lost_rank(error);
+  const int own = StopRequest::signal();
+  const std::string by =
+      own != 0 ? std::string(StopRequest::signal_name(own)) : start_up_stop_of_lost_rank(error);
   if (by.empty()) return false;
-  if (StopRequest::requested() && ranks != nullptr) {
-    ranks->tell_stopped(by + std::string(kStartUpStopWhy));
-  }
+  if (own != 0 && ranks != nullptr) ranks->tell_stopped(by + std::string(kStartUpStopWhy));
   std::fprintf(stderr, "%s\n", format_start_up_stop_line(by).c_str());
   std::fflush(stderr);
   return true;
